@@ -1,0 +1,351 @@
+/*
+ * hca_cq.c - completion queues.
+ *
+ * A power-of-two ring of CQEs with an owner (phase) bit: the producer
+ * writes the entry, then stores the owner bit of the current wrap
+ * (release); the consumer compares it with the phase it expects (acquire).
+ * Producers never overwrite: a full CQ sets the overflow error instead.
+ * Polling also runs the engines that feed the CQ (requester retries and
+ * responses for its send QPs, the responder for its receive rings).
+ *
+ * Blocking: each CQ owns an AF_UNIX datagram socket bound to an abstract
+ * name; peers in other processes send a byte to it, but only after the
+ * consumer armed (flags in shared memory), so the fast path has no
+ * syscall.
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void *hca_node_alloc(hca_device_t *dev, size_t size)
+{
+    void *p;
+
+    if ((dev->numa_node >= 0) && (numa_available() >= 0)) {
+        p = numa_alloc_onnode(size, dev->numa_node);
+        if (p != NULL) {
+            memset(p, 0, size);
+        }
+        return p;
+    }
+    return calloc(1, size);
+}
+
+static void hca_node_free(hca_device_t *dev, void *p, size_t size)
+{
+    if ((dev->numa_node >= 0) && (numa_available() >= 0)) {
+        numa_free(p, size);
+    } else {
+        free(p);
+    }
+}
+
+int hca_cq_create(hca_device_t *dev, int cqe, hca_cq_t **cq_p)
+{
+    uint32_t size, idx = HCA_MAX_CQ;
+    hca_cq_t *cq;
+    int rc;
+
+    if ((cqe <= 0) || (cqe > HCA_MAX_CQE)) {
+        return -EINVAL;
+    }
+    size = hca_roundup_pow2((uint32_t)cqe);
+
+    cq = calloc(1, sizeof(*cq));
+    if (cq == NULL) {
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&dev->lock);
+    for (uint32_t i = 0; i < HCA_MAX_CQ; ++i) {
+        if (dev->cqs[i] == NULL) {
+            idx          = i;
+            dev->cqs[i]  = cq;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&dev->lock);
+    if (idx == HCA_MAX_CQ) {
+        free(cq);
+        return -ENOMEM;
+    }
+
+    cq->dev      = dev;
+    cq->idx      = idx;
+    cq->mask     = size - 1;
+    cq->log_size = (uint32_t)__builtin_ctz(size);
+    cq->ring     = hca_node_alloc(dev, sizeof(hca_cqe_t) * size);
+    if (cq->ring == NULL) {
+        rc = -ENOMEM;
+        goto err_release;
+    }
+    atomic_store(&dev->notify[idx].armed, 0);
+    rc = hca_notify_bind(dev, idx, &cq->sock);
+    if (rc != 0) {
+        goto err_free_ring;
+    }
+    *cq_p = cq;
+    return 0;
+
+err_free_ring:
+    hca_node_free(dev, cq->ring, sizeof(hca_cqe_t) * (cq->mask + 1));
+err_release:
+    pthread_mutex_lock(&dev->lock);
+    dev->cqs[idx] = NULL;
+    pthread_mutex_unlock(&dev->lock);
+    free(cq);
+    return rc;
+}
+
+int hca_cq_destroy(hca_cq_t *cq)
+{
+    hca_device_t *dev = cq->dev;
+
+    if (cq->refs != 0) {
+        return -EBUSY;
+    }
+    close(cq->sock);
+    hca_node_free(dev, cq->ring, sizeof(hca_cqe_t) * (cq->mask + 1));
+    free(cq->send_qps);
+    free(cq->rqs);
+    free(cq->rq_refs);
+    pthread_mutex_lock(&dev->lock);
+    dev->cqs[cq->idx] = NULL;
+    pthread_mutex_unlock(&dev->lock);
+    free(cq);
+    return 0;
+}
+
+/* Phase the entry at index i carries when valid: 1 on the first wrap, so a
+ * zeroed ring holds no valid entry. */
+static inline uint32_t hca_cq_phase(const hca_cq_t *cq, uint64_t i)
+{
+    return (uint32_t)((i >> cq->log_size) & 1) ^ 1;
+}
+
+int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc)
+{
+    hca_cqe_t *cqe;
+
+    if (HCA_UNLIKELY((cq->prod - cq->cons > cq->mask) || cq->overflow)) {
+        if (!cq->overflow) {
+            hca_log("CQ %u of %s overflowed (%u entries)", cq->idx,
+                    cq->dev->name, cq->mask + 1);
+        }
+        cq->overflow = 1;
+        __atomic_fetch_add(&cq->dev->svc_cnt.cq_overflows, 1,
+                           __ATOMIC_RELAXED);
+        return -EOVERFLOW;
+    }
+    cqe     = &cq->ring[cq->prod & cq->mask];
+    cqe->wc = *wc;
+    __atomic_store_n(&cqe->owner, hca_cq_phase(cq, cq->prod),
+                     __ATOMIC_RELEASE);
+    cq->prod++;
+    return 0;
+}
+
+static void hca_cq_progress(hca_cq_t *cq)
+{
+    for (uint32_t i = 0; i < cq->n_send_qps; ++i) {
+        hca_qp_t *qp = cq->send_qps[i];
+        if ((qp->sq_tail != qp->sq_head)) {
+            hca_req_progress(qp);
+        }
+    }
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        hca_resp_progress(cq->rqs[i], 64);
+    }
+}
+
+int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
+{
+    int n = 0;
+
+    hca_cq_progress(cq);
+    while (n < num) {
+        hca_cqe_t *cqe = &cq->ring[cq->cons & cq->mask];
+        if (__atomic_load_n(&cqe->owner, __ATOMIC_ACQUIRE) !=
+            hca_cq_phase(cq, cq->cons)) {
+            break;
+        }
+        wc[n++] = cqe->wc;
+        cq->cons++;
+    }
+    if ((n == 0) && cq->overflow) {
+        return -EOVERFLOW;
+    }
+    return n;
+}
+
+/* 1 if something would produce a completion without a peer's signal. */
+static int hca_cq_pending(hca_cq_t *cq)
+{
+    if (cq->prod != cq->cons) {
+        return 1;
+    }
+    for (uint32_t i = 0; i < cq->n_send_qps; ++i) {
+        hca_qp_t *qp = cq->send_qps[i];
+        /* queued work waits for ring space, which frees without a signal */
+        if (qp->sq_exec != qp->sq_head) {
+            return 1;
+        }
+        for (uint64_t s = qp->sq_tail; s != qp->sq_exec; ++s) {
+            hca_wqe_t *wqe = &qp->sq[s & qp->sq_mask];
+            if ((wqe->state == HCA_WQE_DONE) ||
+                ((wqe->state == HCA_WQE_ISSUED) &&
+                 (atomic_load(&qp->resp[s & qp->sq_mask].stamp) ==
+                  wqe->resp_stamp))) {
+                return 1;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        if (!hca_ring_empty(&cq->rqs[i]->ring)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
+{
+    atomic_store(&cq->dev->notify[cq->idx].armed, armed);
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        hca_ring_hdr_t *hdr = cq->rqs[i]->ring.hdr;
+        if (armed) {
+            atomic_store(&hdr->notify_idx, cq->idx);
+        }
+        atomic_store(&hdr->armed, armed);
+    }
+}
+
+int hca_cq_arm(hca_cq_t *cq)
+{
+    /* arm first, then look: a producer that published before the arm is
+     * seen here, one after it sees the flag (both seq_cst) */
+    hca_cq_set_armed(cq, 1);
+    if (hca_cq_pending(cq) || cq->overflow) {
+        hca_cq_set_armed(cq, 0);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+int hca_cq_fd(hca_cq_t *cq)
+{
+    return cq->sock;
+}
+
+void hca_cq_ack_events(hca_cq_t *cq)
+{
+    char buf[64];
+
+    while (recv(cq->sock, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    }
+}
+
+int hca_cq_wait(hca_cq_t *cq, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = cq->sock, .events = POLLIN};
+    int rc;
+
+    if (hca_cq_arm(cq) == -EAGAIN) {
+        return 1;
+    }
+    rc = poll(&pfd, 1, timeout_ms);
+    hca_cq_set_armed(cq, 0);
+    hca_cq_ack_events(cq);
+    return (rc > 0) ? 1 : hca_cq_pending(cq);
+}
+
+static int hca_ptr_array_add(void ***array, uint32_t *n, void *item)
+{
+    void **grown;
+
+    for (uint32_t i = 0; i < *n; ++i) {
+        if ((*array)[i] == item) {
+            return 0;
+        }
+    }
+    grown = realloc(*array, sizeof(void*) * (*n + 1));
+    if (grown == NULL) {
+        return -ENOMEM;
+    }
+    grown[(*n)++] = item;
+    *array        = grown;
+    return 0;
+}
+
+static void hca_ptr_array_del(void **array, uint32_t *n, void *item)
+{
+    for (uint32_t i = 0; i < *n; ++i) {
+        if (array[i] == item) {
+            array[i] = array[--(*n)];
+            return;
+        }
+    }
+}
+
+int hca_cq_attach_qp(hca_cq_t *cq, hca_qp_t *qp)
+{
+    int rc = hca_ptr_array_add((void***)&cq->send_qps, &cq->n_send_qps, qp);
+    if (rc == 0) {
+        cq->refs++;
+    }
+    return rc;
+}
+
+void hca_cq_detach_qp(hca_cq_t *cq, hca_qp_t *qp)
+{
+    hca_ptr_array_del((void**)cq->send_qps, &cq->n_send_qps, qp);
+    cq->refs--;
+}
+
+int hca_cq_attach_rq(hca_cq_t *cq, hca_rq_t *rq)
+{
+    uint32_t *refs;
+    int rc;
+
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        if (cq->rqs[i] == rq) {
+            cq->rq_refs[i]++;
+            cq->refs++;
+            return 0;
+        }
+    }
+    refs = realloc(cq->rq_refs, sizeof(*refs) * (cq->n_rqs + 1));
+    if (refs == NULL) {
+        return -ENOMEM;
+    }
+    cq->rq_refs = refs;
+    rc = hca_ptr_array_add((void***)&cq->rqs, &cq->n_rqs, rq);
+    if (rc != 0) {
+        return rc;
+    }
+    cq->rq_refs[cq->n_rqs - 1] = 1;
+    cq->refs++;
+    return 0;
+}
+
+/* Last QP of this CQ on rq gone: poll no longer progresses it. */
+void hca_cq_detach_rq(hca_cq_t *cq, hca_rq_t *rq)
+{
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        if (cq->rqs[i] != rq) {
+            continue;
+        }
+        cq->refs--;
+        if (--cq->rq_refs[i] == 0) {
+            cq->n_rqs--;
+            cq->rqs[i]     = cq->rqs[cq->n_rqs];
+            cq->rq_refs[i] = cq->rq_refs[cq->n_rqs];
+        }
+        return;
+    }
+}

@@ -1,0 +1,401 @@
+/*
+ * hca_dev.h - public API of the hca software RDMA host channel adapter.
+ *
+ * A verbs-like interface: devices and ports, protection domains (PD), memory
+ * regions (MR) with lkey/rkey checked against a memory protection table (MPT),
+ * completion queues (CQ), reliable-connected queue pairs (QP) and shared
+ * receive queues (SRQ).
+ *
+ * Conventions: functions return 0 or a negative errno; completions carry an
+ * hca_wc_status_t.  Device-wide objects (device context, PD, MR/MPT) are safe
+ * under concurrent use; a QP, CQ or SRQ is used by one thread at a time
+ * (UCX serialises each worker), except that posting to an SRQ and polling
+ * the CQs of its QPs must also happen from one thread.
+ */
+#ifndef HCA_DEV_H
+#define HCA_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HCA_DEV_API_VERSION   1
+#define HCA_DEVNAME_MAX       16
+
+typedef struct hca_device hca_device_t;  /* an opened device context */
+typedef struct hca_pd     hca_pd_t;
+typedef struct hca_mr     hca_mr_t;
+typedef struct hca_cq     hca_cq_t;
+typedef struct hca_qp     hca_qp_t;
+typedef struct hca_srq    hca_srq_t;
+typedef struct hca_dm     hca_dm_t;      /* device memory (shared object) */
+
+
+/* ---------------------------------------------------------------- device */
+
+typedef enum {
+    HCA_PORT_DOWN   = 1,
+    HCA_PORT_INIT   = 2,
+    HCA_PORT_ACTIVE = 4
+} hca_port_state_t;
+
+typedef enum {
+    HCA_FABRIC_SHM = 0,  /* processes of one host: shared memory + CMA */
+    HCA_FABRIC_TCP = 1,  /* other hosts (a later issue) */
+    HCA_FABRIC_LAST
+} hca_fabric_type_t;
+
+/* Atomic capabilities (hca_device_attr_t.atomic_caps) */
+enum {
+    HCA_ATOMIC_CAP_32     = 1u << 0,  /* 32-bit operands */
+    HCA_ATOMIC_CAP_64     = 1u << 1,  /* 64-bit operands */
+    HCA_ATOMIC_CAP_GLOB   = 1u << 2,  /* atomic w.r.t. the target CPU */
+    HCA_ATOMIC_CAP_BITOPS = 1u << 3   /* and/or/xor/swap besides add/cswap */
+};
+
+typedef struct hca_device_attr {
+    char     name[HCA_DEVNAME_MAX]; /* "hca0" */
+    uint64_t node_guid;         /* stable per host and device */
+    uint32_t vendor_id;
+    uint32_t hw_ver;
+    char     fw_ver[32];
+    int      numa_node;         /* rings and buffers live on this node */
+    uint32_t phys_port_cnt;
+    uint32_t max_pd;
+    uint32_t max_mr;            /* MPT entries per device context */
+    uint64_t max_mr_size;
+    uint32_t max_qp;
+    uint32_t max_qp_wr;         /* send/recv queue depth */
+    uint32_t max_sge;
+    uint32_t max_cq;
+    uint32_t max_cqe;
+    uint32_t max_srq;
+    uint32_t max_srq_wr;
+    uint32_t max_inline_data;   /* bytes of inline data per send WQE */
+    uint64_t max_msg_size;      /* largest SEND / RDMA WRITE / RDMA READ */
+    uint32_t max_dm;            /* device memory objects per context */
+    uint64_t max_dm_size;
+    uint32_t atomic_caps;       /* HCA_ATOMIC_CAP_* */
+} hca_device_attr_t;
+
+typedef struct hca_port_attr {
+    hca_port_state_t  state;
+    hca_fabric_type_t fabric;
+    uint32_t          mtu;         /* bytes moved per ring slot */
+    uint32_t          max_msg_sz;
+    uint32_t          single_copy; /* 1 if CMA may be used by this process */
+} hca_port_attr_t;
+
+/* Host identity: what makes two processes "the same host" for the shm
+ * fabric - same boot, and the same IPC (shared memory), PID (process ids)
+ * and network (abstract AF_UNIX sockets) namespaces. */
+typedef struct hca_host_id {
+    uint8_t  boot_id[16];
+    uint32_t ipc_ns;
+    uint32_t pid_ns;
+    uint32_t net_ns;
+} hca_host_id_t;
+
+/* Address of an opened device context (what a GID + LID are on IB). */
+typedef struct hca_port_addr {
+    hca_host_id_t host;
+    uint32_t      pid;
+    uint32_t      ctx_id;    /* which open of the device in that process */
+} hca_port_addr_t;
+
+/* Returns the number of devices and writes up to max names. */
+int  hca_get_device_list(char (*names)[HCA_DEVNAME_MAX], int max);
+
+/* Open flags */
+enum {
+    HCA_OPEN_NO_SINGLE_COPY = 1u << 0  /* never use CMA (process_vm_*):
+                                          move data through the rings and
+                                          the responder instead */
+};
+
+int  hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p);
+int  hca_device_close(hca_device_t *dev);
+int  hca_device_query(hca_device_t *dev, hca_device_attr_t *attr);
+int  hca_port_query(hca_device_t *dev, uint8_t port_num, hca_port_attr_t *attr);
+void hca_port_address(hca_device_t *dev, hca_port_addr_t *addr);
+const char *hca_device_name(hca_device_t *dev);
+
+int  hca_host_id_get(hca_host_id_t *id);
+int  hca_host_id_equal(const hca_host_id_t *a, const hca_host_id_t *b);
+
+/* Is the context at addr reachable from dev (same host for shm)? */
+int  hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr);
+
+/* Is the process that owns addr still running?  1 alive, 0 gone. */
+int  hca_port_addr_alive(const hca_port_addr_t *addr);
+
+
+/* ---------------------------------------------------------------- PD / MR */
+
+enum {
+    HCA_ACCESS_LOCAL_WRITE   = 1u << 0,
+    HCA_ACCESS_REMOTE_WRITE  = 1u << 1,
+    HCA_ACCESS_REMOTE_READ   = 1u << 2,
+    HCA_ACCESS_REMOTE_ATOMIC = 1u << 3
+};
+
+int  hca_pd_alloc(hca_device_t *dev, hca_pd_t **pd_p);
+int  hca_pd_dealloc(hca_pd_t *pd);     /* -EBUSY while MRs/QPs use it */
+
+/* Registers [addr, addr+length).  Memory inside device memory (hca_dm_*)
+ * is recognised and accessed by peers through their own mapping.
+ * Invariants: length > 0 unless addr is any valid pointer (0-length MRs are
+ * allowed for 0-byte operations); remote atomic access needs no alignment of
+ * the region itself, only of each atomic's address. */
+int  hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
+                hca_mr_t **mr_p);
+/* Invalidates the MPT entry, waits until no peer that passed the check is
+ * still copying, then frees it: no byte lands after it returns. */
+int  hca_mr_dereg(hca_mr_t *mr);
+uint32_t hca_mr_lkey(const hca_mr_t *mr);
+uint32_t hca_mr_rkey(const hca_mr_t *mr);
+
+/* Device memory: a shared-memory object peers on the same host map.  Its
+ * MRs give peers direct loads/stores (hca_rkey_ptr) and CPU atomics. */
+int   hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p);
+int   hca_dm_free(hca_dm_t *dm);
+void *hca_dm_addr(const hca_dm_t *dm);
+size_t hca_dm_length(const hca_dm_t *dm);
+
+
+/* ---------------------------------------------------------------- CQ */
+
+typedef enum {
+    HCA_WC_SUCCESS = 0,
+    HCA_WC_LOC_LEN_ERR,      /* receive buffer too small, SGE too long */
+    HCA_WC_LOC_QP_OP_ERR,    /* bad WQE (opcode, inline size, sge count) */
+    HCA_WC_LOC_PROT_ERR,     /* local lkey check failed */
+    HCA_WC_WR_FLUSH_ERR,     /* flushed: QP in ERR */
+    HCA_WC_REM_INV_REQ_ERR,  /* target QP refuses (state, source, opcode) */
+    HCA_WC_REM_ACCESS_ERR,   /* rkey check failed at the target */
+    HCA_WC_REM_OP_ERR,       /* target failed to execute (e.g. copy fault) */
+    HCA_WC_RETRY_EXC_ERR,    /* peer gone */
+    HCA_WC_RNR_RETRY_EXC_ERR,/* no receive posted (not used: RNR waits) */
+    HCA_WC_GENERAL_ERR,
+    HCA_WC_STATUS_LAST
+} hca_wc_status_t;
+
+typedef enum {
+    HCA_WC_SEND = 0,
+    HCA_WC_RDMA_WRITE,
+    HCA_WC_RDMA_READ,
+    HCA_WC_ATOMIC,
+    HCA_WC_RECV,              /* a SEND arrived */
+    HCA_WC_RECV_RDMA_WITH_IMM /* an RDMA WRITE with immediate arrived */
+} hca_wc_opcode_t;
+
+enum {
+    HCA_WC_WITH_IMM = 1u << 0
+};
+
+typedef struct hca_wc {
+    uint64_t        wr_id;
+    hca_wc_status_t status;
+    hca_wc_opcode_t opcode;
+    uint32_t        byte_len;   /* receive: bytes placed */
+    uint32_t        imm_data;
+    uint32_t        qp_num;     /* local QP */
+    uint32_t        src_qp;     /* receive: sender's QP number */
+    uint32_t        wc_flags;   /* HCA_WC_WITH_IMM */
+    uint32_t        vendor_err; /* errno-like detail for errors */
+} hca_wc_t;
+
+int  hca_cq_create(hca_device_t *dev, int cqe, hca_cq_t **cq_p);
+int  hca_cq_destroy(hca_cq_t *cq);       /* -EBUSY while QPs use it */
+/* Progresses the engines that feed this CQ and returns up to num
+ * completions (>= 0), or -EOVERFLOW once the CQ has overflowed (entries
+ * were lost: the CQ and its QPs are in error). Never blocks, no syscall on
+ * the intra-host fast path. */
+int  hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc);
+/* Arms the CQ: the next completion (or arrival that will produce one)
+ * makes its fd readable.  Returns -EAGAIN if work is already pending
+ * (poll again instead of sleeping). */
+int  hca_cq_arm(hca_cq_t *cq);
+/* A pollable fd (POLLIN when armed and signalled).  Peers in other
+ * processes signal it.  hca_cq_ack_events drains it. */
+int  hca_cq_fd(hca_cq_t *cq);
+void hca_cq_ack_events(hca_cq_t *cq);
+/* Blocks until armed and signalled or timeout_ms (-1 forever): arm + poll(2).
+ * Returns 1 if signalled or work pending, 0 on timeout. */
+int  hca_cq_wait(hca_cq_t *cq, int timeout_ms);
+
+
+/* ---------------------------------------------------------------- SRQ */
+
+typedef struct hca_srq_init_attr {
+    uint32_t max_wr;
+    uint32_t max_sge;
+} hca_srq_init_attr_t;
+
+int  hca_srq_create(hca_pd_t *pd, const hca_srq_init_attr_t *attr,
+                    hca_srq_t **srq_p);
+int  hca_srq_destroy(hca_srq_t *srq);
+
+
+/* ---------------------------------------------------------------- QP */
+
+typedef enum {
+    HCA_QPS_RESET = 0,
+    HCA_QPS_INIT,
+    HCA_QPS_RTR,
+    HCA_QPS_RTS,
+    HCA_QPS_ERR,
+    HCA_QPS_LAST
+} hca_qp_state_t;
+
+typedef enum {
+    HCA_WR_SEND = 0,
+    HCA_WR_SEND_WITH_IMM,
+    HCA_WR_RDMA_WRITE,
+    HCA_WR_RDMA_WRITE_WITH_IMM,
+    HCA_WR_RDMA_READ,
+    HCA_WR_ATOMIC_FETCH_ADD,    /* fetching forms return the old value */
+    HCA_WR_ATOMIC_CMP_SWP,
+    HCA_WR_ATOMIC_SWAP,
+    HCA_WR_ATOMIC_FETCH_AND,
+    HCA_WR_ATOMIC_FETCH_OR,
+    HCA_WR_ATOMIC_FETCH_XOR,
+    HCA_WR_ATOMIC_ADD,          /* post forms: no result */
+    HCA_WR_ATOMIC_AND,
+    HCA_WR_ATOMIC_OR,
+    HCA_WR_ATOMIC_XOR,
+    HCA_WR_OPCODE_LAST
+} hca_wr_opcode_t;
+
+enum {
+    HCA_SEND_SIGNALED = 1u << 0, /* produce a CQE (else only on error) */
+    HCA_SEND_FENCE    = 1u << 1, /* wait for every earlier WR to complete */
+    HCA_SEND_INLINE   = 1u << 2, /* copy SGE data into the WQE at post */
+    HCA_SEND_ATOMIC32 = 1u << 3  /* 32-bit atomic (default 64-bit) */
+};
+
+typedef struct hca_sge {
+    uint64_t addr;
+    uint32_t length;
+    uint32_t lkey;
+} hca_sge_t;
+
+typedef struct hca_send_wr {
+    uint64_t            wr_id;
+    struct hca_send_wr *next;
+    hca_sge_t          *sg_list;    /* atomic: one 4/8 byte SGE for the
+                                       result (fetching forms) */
+    int                 num_sge;
+    hca_wr_opcode_t     opcode;
+    unsigned            send_flags; /* HCA_SEND_* */
+    uint32_t            imm_data;
+    struct {
+        uint64_t remote_addr;
+        uint32_t rkey;
+    } rdma;                         /* RDMA and atomic target */
+    uint64_t            compare_add; /* add operand / compare value /
+                                        and-or-xor operand / swap value */
+    uint64_t            swap;        /* cmp_swp: new value */
+} hca_send_wr_t;
+
+typedef struct hca_recv_wr {
+    uint64_t            wr_id;
+    struct hca_recv_wr *next;
+    hca_sge_t          *sg_list;
+    int                 num_sge;
+} hca_recv_wr_t;
+
+typedef struct hca_qp_init_attr {
+    hca_cq_t  *send_cq;
+    hca_cq_t  *recv_cq;
+    hca_srq_t *srq;            /* NULL: the QP has its own receive queue */
+    uint32_t   max_send_wr;
+    uint32_t   max_recv_wr;
+    uint32_t   max_send_sge;
+    uint32_t   max_recv_sge;
+    uint32_t   max_inline_data;
+    int        sq_sig_all;
+} hca_qp_init_attr_t;
+
+#define HCA_QPN_ANY 0xffffffffu    /* RTR: accept any source (DC target) */
+
+typedef struct hca_qp_attr {
+    hca_qp_state_t  qp_state;
+    hca_port_addr_t dest;          /* RTR: the peer's port address */
+    uint32_t        dest_qp_num;   /* RTR: peer QPN, or HCA_QPN_ANY */
+    unsigned        access;        /* INIT: remote access allowed by the
+                                      QP (HCA_ACCESS_REMOTE_*) */
+} hca_qp_attr_t;
+
+enum {
+    HCA_QP_ATTR_STATE  = 1u << 0,
+    HCA_QP_ATTR_DEST   = 1u << 1,  /* dest + dest_qp_num */
+    HCA_QP_ATTR_ACCESS = 1u << 2
+};
+
+int  hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
+                   hca_qp_t **qp_p);
+int  hca_qp_destroy(hca_qp_t *qp);
+uint32_t hca_qp_num(const hca_qp_t *qp);
+hca_qp_state_t hca_qp_state(const hca_qp_t *qp);
+/* Legal transitions: RESET->INIT (ACCESS), INIT->RTR (DEST), RTR->RTS,
+ * any->ERR, any->RESET.  Others give -EINVAL and change nothing. */
+int  hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask);
+/* Posts a chain; on error *bad_wr is the first WR not posted:
+ * -ENOMEM send queue full, -EINVAL malformed WR / wrong state,
+ * -EAGAIN the target's receive ring is full (retry later; nothing of
+ *  that WR was delivered). */
+int  hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr);
+int  hca_post_recv(hca_qp_t *qp, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr);
+int  hca_post_srq_recv(hca_srq_t *srq, hca_recv_wr_t *wr,
+                       hca_recv_wr_t **bad_wr);
+/* Checks that the peer of a connected QP is alive; if not, moves the QP
+ * to ERR (outstanding WRs complete with RETRY_EXC / flush).  1 alive,
+ * 0 dead. */
+int  hca_qp_check_peer(hca_qp_t *qp);
+/* Number of WRs posted and not yet completed (signalled or not). */
+uint32_t hca_qp_outstanding(const hca_qp_t *qp);
+
+
+/* ---------------------------------------------------------------- rkey_ptr */
+
+/* For a peer's MR inside its device memory: a local pointer to
+ * remote_addr, valid while the connection's mapping lives.  -ENOENT if the
+ * MR is not device memory, -EACCES on a failed key/range check. */
+int  hca_qp_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                     size_t length, void **ptr_p);
+
+
+/* ---------------------------------------------------------------- counters */
+
+typedef struct hca_counters {
+    uint64_t tx_ops[HCA_WR_OPCODE_LAST];    /* WRs executed, by opcode */
+    uint64_t tx_bytes[HCA_WR_OPCODE_LAST];
+    uint64_t rx_ops[HCA_WR_OPCODE_LAST];    /* served as responder */
+    uint64_t rx_bytes[HCA_WR_OPCODE_LAST];
+    uint64_t errors[HCA_WC_STATUS_LAST];    /* error completions by status */
+    uint64_t ring_full;                     /* -EAGAIN: target ring full */
+    uint64_t single_copy_ops;               /* CMA transfers */
+    uint64_t mapped_ops;                    /* via mapped device memory */
+    uint64_t responder_ops;                 /* executed by a responder */
+    uint64_t cq_overflows;
+    uint64_t wakeups_sent;
+} hca_counters_t;
+
+/* Sums over every QP ever created on the context (closed ones included). */
+int  hca_device_counters(hca_device_t *dev, hca_counters_t *cnt);
+int  hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt);
+
+const char *hca_wc_status_str(hca_wc_status_t status);
+const char *hca_wr_opcode_str(hca_wr_opcode_t opcode);
+const char *hca_qp_state_str(hca_qp_state_t state);
+const char *hca_port_state_str(hca_port_state_t state);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

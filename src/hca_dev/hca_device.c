@@ -1,0 +1,344 @@
+/*
+ * hca_device.c - device list, open/close/query, and the context object
+ * that peers map (MPT, published QP table, notify table, service ring).
+ *
+ * There is one device per NUMA node ("hca0" on a single-node machine):
+ * its rings and buffers are allocated on that node.
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static _Atomic uint32_t hca_next_ctx_id = 0;
+
+static int hca_num_devices(void)
+{
+    if (numa_available() < 0) {
+        return 1;
+    }
+    return numa_num_configured_nodes() > 0 ? numa_num_configured_nodes()
+                                           : 1;
+}
+
+int hca_get_device_list(char (*names)[HCA_DEVNAME_MAX], int max)
+{
+    int n = hca_num_devices();
+
+    for (int i = 0; (i < n) && (i < max); ++i) {
+        snprintf(names[i], HCA_DEVNAME_MAX, "hca%d", i);
+    }
+    return n;
+}
+
+static size_t hca_align_up(size_t v)
+{
+    return (v + HCA_CACHE_LINE - 1) & ~(size_t)(HCA_CACHE_LINE - 1);
+}
+
+static int hca_ctx_create(hca_device_t *dev)
+{
+    size_t off = hca_align_up(sizeof(hca_ctx_hdr_t));
+    size_t mpt_off, qp_off, notify_off, svc_off, total;
+    char name[96];
+    int rc;
+
+    mpt_off    = off;
+    off        = hca_align_up(off + sizeof(hca_mpt_entry_t) * HCA_MAX_MR);
+    qp_off     = off;
+    off        = hca_align_up(off +
+                              sizeof(hca_qp_pub_t) * (HCA_MAX_QP + 1));
+    notify_off = off;
+    off        = hca_align_up(off + sizeof(hca_notify_t) * HCA_MAX_CQ);
+    svc_off    = off;
+    total      = off + hca_ring_bytes(HCA_SVC_SLOTS, sizeof(hca_svc_req_t));
+
+    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
+                 "ctx", 0);
+    rc = hca_shm_create(&dev->ctx, name, total, dev->numa_node);
+    if (rc != 0) {
+        return rc;
+    }
+
+    dev->hdr    = (hca_ctx_hdr_t*)dev->ctx.addr;
+    dev->mpt    = (hca_mpt_entry_t*)((uint8_t*)dev->ctx.addr + mpt_off);
+    dev->qp_pub = (hca_qp_pub_t*)((uint8_t*)dev->ctx.addr + qp_off);
+    dev->notify = (hca_notify_t*)((uint8_t*)dev->ctx.addr + notify_off);
+    hca_ring_init(&dev->svc, (uint8_t*)dev->ctx.addr + svc_off,
+                  HCA_SVC_SLOTS, sizeof(hca_svc_req_t), HCA_NOTIFY_SVC);
+
+    dev->probe_value      = ((uint64_t)dev->pid << 32) ^ dev->start_time ^
+                            0x5ca1ab1e0ddba11ull;
+    dev->hdr->version     = HCA_WIRE_VERSION;
+    dev->hdr->pid         = dev->pid;
+    dev->hdr->ctx_id      = dev->ctx_id;
+    dev->hdr->start_time  = dev->start_time;
+    dev->hdr->max_mr      = HCA_MAX_MR;
+    dev->hdr->max_qp      = HCA_MAX_QP;
+    dev->hdr->max_cq      = HCA_MAX_CQ;
+    dev->hdr->max_dm      = HCA_MAX_DM;
+    dev->hdr->mpt_offset  = mpt_off;
+    dev->hdr->qp_offset   = qp_off;
+    dev->hdr->notify_offset = notify_off;
+    dev->hdr->svc_offset  = svc_off;
+    dev->hdr->single_copy = (uint32_t)dev->single_copy;
+    dev->hdr->probe_addr  = (uint64_t)(uintptr_t)&dev->probe_value;
+    dev->hdr->probe_value = dev->probe_value;
+    /* magic last: peers validate it before anything else */
+    atomic_thread_fence(memory_order_release);
+    dev->hdr->magic       = HCA_WIRE_MAGIC;
+    return 0;
+}
+
+int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
+{
+    hca_device_t *dev;
+    uint32_t ctx_id;
+    int index, pos = 0, rc;
+
+    if ((name == NULL) || (sscanf(name, "hca%d%n", &index, &pos) != 1) ||
+        (name[pos] != '\0') || (index < 0) || (index >= hca_num_devices())) {
+        return -ENODEV;
+    }
+
+    dev = calloc(1, sizeof(*dev));
+    if (dev == NULL) {
+        return -ENOMEM;
+    }
+    snprintf(dev->name, sizeof(dev->name), "hca%d", index);
+    dev->flags     = flags;
+    dev->numa_node = (numa_available() >= 0) ? index : -1;
+    dev->pid       = (uint32_t)getpid();
+    dev->pidns     = hca_ns_inode("pid");
+    ctx_id         = atomic_fetch_add(&hca_next_ctx_id, 1);
+    dev->ctx_id    = ctx_id;
+    dev->send_sock = -1;
+    dev->svc_sock  = -1;
+    dev->next_pd   = 1;
+    dev->next_dm_id   = 1;
+    dev->next_ring_id = 1;
+    pthread_mutex_init(&dev->lock, NULL);
+
+    rc = hca_host_id_get(&dev->host);
+    if (rc == 0) {
+        rc = hca_proc_start_time(dev->pid, &dev->start_time);
+    }
+    if (rc != 0) {
+        goto err_free;
+    }
+
+    /* Under Yama ptrace_scope 1 single copy needs the target's consent,
+     * as UCX's cma transport gives it. */
+    dev->single_copy = !(flags & HCA_OPEN_NO_SINGLE_COPY);
+    if (dev->single_copy) {
+        (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    }
+
+    hca_shm_reclaim(dev->pidns, dev->pid, ctx_id == 0);
+
+    dev->mpt_tag = calloc(HCA_MAX_MR, sizeof(*dev->mpt_tag));
+    dev->mrs     = calloc(HCA_MAX_MR, sizeof(*dev->mrs));
+    dev->qps     = calloc(HCA_MAX_QP + 1, sizeof(*dev->qps));
+    dev->qp_gen  = calloc(HCA_MAX_QP + 1, sizeof(*dev->qp_gen));
+    dev->cqs     = calloc(HCA_MAX_CQ, sizeof(*dev->cqs));
+    if (!dev->mpt_tag || !dev->mrs || !dev->qps || !dev->qp_gen ||
+        !dev->cqs) {
+        rc = -ENOMEM;
+        goto err_free;
+    }
+
+    dev->send_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC |
+                            SOCK_NONBLOCK, 0);
+    if (dev->send_sock < 0) {
+        rc = -errno;
+        goto err_free;
+    }
+
+    rc = hca_ctx_create(dev);
+    if (rc != 0) {
+        goto err_close_sock;
+    }
+
+    rc = hca_svc_start(dev);
+    if (rc != 0) {
+        goto err_destroy_ctx;
+    }
+
+    *dev_p = dev;
+    return 0;
+
+err_destroy_ctx:
+    hca_shm_destroy(&dev->ctx);
+err_close_sock:
+    close(dev->send_sock);
+err_free:
+    free(dev->mpt_tag);
+    free(dev->mrs);
+    free(dev->qps);
+    free(dev->qp_gen);
+    free(dev->cqs);
+    pthread_mutex_destroy(&dev->lock);
+    free(dev);
+    return rc;
+}
+
+int hca_device_close(hca_device_t *dev)
+{
+    hca_dm_t *dm;
+
+    if (dev == NULL) {
+        return -EINVAL;
+    }
+    hca_svc_stop(dev);
+    hca_peers_destroy(dev);
+    /* device memory the user did not free: its objects must not outlive
+     * the context */
+    while ((dm = dev->dm_list) != NULL) {
+        dev->dm_list = dm->next;
+        hca_shm_destroy(&dm->shm);
+        free(dm);
+    }
+    dev->hdr->magic = 0;
+    hca_shm_destroy(&dev->ctx);
+    close(dev->send_sock);
+    free(dev->mpt_tag);
+    free(dev->mrs);
+    free(dev->qps);
+    free(dev->qp_gen);
+    free(dev->cqs);
+    pthread_mutex_destroy(&dev->lock);
+    free(dev);
+    return 0;
+}
+
+const char *hca_device_name(hca_device_t *dev)
+{
+    return dev->name;
+}
+
+int hca_device_query(hca_device_t *dev, hca_device_attr_t *attr)
+{
+    uint64_t guid = 0xcbf29ce484222325ull; /* FNV-1a of the host id */
+
+    memset(attr, 0, sizeof(*attr));
+    for (size_t i = 0; i < sizeof(dev->host.boot_id); ++i) {
+        guid = (guid ^ dev->host.boot_id[i]) * 0x100000001b3ull;
+    }
+    guid = (guid ^ dev->host.net_ns) * 0x100000001b3ull;
+
+    snprintf(attr->name, sizeof(attr->name), "%s", dev->name);
+    attr->node_guid       = guid ^ (uint64_t)dev->numa_node;
+    attr->vendor_id       = 0x4843; /* "HC" */
+    attr->hw_ver          = 1;
+    snprintf(attr->fw_ver, sizeof(attr->fw_ver), "%d.%d",
+             HCA_DEV_API_VERSION, HCA_WIRE_VERSION);
+    attr->numa_node       = dev->numa_node;
+    attr->phys_port_cnt   = 1;
+    attr->max_pd          = HCA_MAX_PD;
+    attr->max_mr          = HCA_MAX_MR - 1;
+    attr->max_mr_size     = UINT64_MAX >> 1;
+    attr->max_qp          = HCA_MAX_QP - 1;
+    attr->max_qp_wr       = HCA_MAX_QP_WR;
+    attr->max_sge         = HCA_MAX_SGE;
+    attr->max_cq          = HCA_MAX_CQ;
+    attr->max_cqe         = HCA_MAX_CQE;
+    attr->max_srq         = HCA_MAX_SRQ;
+    attr->max_srq_wr      = HCA_MAX_QP_WR;
+    attr->max_inline_data = HCA_SLOT_PAYLOAD;
+    attr->max_msg_size    = HCA_MAX_MSG;
+    attr->max_dm          = HCA_MAX_DM;
+    attr->max_dm_size     = HCA_MAX_DM_SIZE;
+    attr->atomic_caps     = HCA_ATOMIC_CAP_32 | HCA_ATOMIC_CAP_64 |
+                            HCA_ATOMIC_CAP_GLOB | HCA_ATOMIC_CAP_BITOPS;
+    return 0;
+}
+
+int hca_port_query(hca_device_t *dev, uint8_t port_num,
+                   hca_port_attr_t *attr)
+{
+    if (port_num != 1) {
+        return -EINVAL;
+    }
+    memset(attr, 0, sizeof(*attr));
+    attr->state       = HCA_PORT_ACTIVE;
+    attr->fabric      = HCA_FABRIC_SHM;
+    attr->mtu         = HCA_SLOT_PAYLOAD;
+    attr->max_msg_sz  = (uint32_t)HCA_MAX_MSG;
+    attr->single_copy = (uint32_t)dev->single_copy;
+    return 0;
+}
+
+void hca_port_address(hca_device_t *dev, hca_port_addr_t *addr)
+{
+    memset(addr, 0, sizeof(*addr));
+    addr->host   = dev->host;
+    addr->pid    = dev->pid;
+    addr->ctx_id = dev->ctx_id;
+}
+
+int hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr)
+{
+    return hca_host_id_equal(&dev->host, &addr->host);
+}
+
+/* Any thread: wakes the consumer (pid, ctx, idx) of this host.  A full
+ * socket buffer means a wakeup is already pending, so EAGAIN is fine. */
+void hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
+                       uint32_t ctx, uint32_t idx)
+{
+    struct sockaddr_un sa;
+    socklen_t len;
+    char byte = 1;
+    int n;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (idx == HCA_NOTIFY_SVC) {
+        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+                     "hca.%u.%u.%u.svc", pidns, pid, ctx);
+    } else {
+        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+                     "hca.%u.%u.%u.cq%u", pidns, pid, ctx, idx);
+    }
+    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    (void)sendto(dev->send_sock, &byte, 1, MSG_DONTWAIT,
+                 (struct sockaddr*)&sa, len);
+    __atomic_fetch_add(&dev->svc_cnt.wakeups_sent, 1, __ATOMIC_RELAXED);
+}
+
+/* Binds a datagram socket to the abstract name of consumer idx. */
+int hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p)
+{
+    struct sockaddr_un sa;
+    socklen_t len;
+    int fd, n, rc;
+
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        return -errno;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (idx == HCA_NOTIFY_SVC) {
+        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+                     "hca.%u.%u.%u.svc", dev->pidns, dev->pid, dev->ctx_id);
+    } else {
+        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+                     "hca.%u.%u.%u.cq%u", dev->pidns, dev->pid,
+                     dev->ctx_id, idx);
+    }
+    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    if (bind(fd, (struct sockaddr*)&sa, len) != 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    *fd_p = fd;
+    return 0;
+}

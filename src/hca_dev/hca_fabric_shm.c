@@ -1,0 +1,936 @@
+/*
+ * hca_fabric_shm.c - the shm fabric, requester side: peers and their
+ * mapped objects, and the execution of each opcode.
+ *
+ * Paths, fastest first:
+ *   - the target is this process: memcpy / CPU atomics on its memory;
+ *   - the target MR is device memory: memcpy / CPU atomics on our mapping;
+ *   - single copy (process_vm_writev/readv) into/out of the target;
+ *   - otherwise the target's responder thread executes it (atomics on
+ *     plain memory; WRITE/READ in bounce-buffer chunks without CMA).
+ * SENDs go through the target's receive ring: inline up to one slot, else
+ * a descriptor that the target pulls by single copy, else fragments.
+ * The requester checks the target QP and MPT itself before any access.
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#define HCA_QPN_INDEX(_qpn) ((_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
+
+/* ---------------------------------------------------------------- peers */
+
+static int hca_peer_validate(const hca_ctx_hdr_t *hdr, size_t length,
+                             const hca_port_addr_t *addr)
+{
+    if ((hdr->magic != HCA_WIRE_MAGIC) || (hdr->version != HCA_WIRE_VERSION) ||
+        (hdr->pid != addr->pid) || (hdr->ctx_id != addr->ctx_id) ||
+        (hdr->max_mr == 0) || (hdr->max_mr > HCA_MAX_MR) ||
+        (hdr->max_qp == 0) || (hdr->max_qp > HCA_MAX_QP) ||
+        (hdr->max_cq == 0) || (hdr->max_cq > HCA_MAX_CQ)) {
+        return -EPROTO;
+    }
+    if ((hdr->mpt_offset + sizeof(hca_mpt_entry_t) * hdr->max_mr > length) ||
+        (hdr->qp_offset + sizeof(hca_qp_pub_t) * (hdr->max_qp + 1) >
+         length) ||
+        (hdr->notify_offset + sizeof(hca_notify_t) * hdr->max_cq > length) ||
+        (hdr->svc_offset +
+         hca_ring_bytes(HCA_SVC_SLOTS, sizeof(hca_svc_req_t)) > length)) {
+        return -EPROTO;
+    }
+    return 0;
+}
+
+/* Can we move data to/from the peer with process_vm_*?  We read a value
+ * the peer published; EPERM means ptrace policy forbids it. */
+static int hca_peer_probe_cma(hca_device_t *dev, hca_peer_t *peer)
+{
+    uint64_t value = 0;
+    struct iovec local  = {.iov_base = &value, .iov_len = sizeof(value)};
+    struct iovec remote = {.iov_base = (void*)(uintptr_t)peer->hdr.probe_addr,
+                           .iov_len  = sizeof(value)};
+
+    if (peer->self) {
+        return 1;
+    }
+    if (!dev->single_copy || !peer->hdr.single_copy) {
+        return 0;
+    }
+    if ((process_vm_readv((pid_t)peer->addr.pid, &local, 1, &remote, 1, 0)
+         == (ssize_t)sizeof(value)) && (value == peer->hdr.probe_value)) {
+        return 1;
+    }
+    hca_log("single copy to pid %u not permitted (%s): using the "
+            "responder path", peer->addr.pid,
+            (value == 0) ? strerror(errno) : "probe mismatch");
+    return 0;
+}
+
+hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
+{
+    hca_peer_t *peer;
+    char name[96];
+    uint8_t *base;
+
+    pthread_mutex_lock(&dev->lock);
+    for (peer = dev->peers; peer != NULL; peer = peer->next) {
+        if ((peer->addr.pid == addr->pid) &&
+            (peer->addr.ctx_id == addr->ctx_id)) {
+            goto out;
+        }
+    }
+    if (!hca_host_id_equal(&dev->host, &addr->host)) {
+        goto out; /* NULL: not on this host */
+    }
+    peer = calloc(1, sizeof(*peer));
+    if (peer == NULL) {
+        goto out;
+    }
+    hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
+                 addr->ctx_id, "ctx", 0);
+    if ((hca_shm_map(&peer->ctx, name, sizeof(hca_ctx_hdr_t)) != 0) ||
+        (memcpy(&peer->hdr, peer->ctx.addr, sizeof(peer->hdr)),
+         hca_peer_validate(&peer->hdr, peer->ctx.length, addr) != 0)) {
+        hca_shm_destroy(&peer->ctx);
+        free(peer);
+        peer = NULL;
+        goto out;
+    }
+    base         = peer->ctx.addr;
+    peer->addr   = *addr;
+    peer->pidns  = addr->host.pid_ns;
+    peer->self   = (addr->pid == dev->pid);
+    peer->mpt    = (hca_mpt_entry_t*)(base + peer->hdr.mpt_offset);
+    peer->qp_pub = (hca_qp_pub_t*)(base + peer->hdr.qp_offset);
+    peer->notify = (hca_notify_t*)(base + peer->hdr.notify_offset);
+    hca_ring_attach(&peer->svc, base + peer->hdr.svc_offset, HCA_SVC_SLOTS,
+                    sizeof(hca_svc_req_t));
+    peer->cma_ok = hca_peer_probe_cma(dev, peer);
+    peer->next   = dev->peers;
+    dev->peers   = peer;
+out:
+    pthread_mutex_unlock(&dev->lock);
+    return peer;
+}
+
+static void hca_map_list_destroy(_Atomic(hca_map_t*) *list)
+{
+    hca_map_t *map = atomic_load(list);
+
+    while (map != NULL) {
+        hca_map_t *next = map->next;
+        hca_shm_destroy(&map->shm);
+        free(map);
+        map = next;
+    }
+    atomic_store(list, NULL);
+}
+
+void hca_peers_destroy(hca_device_t *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    while (dev->peers != NULL) {
+        hca_peer_t *peer = dev->peers;
+        dev->peers       = peer->next;
+        hca_map_list_destroy(&peer->rings);
+        hca_map_list_destroy(&peer->qobjs);
+        hca_map_list_destroy(&peer->dms);
+        hca_shm_destroy(&peer->ctx);
+        free(peer);
+    }
+    pthread_mutex_unlock(&dev->lock);
+}
+
+static hca_map_t *hca_map_find(_Atomic(hca_map_t*) *list, uint64_t id)
+{
+    for (hca_map_t *map = atomic_load_explicit(list, memory_order_acquire);
+         map != NULL; map = map->next) {
+        if (map->id == id) {
+            return map;
+        }
+    }
+    return NULL;
+}
+
+typedef int (*hca_map_check_t)(hca_map_t *map);
+
+/* Looks up (or maps and publishes) object `kind``id` of the peer. */
+static hca_map_t *hca_peer_map(hca_device_t *dev, hca_peer_t *peer,
+                               _Atomic(hca_map_t*) *list, const char *kind,
+                               uint64_t id, size_t min_length,
+                               hca_map_check_t check)
+{
+    hca_map_t *map = hca_map_find(list, id);
+    char name[96];
+
+    if (HCA_LIKELY(map != NULL)) {
+        return map;
+    }
+    pthread_mutex_lock(&dev->lock);
+    map = hca_map_find(list, id);
+    if (map != NULL) {
+        goto out;
+    }
+    map = calloc(1, sizeof(*map));
+    if (map == NULL) {
+        goto out;
+    }
+    hca_obj_name(name, sizeof(name), peer->pidns, peer->addr.pid,
+                 peer->addr.ctx_id, kind, id);
+    if ((hca_shm_map(&map->shm, name, min_length) != 0) ||
+        ((check != NULL) && (check(map) != 0))) {
+        hca_shm_destroy(&map->shm);
+        free(map);
+        map = NULL;
+        goto out;
+    }
+    map->id   = id;
+    map->next = atomic_load(list);
+    atomic_store_explicit(list, map, memory_order_release);
+out:
+    pthread_mutex_unlock(&dev->lock);
+    return map;
+}
+
+static int hca_ring_map_check(hca_map_t *map)
+{
+    hca_ring_hdr_t *hdr = map->shm.addr;
+
+    if ((hdr->magic != HCA_WIRE_MAGIC) || (hdr->slots != HCA_RING_SLOTS) ||
+        (hdr->slot_size != HCA_RING_SLOT_SIZE) ||
+        (map->shm.length < hca_ring_bytes(HCA_RING_SLOTS,
+                                          HCA_RING_SLOT_SIZE))) {
+        return -EPROTO;
+    }
+    hca_ring_attach(&map->ring, hdr, HCA_RING_SLOTS, HCA_RING_SLOT_SIZE);
+    return 0;
+}
+
+static int hca_qobj_map_check(hca_map_t *map)
+{
+    hca_qobj_hdr_t *hdr = map->shm.addr;
+
+    if ((hdr->magic != HCA_WIRE_MAGIC) || (hdr->sq_depth == 0) ||
+        (hdr->sq_depth > HCA_MAX_QP_WR) ||
+        (sizeof(*hdr) + sizeof(hca_resp_slot_t) * hdr->sq_depth >
+         hdr->bounce_offset) ||
+        (hdr->bounce_offset + HCA_BOUNCE_SIZE > map->shm.length)) {
+        return -EPROTO;
+    }
+    return 0;
+}
+
+hca_map_t *hca_peer_ring(hca_device_t *dev, hca_peer_t *peer,
+                         uint32_t ring_id)
+{
+    return hca_peer_map(dev, peer, &peer->rings, "r", ring_id,
+                        sizeof(hca_ring_hdr_t), hca_ring_map_check);
+}
+
+hca_map_t *hca_peer_qobj(hca_device_t *dev, hca_peer_t *peer, uint32_t qpn)
+{
+    return hca_peer_map(dev, peer, &peer->qobjs, "q", qpn,
+                        sizeof(hca_qobj_hdr_t), hca_qobj_map_check);
+}
+
+hca_map_t *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer, uint32_t dm_id)
+{
+    return hca_peer_map(dev, peer, &peer->dms, "dm", dm_id, 1, NULL);
+}
+
+int hca_peer_alive(hca_peer_t *peer)
+{
+    uint64_t start;
+
+    if (atomic_load(&peer->dead)) {
+        return 0;
+    }
+    if (((kill((pid_t)peer->addr.pid, 0) != 0) && (errno == ESRCH)) ||
+        ((hca_proc_start_time(peer->addr.pid, &start) == 0) &&
+         (start != peer->hdr.start_time)) ||
+        (((hca_ctx_hdr_t*)peer->ctx.addr)->magic != HCA_WIRE_MAGIC)) {
+        atomic_store(&peer->dead, 1);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- copies */
+
+/* Copies len bytes starting at byte `offset` of the SGE list into dst. */
+static void hca_sge_gather(const hca_sge_t *sge, uint32_t num_sge,
+                           uint64_t offset, void *dst, uint64_t len)
+{
+    uint8_t *out = dst;
+
+    for (uint32_t i = 0; (i < num_sge) && (len > 0); ++i) {
+        uint64_t n;
+        if (offset >= sge[i].length) {
+            offset -= sge[i].length;
+            continue;
+        }
+        n = sge[i].length - offset;
+        n = (n < len) ? n : len;
+        memcpy(out, (uint8_t*)(uintptr_t)sge[i].addr + offset, n);
+        out   += n;
+        len   -= n;
+        offset = 0;
+    }
+}
+
+/* Copies len bytes of src into the SGE list starting at byte `offset`. */
+static void hca_sge_scatter(const hca_sge_t *sge, uint32_t num_sge,
+                            uint64_t offset, const void *src, uint64_t len)
+{
+    const uint8_t *in = src;
+
+    for (uint32_t i = 0; (i < num_sge) && (len > 0); ++i) {
+        uint64_t n;
+        if (offset >= sge[i].length) {
+            offset -= sge[i].length;
+            continue;
+        }
+        n = sge[i].length - offset;
+        n = (n < len) ? n : len;
+        memcpy((uint8_t*)(uintptr_t)sge[i].addr + offset, in, n);
+        in    += n;
+        len   -= n;
+        offset = 0;
+    }
+}
+
+/* Single copy between our SGEs and [raddr, raddr+len) of pid.
+ * 0, or the completion status. */
+static hca_wc_status_t hca_cma_xfer(uint32_t pid, int write,
+                                    const hca_sge_t *sge, uint32_t num_sge,
+                                    uint64_t raddr)
+{
+    for (uint32_t i = 0; i < num_sge; ++i) {
+        uint64_t done = 0;
+        while (done < sge[i].length) {
+            struct iovec local  = {
+                .iov_base = (uint8_t*)(uintptr_t)sge[i].addr + done,
+                .iov_len  = sge[i].length - done};
+            struct iovec remote = {.iov_base = (void*)(uintptr_t)raddr,
+                                   .iov_len  = local.iov_len};
+            ssize_t n = write ?
+                process_vm_writev((pid_t)pid, &local, 1, &remote, 1, 0) :
+                process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+            if (n <= 0) {
+                return (errno == ESRCH) ? HCA_WC_RETRY_EXC_ERR :
+                                          HCA_WC_REM_OP_ERR;
+            }
+            done  += (uint64_t)n;
+            raddr += (uint64_t)n;
+        }
+    }
+    return HCA_WC_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- target */
+
+static hca_wc_status_t hca_shm_target(hca_qp_t *qp, hca_qp_pub_t **pub_p)
+{
+    hca_peer_t *peer = qp->peer;
+    uint32_t idx     = HCA_QPN_INDEX(qp->dest_qpn);
+    hca_qp_pub_t *pub;
+    uint32_t state, dq;
+
+    if (HCA_UNLIKELY(peer == NULL)) {
+        peer = qp->peer = hca_peer_get(qp->dev, &qp->dest);
+        if (peer == NULL) {
+            return HCA_WC_RETRY_EXC_ERR;
+        }
+    }
+    if (HCA_UNLIKELY(atomic_load_explicit(&peer->dead,
+                                          memory_order_relaxed))) {
+        return HCA_WC_RETRY_EXC_ERR;
+    }
+    if (HCA_UNLIKELY((idx == 0) || (idx >= peer->hdr.max_qp))) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    pub   = &peer->qp_pub[idx];
+    state = atomic_load_explicit(&pub->state, memory_order_acquire);
+    dq    = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);
+    if (HCA_UNLIKELY(
+            (atomic_load_explicit(&pub->qpn, memory_order_relaxed) !=
+             qp->dest_qpn) ||
+            ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
+            ((dq != HCA_QPN_ANY) &&
+             ((dq != qp->qpn) ||
+              (atomic_load(&pub->dest_pid) != qp->dev->pid) ||
+              (atomic_load(&pub->dest_ctx) != qp->dev->ctx_id))))) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    *pub_p = pub;
+    return HCA_WC_SUCCESS;
+}
+
+static hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
+{
+    uint32_t ring_id = pub->ring_id;
+
+    if (HCA_UNLIKELY((qp->tgt_ring == NULL) ||
+                     (qp->tgt_ring_id != ring_id))) {
+        qp->tgt_ring = hca_peer_ring(qp->dev, qp->peer, ring_id);
+        if (qp->tgt_ring == NULL) {
+            return NULL;
+        }
+        qp->tgt_ring_id = ring_id;
+    }
+    return &qp->tgt_ring->ring;
+}
+
+static void hca_shm_ring_notify(hca_qp_t *qp, hca_ring_t *ring)
+{
+    hca_ring_hdr_t *hdr = ring->hdr;
+
+    if (HCA_UNLIKELY(atomic_load(&hdr->armed)) &&
+        atomic_exchange(&hdr->armed, 0)) {
+        hca_notify_signal(qp->dev, qp->peer->pidns, qp->peer->addr.pid,
+                          qp->peer->addr.ctx_id,
+                          atomic_load(&hdr->notify_idx));
+    }
+}
+
+static void hca_shm_svc_notify(hca_device_t *dev, hca_peer_t *peer)
+{
+    hca_ring_hdr_t *hdr = peer->svc.hdr;
+
+    if (atomic_load(&hdr->armed) && atomic_exchange(&hdr->armed, 0)) {
+        hca_notify_signal(dev, peer->pidns, peer->addr.pid,
+                          peer->addr.ctx_id, HCA_NOTIFY_SVC);
+    }
+}
+
+static void hca_msg_fill(hca_qp_t *qp, hca_msg_hdr_t *msg, uint8_t op,
+                         uint8_t flags, const hca_wqe_t *wqe)
+{
+    msg->op       = op;
+    msg->flags    = flags;
+    msg->num_iov  = 0;
+    msg->src_pid  = qp->dev->pid;
+    msg->src_ctx  = qp->dev->ctx_id;
+    msg->src_qpn  = qp->qpn;
+    msg->dst_qpn  = qp->dest_qpn;
+    msg->imm      = wqe->imm;
+    msg->length   = 0;
+    msg->msg_len  = (uint32_t)wqe->length;
+    if ((wqe->opcode == HCA_WR_SEND_WITH_IMM) ||
+        (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM)) {
+        msg->flags |= HCA_MSG_WITH_IMM;
+    }
+}
+
+static uint32_t hca_next_stamp(hca_qp_t *qp)
+{
+    if (++qp->stamp_seq == 0) {
+        ++qp->stamp_seq;
+    }
+    return qp->stamp_seq;
+}
+
+/* ---------------------------------------------------------------- SEND */
+
+static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
+                               hca_qp_pub_t *pub)
+{
+    hca_ring_t *ring = hca_shm_target_ring(qp, pub);
+    hca_msg_hdr_t *msg;
+    uint64_t idx;
+
+    if (HCA_UNLIKELY(ring == NULL)) {
+        hca_wqe_done(qp, wqe, HCA_WC_RETRY_EXC_ERR);
+        return HCA_EXEC_DONE;
+    }
+
+    if (HCA_LIKELY(wqe->length <= HCA_SLOT_PAYLOAD)) {
+        if (hca_ring_claim(ring, &idx) != 0) {
+            return HCA_EXEC_BUSY;
+        }
+        msg = hca_ring_slot(ring, idx);
+        hca_msg_fill(qp, msg, HCA_MSG_SEND, HCA_MSG_FIRST | HCA_MSG_LAST,
+                     wqe);
+        msg->length = (uint32_t)wqe->length;
+        hca_sge_gather(wqe->sge, wqe->num_sge, 0, msg + 1, wqe->length);
+        hca_ring_publish(ring, idx);
+        hca_shm_ring_notify(qp, ring);
+        hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
+        return HCA_EXEC_DONE;
+    }
+
+    if (qp->peer->cma_ok) {
+        /* one slot describes the message; the target reads it from our
+         * memory into the receive buffer and answers in our q object */
+        hca_wire_iov_t *iov;
+        if (hca_ring_claim(ring, &idx) != 0) {
+            return HCA_EXEC_BUSY;
+        }
+        msg = hca_ring_slot(ring, idx);
+        hca_msg_fill(qp, msg, HCA_MSG_SEND_PULL,
+                     HCA_MSG_FIRST | HCA_MSG_LAST, wqe);
+        iov = (hca_wire_iov_t*)(msg + 1);
+        for (uint32_t i = 0; i < wqe->num_sge; ++i) {
+            iov[i].addr   = wqe->sge[i].addr;
+            iov[i].length = wqe->sge[i].length;
+        }
+        msg->num_iov    = (uint16_t)wqe->num_sge;
+        wqe->resp_stamp = hca_next_stamp(qp);
+        msg->resp_idx   = (uint32_t)(wqe - qp->sq);
+        msg->resp_stamp = wqe->resp_stamp;
+        hca_ring_publish(ring, idx);
+        hca_shm_ring_notify(qp, ring);
+        return HCA_EXEC_ISSUED;
+    }
+
+    /* no single copy: fragments, one slot each, in order */
+    while (wqe->done < wqe->length) {
+        uint64_t n = wqe->length - wqe->done;
+        uint8_t flags = 0;
+
+        if (hca_ring_claim(ring, &idx) != 0) {
+            if (wqe->done == 0) {
+                return HCA_EXEC_BUSY;
+            }
+            hca_shm_ring_notify(qp, ring);
+            wqe->state = HCA_WQE_PARTIAL;
+            return HCA_EXEC_PARTIAL;
+        }
+        n      = (n < HCA_SLOT_PAYLOAD) ? n : HCA_SLOT_PAYLOAD;
+        flags |= (wqe->done == 0) ? HCA_MSG_FIRST : 0;
+        flags |= (wqe->done + n == wqe->length) ? HCA_MSG_LAST : 0;
+        msg    = hca_ring_slot(ring, idx);
+        hca_msg_fill(qp, msg, HCA_MSG_SEND, flags, wqe);
+        msg->length = (uint32_t)n;
+        hca_sge_gather(wqe->sge, wqe->num_sge, wqe->done, msg + 1, n);
+        hca_ring_publish(ring, idx);
+        wqe->done += n;
+    }
+    hca_shm_ring_notify(qp, ring);
+    hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
+    return HCA_EXEC_DONE;
+}
+
+/* The notice of an RDMA WRITE WITH IMM, after its data was placed. */
+static hca_exec_t hca_shm_write_imm_notice(hca_qp_t *qp, hca_wqe_t *wqe,
+                                           hca_qp_pub_t *pub)
+{
+    hca_ring_t *ring = hca_shm_target_ring(qp, pub);
+    hca_msg_hdr_t *msg;
+    uint64_t idx;
+
+    if (ring == NULL) {
+        hca_wqe_done(qp, wqe, HCA_WC_RETRY_EXC_ERR);
+        return HCA_EXEC_DONE;
+    }
+    if (hca_ring_claim(ring, &idx) != 0) {
+        wqe->state = HCA_WQE_PARTIAL;
+        return HCA_EXEC_PARTIAL; /* data is placed: not "nothing done" */
+    }
+    msg = hca_ring_slot(ring, idx);
+    hca_msg_fill(qp, msg, HCA_MSG_WRITE_IMM, HCA_MSG_FIRST | HCA_MSG_LAST,
+                 wqe);
+    hca_ring_publish(ring, idx);
+    hca_shm_ring_notify(qp, ring);
+    hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
+    return HCA_EXEC_DONE;
+}
+
+/* ---------------------------------------------------------------- atomics */
+
+static uint64_t hca_atomic_apply(uint8_t opcode, void *addr, int size,
+                                 uint64_t operand, uint64_t swap)
+{
+    if (size == 4) {
+        uint32_t *p = addr, v = (uint32_t)operand, old = 0;
+        switch (opcode) {
+        case HCA_WR_ATOMIC_FETCH_ADD:
+        case HCA_WR_ATOMIC_ADD:
+            old = __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_AND:
+        case HCA_WR_ATOMIC_AND:
+            old = __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_OR:
+        case HCA_WR_ATOMIC_OR:
+            old = __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_XOR:
+        case HCA_WR_ATOMIC_XOR:
+            old = __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_SWAP:
+            old = __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_CMP_SWP:
+            old = v;
+            __atomic_compare_exchange_n(p, &old, (uint32_t)swap, 0,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+            break;
+        }
+        return old;
+    } else {
+        uint64_t *p = addr, old = 0;
+        switch (opcode) {
+        case HCA_WR_ATOMIC_FETCH_ADD:
+        case HCA_WR_ATOMIC_ADD:
+            old = __atomic_fetch_add(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_AND:
+        case HCA_WR_ATOMIC_AND:
+            old = __atomic_fetch_and(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_OR:
+        case HCA_WR_ATOMIC_OR:
+            old = __atomic_fetch_or(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_XOR:
+        case HCA_WR_ATOMIC_XOR:
+            old = __atomic_fetch_xor(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_SWAP:
+            old = __atomic_exchange_n(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_CMP_SWP:
+            old = operand;
+            __atomic_compare_exchange_n(p, &old, swap, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
+            break;
+        }
+        return old;
+    }
+}
+
+/* Shared with the responder thread (hca_service.c). */
+uint64_t hca_shm_atomic_apply(uint8_t opcode, void *addr, int size,
+                              uint64_t operand, uint64_t swap)
+{
+    return hca_atomic_apply(opcode, addr, size, operand, swap);
+}
+
+static void hca_atomic_result(hca_wqe_t *wqe, uint64_t old)
+{
+    if (hca_opcode[wqe->opcode].flags & HCA_OPF_FETCH) {
+        if (wqe->flags & HCA_SEND_ATOMIC32) {
+            uint32_t v = (uint32_t)old;
+            memcpy((void*)(uintptr_t)wqe->sge[0].addr, &v, sizeof(v));
+        } else {
+            memcpy((void*)(uintptr_t)wqe->sge[0].addr, &old, sizeof(old));
+        }
+    }
+}
+
+/* Queues a request for the target's responder thread.  BUSY when its
+ * ring is full. */
+static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
+                                   uint64_t raddr, uint64_t length)
+{
+    hca_peer_t *peer = qp->peer;
+    hca_svc_req_t *req;
+    uint64_t idx;
+
+    if (hca_ring_claim(&peer->svc, &idx) != 0) {
+        return HCA_EXEC_BUSY;
+    }
+    req              = hca_ring_slot(&peer->svc, idx);
+    req->opcode      = wqe->opcode;
+    req->size        = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+    req->src_pid     = qp->dev->pid;
+    req->src_ctx     = qp->dev->ctx_id;
+    req->src_qpn     = qp->qpn;
+    req->dst_qpn     = qp->dest_qpn;
+    req->rkey        = wqe->rkey;
+    wqe->resp_stamp  = hca_next_stamp(qp);
+    req->resp_idx    = (uint32_t)(wqe - qp->sq);
+    req->resp_stamp  = wqe->resp_stamp;
+    req->remote_addr = raddr;
+    req->length      = length;
+    req->operand     = wqe->compare_add;
+    req->swap        = wqe->swap;
+    hca_ring_publish(&peer->svc, idx);
+    hca_shm_svc_notify(qp->dev, peer);
+    qp->cnt.responder_ops++;
+    return HCA_EXEC_ISSUED;
+}
+
+static hca_exec_t hca_shm_atomic(hca_qp_t *qp, hca_wqe_t *wqe,
+                                 hca_qp_pub_t *pub)
+{
+    int size = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    void *target = NULL;
+    uint64_t old;
+
+    if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
+        hca_wqe_done(qp, wqe, HCA_WC_REM_ACCESS_ERR);
+        return HCA_EXEC_DONE;
+    }
+    status = hca_mpt_acquire(qp->peer->mpt, qp->peer->hdr.max_mr, wqe->rkey,
+                             pub->pd_handle, HCA_ACCESS_REMOTE_ATOMIC,
+                             wqe->remote_addr, (uint64_t)size, (unsigned)size,
+                             &entry);
+    if (status != HCA_WC_SUCCESS) {
+        hca_wqe_done(qp, wqe, status);
+        return HCA_EXEC_DONE;
+    }
+    if (qp->peer->self) {
+        target = (void*)(uintptr_t)wqe->remote_addr;
+    } else if (entry->dm_id != 0) {
+        hca_map_t *map = hca_peer_dm(qp->dev, qp->peer, entry->dm_id);
+        uint64_t off   = entry->dm_offset + (wqe->remote_addr - entry->addr);
+        if ((map != NULL) && (off + (uint64_t)size <= map->shm.length)) {
+            target = (uint8_t*)map->shm.addr + off;
+        }
+    }
+    if (target == NULL) {
+        /* plain memory of another process: its responder executes it */
+        hca_mpt_release(entry);
+        return hca_shm_svc_post(qp, wqe, wqe->remote_addr, (uint64_t)size);
+    }
+    old = hca_atomic_apply(wqe->opcode, target, size, wqe->compare_add,
+                           wqe->swap);
+    hca_mpt_release(entry);
+    hca_atomic_result(wqe, old);
+    qp->cnt.mapped_ops++;
+    hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
+    return HCA_EXEC_DONE;
+}
+
+/* ---------------------------------------------------------------- RDMA */
+
+/* WRITE/READ through the responder, one bounce-buffer chunk at a time.
+ * The chunk in flight is wqe->chunk bytes at wqe->done. */
+static hca_exec_t hca_shm_rdma_chunked(hca_qp_t *qp, hca_wqe_t *wqe,
+                                       int write)
+{
+    uint32_t slot = (uint32_t)(wqe - qp->sq);
+    hca_exec_t res;
+    uint64_t n;
+
+    if (wqe->chunk != 0) {
+        hca_resp_slot_t *resp = &qp->resp[slot];
+        if (atomic_load_explicit(&resp->stamp, memory_order_acquire) !=
+            wqe->resp_stamp) {
+            return HCA_EXEC_PARTIAL;
+        }
+        if (resp->status != HCA_WC_SUCCESS) {
+            hca_wqe_done(qp, wqe, (resp->status < HCA_WC_STATUS_LAST) ?
+                         (hca_wc_status_t)resp->status : HCA_WC_REM_OP_ERR);
+            return HCA_EXEC_DONE;
+        }
+        if (!write) {
+            hca_sge_scatter(wqe->sge, wqe->num_sge, wqe->done, qp->bounce,
+                            wqe->chunk);
+        }
+        wqe->done += wqe->chunk;
+        wqe->chunk = 0;
+        if (wqe->done == wqe->length) {
+            return HCA_EXEC_DONE; /* caller finishes (imm notice) */
+        }
+    }
+    n = wqe->length - wqe->done;
+    n = (n < HCA_BOUNCE_SIZE) ? n : HCA_BOUNCE_SIZE;
+    if (write) {
+        hca_sge_gather(wqe->sge, wqe->num_sge, wqe->done, qp->bounce, n);
+    }
+    res = hca_shm_svc_post(qp, wqe, wqe->remote_addr + wqe->done, n);
+    if (res == HCA_EXEC_BUSY) {
+        if (wqe->done != 0) {
+            wqe->state = HCA_WQE_PARTIAL;
+            return HCA_EXEC_PARTIAL;
+        }
+        return HCA_EXEC_BUSY;
+    }
+    wqe->chunk = n;
+    wqe->state = HCA_WQE_PARTIAL;
+    return HCA_EXEC_PARTIAL;
+}
+
+/* Direct paths: 0 with the status, or 1 if the responder must do it. */
+static int hca_shm_rdma_direct(hca_qp_t *qp, hca_wqe_t *wqe,
+                               hca_qp_pub_t *pub, int write,
+                               hca_wc_status_t *status_p)
+{
+    unsigned need = write ? HCA_ACCESS_REMOTE_WRITE : HCA_ACCESS_REMOTE_READ;
+    hca_peer_t *peer = qp->peer;
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+
+    if (!(pub->access & need)) {
+        *status_p = HCA_WC_REM_ACCESS_ERR;
+        return 0;
+    }
+    status = hca_mpt_acquire(peer->mpt, peer->hdr.max_mr, wqe->rkey,
+                             pub->pd_handle, need, wqe->remote_addr,
+                             wqe->length, 1, &entry);
+    if (status != HCA_WC_SUCCESS) {
+        *status_p = status;
+        return 0;
+    }
+    if ((wqe->length == 0) || peer->self) {
+        /* our own memory, or nothing to move */
+        if (write) {
+            hca_sge_gather(wqe->sge, wqe->num_sge, 0,
+                           (void*)(uintptr_t)wqe->remote_addr, wqe->length);
+        } else {
+            hca_sge_scatter(wqe->sge, wqe->num_sge, 0,
+                            (void*)(uintptr_t)wqe->remote_addr, wqe->length);
+        }
+        qp->cnt.mapped_ops++;
+    } else if (entry->dm_id != 0) {
+        hca_map_t *map = hca_peer_dm(qp->dev, peer, entry->dm_id);
+        uint64_t off   = entry->dm_offset + (wqe->remote_addr - entry->addr);
+        if ((map == NULL) || (off + wqe->length > map->shm.length)) {
+            status = HCA_WC_REM_OP_ERR;
+        } else if (write) {
+            hca_sge_gather(wqe->sge, wqe->num_sge, 0,
+                           (uint8_t*)map->shm.addr + off, wqe->length);
+        } else {
+            hca_sge_scatter(wqe->sge, wqe->num_sge, 0,
+                            (uint8_t*)map->shm.addr + off, wqe->length);
+        }
+        qp->cnt.mapped_ops++;
+    } else if (peer->cma_ok) {
+        status = hca_cma_xfer(peer->addr.pid, write, wqe->sge, wqe->num_sge,
+                              wqe->remote_addr);
+        qp->cnt.single_copy_ops++;
+    } else {
+        hca_mpt_release(entry);
+        return 1;
+    }
+    hca_mpt_release(entry);
+    *status_p = status;
+    return 0;
+}
+
+static hca_exec_t hca_shm_rdma(hca_qp_t *qp, hca_wqe_t *wqe,
+                               hca_qp_pub_t *pub, int write)
+{
+    int imm = (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM);
+    hca_wc_status_t status;
+    hca_exec_t res;
+
+    if (wqe->state == HCA_WQE_POSTED) {
+        if (hca_shm_rdma_direct(qp, wqe, pub, write, &status) == 0) {
+            if ((status != HCA_WC_SUCCESS) || !imm) {
+                hca_wqe_done(qp, wqe, status);
+                return HCA_EXEC_DONE;
+            }
+            wqe->done = wqe->length;
+            return hca_shm_write_imm_notice(qp, wqe, pub);
+        }
+    } else if (imm && (wqe->chunk == 0) && (wqe->done == wqe->length)) {
+        return hca_shm_write_imm_notice(qp, wqe, pub);
+    }
+    res = hca_shm_rdma_chunked(qp, wqe, write);
+    if ((res == HCA_EXEC_DONE) && (wqe->state != HCA_WQE_DONE)) {
+        if (imm) {
+            return hca_shm_write_imm_notice(qp, wqe, pub);
+        }
+        hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
+    }
+    return res;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static int hca_shm_connect(hca_qp_t *qp)
+{
+    /* resolve now if we can; a peer that is not there yet is looked up
+     * again on the first post (and then fails with RETRY_EXC) */
+    if (!hca_port_addr_reachable(qp->dev, &qp->dest)) {
+        return -EHOSTUNREACH;
+    }
+    qp->peer     = hca_peer_get(qp->dev, &qp->dest);
+    qp->tgt_ring = NULL;
+    return 0;
+}
+
+static hca_exec_t hca_shm_exec(hca_qp_t *qp, hca_wqe_t *wqe)
+{
+    const hca_opcode_info_t *info = &hca_opcode[wqe->opcode];
+    hca_wc_status_t status;
+    hca_qp_pub_t *pub;
+    hca_exec_t res;
+
+    status = hca_shm_target(qp, &pub);
+    if (HCA_UNLIKELY(status != HCA_WC_SUCCESS)) {
+        hca_wqe_done(qp, wqe, status);
+        return HCA_EXEC_DONE;
+    }
+    if ((wqe->state == HCA_WQE_POSTED) && !(wqe->flags & HCA_SEND_INLINE)) {
+        unsigned local = (info->flags & (HCA_OPF_READ | HCA_OPF_FETCH)) ?
+                         HCA_ACCESS_LOCAL_WRITE : 0;
+        status = hca_sge_check(qp->dev, qp->pd->handle, wqe->sge,
+                               (int)wqe->num_sge, local);
+        if (HCA_UNLIKELY(status != HCA_WC_SUCCESS)) {
+            hca_wqe_done(qp, wqe, status);
+            return HCA_EXEC_DONE;
+        }
+    }
+
+    if (info->flags & HCA_OPF_ATOMIC) {
+        res = hca_shm_atomic(qp, wqe, pub);
+    } else if (info->flags & HCA_OPF_READ) {
+        res = hca_shm_rdma(qp, wqe, pub, 0);
+    } else if (wqe->opcode == HCA_WR_RDMA_WRITE ||
+               wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM) {
+        res = hca_shm_rdma(qp, wqe, pub, 1);
+    } else {
+        res = hca_shm_send(qp, wqe, pub);
+    }
+    if ((res == HCA_EXEC_DONE || res == HCA_EXEC_ISSUED) &&
+        (wqe->status == HCA_WC_SUCCESS) && (wqe->done == 0 ||
+                                            wqe->done == wqe->length)) {
+        qp->cnt.tx_ops[wqe->opcode]++;
+        qp->cnt.tx_bytes[wqe->opcode] += (info->flags & HCA_OPF_ATOMIC) ?
+            ((wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8) : wqe->length;
+    }
+    return res;
+}
+
+static hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe)
+{
+    hca_resp_slot_t *resp = &qp->resp[wqe - qp->sq];
+    uint32_t status;
+
+    if (atomic_load_explicit(&resp->stamp, memory_order_acquire) !=
+        wqe->resp_stamp) {
+        return HCA_EXEC_ISSUED;
+    }
+    status = resp->status;
+    if (status >= HCA_WC_STATUS_LAST) {
+        status = HCA_WC_REM_OP_ERR;
+    }
+    if ((status == HCA_WC_SUCCESS) &&
+        (hca_opcode[wqe->opcode].flags & HCA_OPF_ATOMIC)) {
+        hca_atomic_result(wqe, resp->value);
+    }
+    hca_wqe_done(qp, wqe, (hca_wc_status_t)status);
+    return HCA_EXEC_DONE;
+}
+
+static int hca_shm_peer_alive(hca_qp_t *qp)
+{
+    if (qp->peer == NULL) {
+        qp->peer = hca_peer_get(qp->dev, &qp->dest);
+        if (qp->peer == NULL) {
+            return 0;
+        }
+    }
+    return hca_peer_alive(qp->peer);
+}
+
+const hca_fabric_ops_t hca_fabric_shm = {
+    .name          = "shm",
+    .connect       = hca_shm_connect,
+    .exec          = hca_shm_exec,
+    .poll_response = hca_shm_poll_response,
+    .peer_alive    = hca_shm_peer_alive,
+};

@@ -1,0 +1,304 @@
+/*
+ * hca_mr.c - protection domains, memory regions and the memory protection
+ * table (MPT), and device memory.
+ *
+ * The MPT lives in the context object, so requesters on the same host check
+ * it themselves (hca_mpt_acquire); the pinning protocol is described at
+ * hca_mpt_entry_t in hca_wire.h.
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+int hca_pd_alloc(hca_device_t *dev, hca_pd_t **pd_p)
+{
+    hca_pd_t *pd;
+
+    pthread_mutex_lock(&dev->lock);
+    if (dev->n_pd >= HCA_MAX_PD) {
+        pthread_mutex_unlock(&dev->lock);
+        return -ENOMEM;
+    }
+    pd = calloc(1, sizeof(*pd));
+    if (pd == NULL) {
+        pthread_mutex_unlock(&dev->lock);
+        return -ENOMEM;
+    }
+    pd->dev    = dev;
+    pd->handle = dev->next_pd++;
+    dev->n_pd++;
+    pthread_mutex_unlock(&dev->lock);
+    *pd_p = pd;
+    return 0;
+}
+
+int hca_pd_dealloc(hca_pd_t *pd)
+{
+    hca_device_t *dev = pd->dev;
+
+    if (atomic_load(&pd->refs) != 0) {
+        return -EBUSY;
+    }
+    pthread_mutex_lock(&dev->lock);
+    dev->n_pd--;
+    pthread_mutex_unlock(&dev->lock);
+    free(pd);
+    return 0;
+}
+
+/* The device memory object holding [addr, addr+length), if any.
+ * Caller holds dev->lock. */
+static hca_dm_t *hca_dm_find(hca_device_t *dev, uintptr_t addr,
+                             size_t length)
+{
+    for (hca_dm_t *dm = dev->dm_list; dm != NULL; dm = dm->next) {
+        uintptr_t base = (uintptr_t)dm->shm.addr;
+        if ((addr >= base) && (addr - base <= dm->length) &&
+            (length <= dm->length - (addr - base))) {
+            return dm;
+        }
+    }
+    return NULL;
+}
+
+int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
+               hca_mr_t **mr_p)
+{
+    hca_device_t *dev = pd->dev;
+    hca_mpt_entry_t *entry;
+    uint32_t index = 0;
+    hca_dm_t *dm;
+    hca_mr_t *mr;
+
+    if ((access & ~(HCA_ACCESS_LOCAL_WRITE | HCA_ACCESS_REMOTE_WRITE |
+                    HCA_ACCESS_REMOTE_READ | HCA_ACCESS_REMOTE_ATOMIC)) ||
+        ((addr == NULL) && (length != 0)) ||
+        ((uintptr_t)addr + length < (uintptr_t)addr)) {
+        return -EINVAL;
+    }
+    /* as on verbs: remote write/atomic need local write */
+    if ((access & (HCA_ACCESS_REMOTE_WRITE | HCA_ACCESS_REMOTE_ATOMIC)) &&
+        !(access & HCA_ACCESS_LOCAL_WRITE)) {
+        return -EINVAL;
+    }
+
+    mr = calloc(1, sizeof(*mr));
+    if (mr == NULL) {
+        return -ENOMEM;
+    }
+
+    pthread_mutex_lock(&dev->lock);
+    for (uint32_t n = 1; n < HCA_MAX_MR; ++n) {
+        uint32_t i = 1 + (dev->mpt_next + n - 1) % (HCA_MAX_MR - 1);
+        if (dev->mrs[i] == NULL) {
+            index = i;
+            break;
+        }
+    }
+    if (index == 0) {
+        pthread_mutex_unlock(&dev->lock);
+        free(mr);
+        return -ENOMEM;
+    }
+    dev->mpt_next = index;
+
+    entry            = &dev->mpt[index];
+    /* a new tag on every reuse: keys of earlier registrations never match
+     * again (for 255 reuses) */
+    dev->mpt_tag[index] = (uint8_t)(dev->mpt_tag[index] + 1);
+    if (dev->mpt_tag[index] == 0) {
+        dev->mpt_tag[index] = 1;
+    }
+    mr->pd     = pd;
+    mr->index  = index;
+    mr->key    = (index << 8) | dev->mpt_tag[index];
+    mr->addr   = addr;
+    mr->length = length;
+
+    dm               = hca_dm_find(dev, (uintptr_t)addr, length);
+    entry->pd_handle = pd->handle;
+    entry->access    = access;
+    entry->addr      = (uint64_t)(uintptr_t)addr;
+    entry->length    = length;
+    entry->dm_id     = (dm != NULL) ? dm->id : 0;
+    entry->dm_offset = (dm != NULL) ?
+                       (uint64_t)((uintptr_t)addr -
+                                  (uintptr_t)dm->shm.addr) : 0;
+    atomic_store_explicit(&entry->key, mr->key, memory_order_relaxed);
+    atomic_store_explicit(&entry->state, HCA_MPT_VALID,
+                          memory_order_release);
+    dev->mrs[index] = mr;
+    pthread_mutex_unlock(&dev->lock);
+
+    atomic_fetch_add(&pd->refs, 1);
+    *mr_p = mr;
+    return 0;
+}
+
+int hca_mr_dereg(hca_mr_t *mr)
+{
+    hca_device_t *dev      = mr->pd->dev;
+    hca_mpt_entry_t *entry = &dev->mpt[mr->index];
+    unsigned spins         = 0;
+
+    /* 1. no new access passes the check (seq_cst: pairs with the
+     *    requester's increment-then-check in hca_mpt_acquire) */
+    atomic_store(&entry->state, HCA_MPT_INVALID);
+    /* 2. wait for those that passed it to finish copying */
+    while (atomic_load(&entry->inflight) != 0) {
+        if (++spins > 1000) {
+            sched_yield();
+        }
+    }
+    pthread_mutex_lock(&dev->lock);
+    atomic_store(&entry->key, 0);
+    atomic_store(&entry->state, HCA_MPT_FREE);
+    dev->mrs[mr->index] = NULL;
+    pthread_mutex_unlock(&dev->lock);
+    atomic_fetch_sub(&mr->pd->refs, 1);
+    free(mr);
+    return 0;
+}
+
+uint32_t hca_mr_lkey(const hca_mr_t *mr)
+{
+    return mr->key;
+}
+
+uint32_t hca_mr_rkey(const hca_mr_t *mr)
+{
+    return mr->key;
+}
+
+hca_wc_status_t hca_mpt_acquire(hca_mpt_entry_t *table, uint32_t max_mr,
+                                uint32_t rkey, uint32_t pd_handle,
+                                unsigned access, uint64_t addr,
+                                uint64_t length, unsigned align,
+                                hca_mpt_entry_t **entry_p)
+{
+    uint32_t index = rkey >> 8;
+    hca_mpt_entry_t *entry;
+    uint64_t start, len;
+
+    if ((index == 0) || (index >= max_mr)) {
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    entry = &table[index];
+    atomic_fetch_add(&entry->inflight, 1);
+    if ((atomic_load(&entry->state) != HCA_MPT_VALID) ||
+        (atomic_load(&entry->key) != rkey)) {
+        goto err;
+    }
+    start = entry->addr;
+    len   = entry->length;
+    if ((entry->pd_handle != pd_handle) ||
+        ((entry->access & access) != access) || (addr < start) ||
+        (addr - start > len) || (length > len - (addr - start)) ||
+        ((align > 1) && (addr % align) != 0)) {
+        goto err;
+    }
+    *entry_p = entry;
+    return HCA_WC_SUCCESS;
+
+err:
+    hca_mpt_release(entry);
+    return HCA_WC_REM_ACCESS_ERR;
+}
+
+hca_wc_status_t hca_sge_check(hca_device_t *dev, uint32_t pd_handle,
+                              const hca_sge_t *sge, int num_sge,
+                              unsigned access)
+{
+    for (int i = 0; i < num_sge; ++i) {
+        uint32_t index = sge[i].lkey >> 8;
+        hca_mpt_entry_t *entry;
+
+        if ((index == 0) || (index >= HCA_MAX_MR)) {
+            return HCA_WC_LOC_PROT_ERR;
+        }
+        entry = &dev->mpt[index];
+        if ((atomic_load_explicit(&entry->state, memory_order_acquire) !=
+             HCA_MPT_VALID) ||
+            (atomic_load_explicit(&entry->key, memory_order_relaxed) !=
+             sge[i].lkey) ||
+            (entry->pd_handle != pd_handle) ||
+            ((entry->access & access) != access) ||
+            (sge[i].addr < entry->addr) ||
+            (sge[i].addr - entry->addr > entry->length) ||
+            (sge[i].length > entry->length - (sge[i].addr - entry->addr))) {
+            return HCA_WC_LOC_PROT_ERR;
+        }
+    }
+    return HCA_WC_SUCCESS;
+}
+
+int hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p)
+{
+    char name[96];
+    hca_dm_t *dm;
+    int rc;
+
+    if ((length == 0) || (length > HCA_MAX_DM_SIZE)) {
+        return -EINVAL;
+    }
+    dm = calloc(1, sizeof(*dm));
+    if (dm == NULL) {
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&dev->lock);
+    dm->id = dev->next_dm_id++;   /* never reused: peers cache by id */
+    pthread_mutex_unlock(&dev->lock);
+
+    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
+                 "dm", dm->id);
+    rc = hca_shm_create(&dm->shm, name, length, dev->numa_node);
+    if (rc != 0) {
+        free(dm);
+        return rc;
+    }
+    dm->dev    = dev;
+    dm->length = length;
+    pthread_mutex_lock(&dev->lock);
+    dm->next     = dev->dm_list;
+    dev->dm_list = dm;
+    pthread_mutex_unlock(&dev->lock);
+    *dm_p = dm;
+    return 0;
+}
+
+int hca_dm_free(hca_dm_t *dm)
+{
+    hca_device_t *dev = dm->dev;
+    hca_dm_t **pp;
+
+    pthread_mutex_lock(&dev->lock);
+    for (uint32_t i = 1; i < HCA_MAX_MR; ++i) {
+        if ((dev->mrs[i] != NULL) && (dev->mpt[i].dm_id == dm->id)) {
+            pthread_mutex_unlock(&dev->lock);
+            return -EBUSY; /* deregister its MRs first */
+        }
+    }
+    for (pp = &dev->dm_list; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == dm) {
+            *pp = dm->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&dev->lock);
+    hca_shm_destroy(&dm->shm);
+    free(dm);
+    return 0;
+}
+
+void *hca_dm_addr(const hca_dm_t *dm)
+{
+    return dm->shm.addr;
+}
+
+size_t hca_dm_length(const hca_dm_t *dm)
+{
+    return dm->length;
+}

@@ -1,0 +1,374 @@
+/*
+ * hca_priv.h - internal objects of libhcadev.  Not installed.
+ */
+#ifndef HCA_PRIV_H
+#define HCA_PRIV_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* process_vm_readv/writev */
+#endif
+
+#include "hca_dev.h"
+#include "hca_ring.h"
+#include "hca_wire.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <sys/uio.h>
+
+#define HCA_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define HCA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HCA_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Device limits (per opened context) */
+#define HCA_MAX_MR        65536
+#define HCA_MAX_QP        4095      /* QPN = gen << 12 | index, index > 0 */
+#define HCA_QPN_INDEX_BITS 12
+#define HCA_MAX_CQ        1024
+#define HCA_MAX_DM        1024
+#define HCA_MAX_PD        65536
+#define HCA_MAX_SRQ       1024
+#define HCA_MAX_QP_WR     16384
+#define HCA_MAX_CQE       65536
+#define HCA_MAX_MSG       (256ull << 20)
+#define HCA_MAX_DM_SIZE   (1ull << 36)
+#define HCA_PEER_CHECK_NS 50000000ull  /* liveness check while waiting */
+
+#define hca_log(_fmt, ...) \
+    fprintf(stderr, "hca: " _fmt "\n", ## __VA_ARGS__)
+
+/* ---------------------------------------------------------------- shm */
+
+typedef struct hca_shm {
+    void   *addr;
+    size_t  length;
+    char    name[96];
+    int     owner;          /* created by us: unlink on close */
+} hca_shm_t;
+
+int  hca_shm_create(hca_shm_t *shm, const char *name, size_t length,
+                    int numa_node);
+int  hca_shm_map(hca_shm_t *shm, const char *name, size_t min_length);
+void hca_shm_destroy(hca_shm_t *shm);
+void hca_shm_reclaim(uint32_t pidns, uint32_t self_pid, int first_open);
+void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
+                  uint32_t ctx, const char *kind, uint64_t id);
+
+/* ---------------------------------------------------------------- host */
+
+int      hca_proc_start_time(uint32_t pid, uint64_t *start_p);
+uint32_t hca_ns_inode(const char *kind);
+
+/* ---------------------------------------------------------------- peers */
+
+/* A mapping of a peer object, immutable once published on a list. */
+typedef struct hca_map {
+    struct hca_map *next;
+    uint64_t        id;
+    hca_shm_t       shm;
+    hca_ring_t      ring;     /* for rings */
+} hca_map_t;
+
+/* Another device context (usually another process) we talk to.  Lives
+ * until our device closes.  Lists are prepended under dev->lock and read
+ * without it. */
+typedef struct hca_peer {
+    struct hca_peer   *next;
+    hca_port_addr_t    addr;
+    uint32_t           pidns;
+    hca_shm_t          ctx;
+    hca_ctx_hdr_t      hdr;        /* validated copy */
+    hca_mpt_entry_t   *mpt;
+    hca_qp_pub_t      *qp_pub;
+    hca_notify_t      *notify;
+    hca_ring_t         svc;
+    _Atomic(hca_map_t*) rings;
+    _Atomic(hca_map_t*) qobjs;
+    _Atomic(hca_map_t*) dms;
+    int                cma_ok;     /* single copy permitted to this peer */
+    _Atomic int        dead;
+    int                self;       /* our own context */
+} hca_peer_t;
+
+/* ---------------------------------------------------------------- device */
+
+struct hca_device {
+    char               name[HCA_DEVNAME_MAX];
+    unsigned           flags;
+    int                numa_node;
+    uint32_t           pid;
+    uint32_t           pidns;
+    uint32_t           ctx_id;
+    uint64_t           start_time;
+    hca_host_id_t      host;
+    pthread_mutex_t    lock;       /* tables, peers, counters */
+    hca_shm_t          ctx;
+    hca_ctx_hdr_t     *hdr;
+    hca_mpt_entry_t   *mpt;
+    hca_qp_pub_t      *qp_pub;
+    hca_notify_t      *notify;
+    hca_ring_t         svc;
+    uint32_t           mpt_next;   /* search hint */
+    uint8_t           *mpt_tag;    /* next tag per entry */
+    struct hca_mr    **mrs;
+    struct hca_qp    **qps;        /* by QPN index */
+    uint32_t          *qp_gen;
+    struct hca_cq    **cqs;        /* by notify index */
+    struct hca_dm     *dm_list;
+    uint32_t           next_dm_id;
+    uint32_t           next_ring_id;
+    uint32_t           next_pd;
+    uint32_t           n_pd;
+    hca_peer_t        *peers;
+    int                send_sock;  /* unbound, for wakeups */
+    int                single_copy;
+    volatile uint64_t  probe_value;
+    hca_counters_t     retired;    /* destroyed QPs */
+    hca_counters_t     svc_cnt;    /* written by the service thread */
+    pthread_t          svc_thread;
+    int                svc_sock;
+    int                svc_started;
+    _Atomic int        svc_stop;
+};
+
+struct hca_pd {
+    hca_device_t *dev;
+    uint32_t      handle;
+    _Atomic int   refs;        /* MRs, QPs, SRQs */
+};
+
+struct hca_mr {
+    hca_pd_t *pd;
+    uint32_t  index;
+    uint32_t  key;
+    void     *addr;
+    size_t    length;
+};
+
+struct hca_dm {
+    struct hca_dm *next;
+    hca_device_t  *dev;
+    uint32_t       id;
+    hca_shm_t      shm;
+    size_t         length;
+};
+
+/* ---------------------------------------------------------------- CQ */
+
+typedef struct hca_cqe {
+    hca_wc_t wc;
+    uint32_t owner;            /* phase of the wrap that wrote it */
+    uint32_t reserved;
+} hca_cqe_t;
+
+struct hca_cq {
+    hca_device_t    *dev;
+    uint32_t         idx;         /* notify index, socket name */
+    hca_cqe_t       *ring;
+    uint32_t         mask;
+    uint32_t         log_size;
+    uint64_t         prod;
+    uint64_t         cons;
+    int              overflow;
+    int              sock;        /* bound AF_UNIX datagram socket */
+    int              refs;
+    struct hca_qp  **send_qps;    /* engines progressed by poll */
+    uint32_t         n_send_qps;
+    struct hca_rq  **rqs;
+    uint32_t        *rq_refs;     /* QPs of this CQ on each ring */
+    uint32_t         n_rqs;
+};
+
+/* Producer (engine code of the owner): never overwrites. */
+int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc);
+int hca_cq_attach_qp(hca_cq_t *cq, struct hca_qp *qp);
+void hca_cq_detach_qp(hca_cq_t *cq, struct hca_qp *qp);
+int hca_cq_attach_rq(hca_cq_t *cq, struct hca_rq *rq);
+void hca_cq_detach_rq(hca_cq_t *cq, struct hca_rq *rq);
+
+/* ---------------------------------------------------------------- RQ/SRQ */
+
+typedef struct hca_rwqe {
+    uint64_t  wr_id;
+    uint32_t  num_sge;
+    uint32_t  length;          /* sum of SGEs */
+    hca_sge_t sge[HCA_MAX_SGE];
+} hca_rwqe_t;
+
+/* A partially received fragmented SEND (no single copy). */
+typedef struct hca_partial {
+    struct hca_partial *next;
+    uint32_t            src_pid, src_ctx, src_qpn;
+    uint32_t            offset;
+    int                 error;      /* hca_wc_status_t */
+    hca_rwqe_t          rwqe;
+} hca_partial_t;
+
+/* A receive queue with its ring: a QP's own, or an SRQ's. */
+typedef struct hca_rq {
+    hca_device_t *dev;
+    hca_pd_t     *pd;
+    uint32_t      ring_id;
+    hca_shm_t     shm;
+    hca_ring_t    ring;
+    hca_rwqe_t   *wqes;
+    uint32_t      mask;
+    uint32_t      max_sge;
+    uint64_t      head;           /* posted */
+    uint64_t      tail;           /* consumed */
+    int           is_srq;
+    struct hca_qp *owner;         /* own RQ: its QP */
+} hca_rq_t;
+
+struct hca_srq {
+    hca_rq_t rq;
+    int      qps;
+};
+
+int  hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
+                 uint32_t max_sge, int is_srq);
+void hca_rq_cleanup(hca_rq_t *rq);
+int  hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr);
+/* Responder: consumes up to budget messages of the ring. */
+int  hca_resp_progress(hca_rq_t *rq, int budget);
+
+/* ---------------------------------------------------------------- QP */
+
+typedef enum {
+    HCA_WQE_POSTED = 0,  /* not yet executed */
+    HCA_WQE_PARTIAL,     /* started, more to move (fragments, chunks) */
+    HCA_WQE_ISSUED,      /* waiting for a response from the peer */
+    HCA_WQE_DONE         /* status final */
+} hca_wqe_state_t;
+
+typedef struct hca_wqe {
+    uint64_t        wr_id;
+    uint8_t         opcode;       /* hca_wr_opcode_t */
+    uint8_t         state;        /* hca_wqe_state_t */
+    uint16_t        flags;        /* HCA_SEND_* */
+    uint32_t        num_sge;
+    uint32_t        status;       /* hca_wc_status_t */
+    uint32_t        imm;
+    uint32_t        rkey;
+    uint32_t        resp_stamp;
+    uint64_t        remote_addr;
+    uint64_t        compare_add;
+    uint64_t        swap;
+    uint64_t        length;       /* total bytes */
+    uint64_t        done;         /* bytes moved (PARTIAL) */
+    uint64_t        chunk;        /* bytes of the chunk in flight */
+    hca_sge_t       sge[HCA_MAX_SGE];
+} hca_wqe_t;
+
+struct hca_qp {
+    hca_device_t     *dev;
+    hca_pd_t         *pd;
+    hca_cq_t         *send_cq;
+    hca_cq_t         *recv_cq;
+    hca_srq_t        *srq;
+    hca_rq_t         *rq;         /* own RQ or &srq->rq */
+    hca_rq_t          own_rq;
+    uint32_t          qpn;
+    uint32_t          index;
+    hca_qp_state_t    state;
+    hca_qp_pub_t     *pub;
+    int               sq_sig_all;
+    uint32_t          max_inline;
+    uint32_t          max_send_sge;
+    /* send queue */
+    hca_wqe_t        *sq;
+    uint8_t          *inline_buf; /* max_inline bytes per WQE */
+    uint32_t          sq_mask;
+    uint64_t          sq_head;    /* next to post */
+    uint64_t          sq_exec;    /* next to execute */
+    uint64_t          sq_tail;    /* oldest not reported */
+    uint32_t          n_issued;   /* WQEs waiting for a response */
+    uint32_t          stamp_seq;
+    int64_t           bounce_user;/* WQE index using the bounce, or -1 */
+    uint64_t          wait_start; /* ns, first poll that found no news */
+    hca_shm_t         qobj;       /* response slots + bounce area */
+    hca_resp_slot_t  *resp;
+    uint8_t          *bounce;
+    /* connection */
+    hca_port_addr_t   dest;
+    uint32_t          dest_qpn;
+    hca_peer_t       *peer;
+    hca_map_t        *tgt_ring;   /* cached target ring mapping */
+    uint32_t          tgt_ring_id;
+    hca_partial_t    *partials;   /* fragmented SENDs being received */
+    hca_counters_t    cnt;
+};
+
+int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
+hca_qp_t *hca_qp_lookup(hca_device_t *dev, uint32_t qpn);
+
+/* Requester and completer */
+int  hca_req_progress(hca_qp_t *qp);
+void hca_comp_report(hca_qp_t *qp);
+void hca_comp_poll_responses(hca_qp_t *qp);
+void hca_wqe_done(hca_qp_t *qp, hca_wqe_t *wqe, hca_wc_status_t status);
+
+/* ---------------------------------------------------------------- MPT */
+
+/* Checks and pins an entry of a (local or peer's) MPT.  0 on success,
+ * else the completion status.  Release with hca_mpt_release(). */
+hca_wc_status_t hca_mpt_acquire(hca_mpt_entry_t *table, uint32_t max_mr,
+                                uint32_t rkey, uint32_t pd_handle,
+                                unsigned access, uint64_t addr,
+                                uint64_t length, unsigned align,
+                                hca_mpt_entry_t **entry_p);
+static inline void hca_mpt_release(hca_mpt_entry_t *entry)
+{
+    atomic_fetch_sub_explicit(&entry->inflight, 1, memory_order_release);
+}
+/* Local SGE check against our own MPT (no pinning: the owner of a local
+ * buffer must not deregister it while a WR uses it). */
+hca_wc_status_t hca_sge_check(hca_device_t *dev, uint32_t pd_handle,
+                              const hca_sge_t *sge, int num_sge,
+                              unsigned access);
+
+/* ---------------------------------------------------------------- fabric */
+
+#include "hca_fabric.h"
+
+/* ---------------------------------------------------------------- opcodes */
+
+enum {
+    HCA_OPF_SEND   = 1u << 0,  /* consumes a receive at the target */
+    HCA_OPF_WRITE  = 1u << 1,  /* moves local data to remote memory */
+    HCA_OPF_READ   = 1u << 2,  /* moves remote data to local memory */
+    HCA_OPF_ATOMIC = 1u << 3,
+    HCA_OPF_FETCH  = 1u << 4,  /* atomic returns the old value */
+    HCA_OPF_IMM    = 1u << 5   /* carries immediate data */
+};
+
+typedef struct hca_opcode_info {
+    const char      *name;
+    unsigned         flags;        /* HCA_OPF_* */
+    unsigned         rem_access;   /* MR and QP right needed at target */
+    hca_wc_opcode_t  wc_opcode;
+} hca_opcode_info_t;
+
+extern const hca_opcode_info_t hca_opcode[HCA_WR_OPCODE_LAST];
+
+/* ---------------------------------------------------------------- misc */
+
+uint64_t hca_now_ns(void);
+void     hca_counters_add(hca_counters_t *to, const hca_counters_t *from);
+int      hca_svc_start(hca_device_t *dev);
+void     hca_svc_stop(hca_device_t *dev);
+int      hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p);
+void     hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
+                           uint32_t ctx, uint32_t idx);
+
+static inline uint32_t hca_roundup_pow2(uint32_t v)
+{
+    uint32_t p = 1;
+    while (p < v) {
+        p <<= 1;
+    }
+    return p;
+}
+
+#endif

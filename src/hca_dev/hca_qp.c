@@ -1,0 +1,567 @@
+/*
+ * hca_qp.c - reliable-connected queue pairs: creation, the state machine,
+ * posting, flush on error.  Execution is the requester's (hca_req.c).
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const hca_fabric_ops_t *hca_qp_fabric(hca_qp_t *qp)
+{
+    (void)qp;
+    return &hca_fabric_shm;
+}
+
+hca_qp_t *hca_qp_lookup(hca_device_t *dev, uint32_t qpn)
+{
+    uint32_t index = qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
+    hca_qp_t *qp;
+
+    if ((index == 0) || (index >= HCA_MAX_QP)) {
+        return NULL;
+    }
+    qp = dev->qps[index];
+    return ((qp != NULL) && (qp->qpn == qpn)) ? qp : NULL;
+}
+
+static int hca_qp_init_check(hca_pd_t *pd, const hca_qp_init_attr_t *attr)
+{
+    (void)pd;
+    if ((attr->send_cq == NULL) || (attr->recv_cq == NULL) ||
+        (attr->send_cq->dev != pd->dev) || (attr->recv_cq->dev != pd->dev) ||
+        (attr->max_send_wr == 0) || (attr->max_send_wr > HCA_MAX_QP_WR) ||
+        (attr->max_send_sge > HCA_MAX_SGE) ||
+        (attr->max_recv_sge > HCA_MAX_SGE) ||
+        (attr->max_inline_data > HCA_SLOT_PAYLOAD) ||
+        ((attr->srq == NULL) &&
+         ((attr->max_recv_wr == 0) || (attr->max_recv_wr > HCA_MAX_QP_WR))) ||
+        ((attr->srq != NULL) && (attr->srq->rq.pd != pd))) {
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int hca_qp_qobj_create(hca_qp_t *qp)
+{
+    hca_device_t *dev = qp->dev;
+    uint32_t depth    = qp->sq_mask + 1;
+    size_t bounce_off = (sizeof(hca_qobj_hdr_t) +
+                         sizeof(hca_resp_slot_t) * depth + 4095) & ~4095ul;
+    hca_qobj_hdr_t *hdr;
+    char name[96];
+    int rc;
+
+    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id, "q",
+                 qp->qpn);
+    rc = hca_shm_create(&qp->qobj, name, bounce_off + HCA_BOUNCE_SIZE,
+                        dev->numa_node);
+    if (rc != 0) {
+        return rc;
+    }
+    hdr                = qp->qobj.addr;
+    hdr->magic         = HCA_WIRE_MAGIC;
+    hdr->sq_depth      = depth;
+    hdr->bounce_offset = bounce_off;
+    qp->resp   = (hca_resp_slot_t*)(hdr + 1);
+    qp->bounce = (uint8_t*)qp->qobj.addr + bounce_off;
+    return 0;
+}
+
+int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
+                  hca_qp_t **qp_p)
+{
+    hca_device_t *dev = pd->dev;
+    uint32_t depth, index = 0;
+    hca_qp_pub_t *pub;
+    hca_qp_t *qp;
+    int rc;
+
+    rc = hca_qp_init_check(pd, attr);
+    if (rc != 0) {
+        return rc;
+    }
+    qp = calloc(1, sizeof(*qp));
+    if (qp == NULL) {
+        return -ENOMEM;
+    }
+    depth            = hca_roundup_pow2(attr->max_send_wr);
+    qp->dev          = dev;
+    qp->pd           = pd;
+    qp->send_cq      = attr->send_cq;
+    qp->recv_cq      = attr->recv_cq;
+    qp->srq          = attr->srq;
+    qp->sq_sig_all   = attr->sq_sig_all;
+    qp->max_inline   = attr->max_inline_data;
+    qp->max_send_sge = attr->max_send_sge ? attr->max_send_sge : 1;
+    qp->sq_mask      = depth - 1;
+    qp->bounce_user  = -1;
+    qp->state        = HCA_QPS_RESET;
+    qp->sq           = calloc(depth, sizeof(*qp->sq));
+    qp->inline_buf   = calloc(depth, qp->max_inline ? qp->max_inline : 1);
+    if ((qp->sq == NULL) || (qp->inline_buf == NULL)) {
+        rc = -ENOMEM;
+        goto err_free;
+    }
+
+    pthread_mutex_lock(&dev->lock);
+    for (uint32_t i = 1; i < HCA_MAX_QP; ++i) {
+        if (dev->qps[i] == NULL) {
+            index        = i;
+            dev->qps[i]  = qp;
+            break;
+        }
+    }
+    if (index != 0) {
+        dev->qp_gen[index] = (dev->qp_gen[index] + 1) & 0xfffffu;
+        qp->qpn = (dev->qp_gen[index] << HCA_QPN_INDEX_BITS) | index;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    if (index == 0) {
+        rc = -ENOMEM;
+        goto err_free;
+    }
+    qp->index = index;
+
+    if (qp->srq != NULL) {
+        qp->rq = &qp->srq->rq;
+    } else {
+        rc = hca_rq_init(&qp->own_rq, pd, attr->max_recv_wr,
+                         attr->max_recv_sge, 0);
+        if (rc != 0) {
+            goto err_release;
+        }
+        qp->rq           = &qp->own_rq;
+        qp->own_rq.owner = qp;
+    }
+
+    rc = hca_qp_qobj_create(qp);
+    if (rc != 0) {
+        goto err_rq;
+    }
+    rc = hca_cq_attach_qp(qp->send_cq, qp);
+    if (rc != 0) {
+        goto err_qobj;
+    }
+    rc = hca_cq_attach_rq(qp->recv_cq, qp->rq);
+    if (rc != 0) {
+        goto err_detach_send;
+    }
+
+    pub              = &dev->qp_pub[index];
+    qp->pub          = pub;
+    atomic_store(&pub->state, HCA_QPS_RESET);
+    pub->pd_handle   = pd->handle;
+    pub->access      = 0;
+    atomic_store(&pub->dest_pid, 0);
+    atomic_store(&pub->dest_ctx, 0);
+    atomic_store(&pub->dest_qpn, 0);
+    pub->ring_id     = qp->rq->ring_id;
+    pub->send_cq_idx = qp->send_cq->idx;
+    pub->recv_cq_idx = qp->recv_cq->idx;
+    pub->sq_depth    = depth;
+    atomic_store_explicit(&pub->qpn, qp->qpn, memory_order_release);
+
+    if (qp->srq != NULL) {
+        qp->srq->qps++;
+    }
+    atomic_fetch_add(&pd->refs, 1);
+    *qp_p = qp;
+    return 0;
+
+err_detach_send:
+    hca_cq_detach_qp(qp->send_cq, qp);
+err_qobj:
+    hca_shm_destroy(&qp->qobj);
+err_rq:
+    if (qp->srq == NULL) {
+        hca_rq_cleanup(&qp->own_rq);
+    }
+err_release:
+    pthread_mutex_lock(&dev->lock);
+    dev->qps[index] = NULL;
+    pthread_mutex_unlock(&dev->lock);
+err_free:
+    free(qp->sq);
+    free(qp->inline_buf);
+    free(qp);
+    return rc;
+}
+
+static void hca_qp_free_partials(hca_qp_t *qp)
+{
+    while (qp->partials != NULL) {
+        hca_partial_t *p = qp->partials;
+        qp->partials     = p->next;
+        free(p);
+    }
+}
+
+int hca_qp_destroy(hca_qp_t *qp)
+{
+    hca_device_t *dev = qp->dev;
+
+    atomic_store(&qp->pub->qpn, 0);
+    atomic_store(&qp->pub->state, HCA_QPS_RESET);
+    hca_cq_detach_qp(qp->send_cq, qp);
+    hca_cq_detach_rq(qp->recv_cq, qp->rq);
+    if (qp->srq != NULL) {
+        qp->srq->qps--;
+    } else {
+        hca_rq_cleanup(&qp->own_rq);
+    }
+    hca_shm_destroy(&qp->qobj);
+    hca_qp_free_partials(qp);
+
+    pthread_mutex_lock(&dev->lock);
+    dev->qps[qp->index] = NULL;
+    hca_counters_add(&dev->retired, &qp->cnt);
+    pthread_mutex_unlock(&dev->lock);
+    atomic_fetch_sub(&qp->pd->refs, 1);
+    free(qp->sq);
+    free(qp->inline_buf);
+    free(qp);
+    return 0;
+}
+
+uint32_t hca_qp_num(const hca_qp_t *qp)
+{
+    return qp->qpn;
+}
+
+hca_qp_state_t hca_qp_state(const hca_qp_t *qp)
+{
+    return qp->state;
+}
+
+static void hca_qp_set_state(hca_qp_t *qp, hca_qp_state_t state)
+{
+    qp->state = state;
+    atomic_store(&qp->pub->state, state);
+}
+
+/* Flushes every WR not reported yet; the first one not done gets
+ * `first`, as the error that moved the QP to ERR. */
+int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
+{
+    hca_rq_t *rq = &qp->own_rq;
+    int first_done = 0;
+
+    hca_qp_set_state(qp, HCA_QPS_ERR);
+    for (uint64_t s = qp->sq_tail; s != qp->sq_head; ++s) {
+        hca_wqe_t *wqe = &qp->sq[s & qp->sq_mask];
+        if (wqe->state != HCA_WQE_DONE) {
+            wqe->state  = HCA_WQE_DONE;
+            wqe->status = first_done ? HCA_WC_WR_FLUSH_ERR : first;
+            first_done  = 1;
+        } else if (wqe->status == HCA_WC_SUCCESS) {
+            /* executed, but after the error: IB reports it flushed */
+            if (first_done) {
+                wqe->status = HCA_WC_WR_FLUSH_ERR;
+            }
+        } else {
+            first_done = 1;
+        }
+    }
+    qp->sq_exec     = qp->sq_head;
+    qp->n_issued    = 0;
+    qp->bounce_user = -1;
+    hca_comp_report(qp);
+
+    if (qp->srq == NULL) {
+        for (; rq->tail != rq->head; rq->tail++) {
+            hca_rwqe_t *rwqe = &rq->wqes[rq->tail & rq->mask];
+            hca_wc_t wc      = {.wr_id  = rwqe->wr_id,
+                                .status = HCA_WC_WR_FLUSH_ERR,
+                                .opcode = HCA_WC_RECV,
+                                .qp_num = qp->qpn};
+            hca_cq_push(qp->recv_cq, &wc);
+            qp->cnt.errors[HCA_WC_WR_FLUSH_ERR]++;
+        }
+    }
+    hca_qp_free_partials(qp);
+    return 0;
+}
+
+static void hca_qp_reset(hca_qp_t *qp)
+{
+    qp->sq_head = qp->sq_exec = qp->sq_tail = 0;
+    qp->n_issued    = 0;
+    qp->bounce_user = -1;
+    if (qp->srq == NULL) {
+        qp->own_rq.tail = qp->own_rq.head;
+    }
+    hca_qp_free_partials(qp);
+    qp->peer     = NULL;
+    qp->tgt_ring = NULL;
+    atomic_store(&qp->pub->dest_qpn, 0);
+    hca_qp_set_state(qp, HCA_QPS_RESET);
+}
+
+int hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask)
+{
+    hca_qp_state_t cur = qp->state, next;
+    int rc;
+
+    if (!(mask & HCA_QP_ATTR_STATE) ||
+        (mask & ~(HCA_QP_ATTR_STATE | HCA_QP_ATTR_DEST |
+                  HCA_QP_ATTR_ACCESS)) ||
+        ((unsigned)attr->qp_state >= HCA_QPS_LAST)) {
+        return -EINVAL;
+    }
+    next = attr->qp_state;
+
+    /* validate everything first: a refused transition changes nothing */
+    switch (next) {
+    case HCA_QPS_RESET:
+    case HCA_QPS_ERR:
+        if (mask != HCA_QP_ATTR_STATE) {
+            return -EINVAL;
+        }
+        break;
+    case HCA_QPS_INIT:
+        if ((cur != HCA_QPS_RESET) || (mask & HCA_QP_ATTR_DEST) ||
+            ((mask & HCA_QP_ATTR_ACCESS) &&
+             (attr->access & ~(HCA_ACCESS_REMOTE_WRITE |
+                               HCA_ACCESS_REMOTE_READ |
+                               HCA_ACCESS_REMOTE_ATOMIC |
+                               HCA_ACCESS_LOCAL_WRITE)))) {
+            return -EINVAL;
+        }
+        break;
+    case HCA_QPS_RTR:
+        if ((cur != HCA_QPS_INIT) || !(mask & HCA_QP_ATTR_DEST) ||
+            (mask & HCA_QP_ATTR_ACCESS) || (attr->dest_qp_num == 0)) {
+            return -EINVAL;
+        }
+        break;
+    case HCA_QPS_RTS:
+        if ((cur != HCA_QPS_RTR) || (mask != HCA_QP_ATTR_STATE) ||
+            (qp->dest_qpn == HCA_QPN_ANY)) {
+            return -EINVAL;
+        }
+        break;
+    default:
+        return -EINVAL;
+    }
+
+    switch (next) {
+    case HCA_QPS_RESET:
+        hca_qp_reset(qp);
+        break;
+    case HCA_QPS_ERR:
+        if (cur != HCA_QPS_ERR) {
+            hca_qp_to_err(qp, HCA_WC_WR_FLUSH_ERR);
+        }
+        break;
+    case HCA_QPS_INIT:
+        qp->pub->access = (mask & HCA_QP_ATTR_ACCESS) ? attr->access : 0;
+        hca_qp_set_state(qp, HCA_QPS_INIT);
+        break;
+    case HCA_QPS_RTR:
+        qp->dest     = attr->dest;
+        qp->dest_qpn = attr->dest_qp_num;
+        if (qp->dest_qpn != HCA_QPN_ANY) {
+            rc = hca_qp_fabric(qp)->connect(qp);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        atomic_store(&qp->pub->dest_pid, attr->dest.pid);
+        atomic_store(&qp->pub->dest_ctx, attr->dest.ctx_id);
+        atomic_store(&qp->pub->dest_qpn, attr->dest_qp_num);
+        hca_qp_set_state(qp, HCA_QPS_RTR);
+        break;
+    case HCA_QPS_RTS:
+        hca_qp_set_state(qp, HCA_QPS_RTS);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* Validates one WR against the QP; 0 or -EINVAL. */
+static int hca_send_wr_check(const hca_qp_t *qp, const hca_send_wr_t *wr,
+                             uint64_t *length_p)
+{
+    const hca_opcode_info_t *info;
+    uint64_t length = 0;
+
+    if ((unsigned)wr->opcode >= HCA_WR_OPCODE_LAST) {
+        return -EINVAL;
+    }
+    info = &hca_opcode[wr->opcode];
+    if ((wr->num_sge < 0) || ((uint32_t)wr->num_sge > qp->max_send_sge) ||
+        ((wr->num_sge > 0) && (wr->sg_list == NULL))) {
+        return -EINVAL;
+    }
+    for (int i = 0; i < wr->num_sge; ++i) {
+        length += wr->sg_list[i].length;
+    }
+    if (info->flags & HCA_OPF_ATOMIC) {
+        uint32_t size = (wr->send_flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+        if ((wr->send_flags & HCA_SEND_INLINE) ||
+            ((info->flags & HCA_OPF_FETCH) &&
+             ((wr->num_sge != 1) || (length != size))) ||
+            (!(info->flags & HCA_OPF_FETCH) && (wr->num_sge != 0))) {
+            return -EINVAL;
+        }
+    } else if (length > HCA_MAX_MSG) {
+        return -EINVAL;
+    }
+    if ((wr->send_flags & HCA_SEND_INLINE) &&
+        ((info->flags & HCA_OPF_READ) || (length > qp->max_inline))) {
+        return -EINVAL;
+    }
+    *length_p = length;
+    return 0;
+}
+
+static void hca_wqe_fill(hca_qp_t *qp, hca_wqe_t *wqe, uint64_t idx,
+                         const hca_send_wr_t *wr, uint64_t length)
+{
+    wqe->wr_id       = wr->wr_id;
+    wqe->opcode      = (uint8_t)wr->opcode;
+    wqe->state       = HCA_WQE_POSTED;
+    wqe->flags       = (uint16_t)(wr->send_flags |
+                                  (qp->sq_sig_all ? HCA_SEND_SIGNALED : 0));
+    wqe->status      = HCA_WC_SUCCESS;
+    wqe->imm         = wr->imm_data;
+    wqe->rkey        = wr->rdma.rkey;
+    wqe->remote_addr = wr->rdma.remote_addr;
+    wqe->compare_add = wr->compare_add;
+    wqe->swap        = wr->swap;
+    wqe->length      = length;
+    wqe->done        = 0;
+    wqe->chunk       = 0;
+
+    if (wr->send_flags & HCA_SEND_INLINE) {
+        uint8_t *buf = qp->inline_buf + (idx & qp->sq_mask) * qp->max_inline;
+        uint8_t *p   = buf;
+        for (int i = 0; i < wr->num_sge; ++i) {
+            memcpy(p, (void*)(uintptr_t)wr->sg_list[i].addr,
+                   wr->sg_list[i].length);
+            p += wr->sg_list[i].length;
+        }
+        wqe->num_sge       = 1;
+        wqe->sge[0].addr   = (uint64_t)(uintptr_t)buf;
+        wqe->sge[0].length = (uint32_t)length;
+        wqe->sge[0].lkey   = 0;
+    } else {
+        wqe->num_sge = (uint32_t)wr->num_sge;
+        memcpy(wqe->sge, wr->sg_list, sizeof(hca_sge_t) * wr->num_sge);
+    }
+}
+
+int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
+{
+    int rc = 0;
+
+    for (; wr != NULL; wr = wr->next) {
+        uint64_t idx = qp->sq_head, length;
+        hca_wqe_t *wqe;
+
+        if (HCA_UNLIKELY(qp->state != HCA_QPS_RTS)) {
+            rc = -EINVAL;
+            break;
+        }
+        rc = hca_send_wr_check(qp, wr, &length);
+        if (HCA_UNLIKELY(rc != 0)) {
+            break;
+        }
+        if (HCA_UNLIKELY(idx - qp->sq_tail > qp->sq_mask)) {
+            hca_comp_report(qp); /* reclaim what completed */
+            if (idx - qp->sq_tail > qp->sq_mask) {
+                rc = -ENOMEM;
+                break;
+            }
+        }
+        wqe = &qp->sq[idx & qp->sq_mask];
+        hca_wqe_fill(qp, wqe, idx, wr, length);
+        qp->sq_head = idx + 1;
+
+        /* the doorbell: execute now if nothing is queued before it */
+        if ((qp->sq_exec == idx) && (hca_req_progress(qp) == -EAGAIN) &&
+            (qp->sq_exec == idx) && (wqe->state == HCA_WQE_POSTED)) {
+            /* the target had no room: hand it back, nothing was sent */
+            qp->sq_head = idx;
+            qp->cnt.ring_full++;
+            rc = -EAGAIN;
+            break;
+        }
+    }
+    if (rc != 0) {
+        *bad_wr = wr;
+    }
+    hca_comp_report(qp);
+    return rc;
+}
+
+int hca_post_recv(hca_qp_t *qp, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr)
+{
+    if ((qp->srq != NULL) || (qp->state == HCA_QPS_RESET) ||
+        (qp->state == HCA_QPS_ERR)) {
+        *bad_wr = wr;
+        return -EINVAL;
+    }
+    return hca_rq_post(qp->rq, wr, bad_wr);
+}
+
+int hca_qp_check_peer(hca_qp_t *qp)
+{
+    if ((qp->dest_qpn == 0) || (qp->dest_qpn == HCA_QPN_ANY)) {
+        return 1;
+    }
+    if (hca_qp_fabric(qp)->peer_alive(qp)) {
+        return 1;
+    }
+    if (qp->state != HCA_QPS_ERR) {
+        hca_qp_to_err(qp, HCA_WC_RETRY_EXC_ERR);
+    }
+    return 0;
+}
+
+uint32_t hca_qp_outstanding(const hca_qp_t *qp)
+{
+    return (uint32_t)(qp->sq_head - qp->sq_tail);
+}
+
+int hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt)
+{
+    *cnt = qp->cnt;
+    return 0;
+}
+
+int hca_qp_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                    size_t length, void **ptr_p)
+{
+    hca_mpt_entry_t *entry;
+    hca_map_t *map;
+    uint64_t offset;
+    uint32_t dm_id;
+    hca_qp_pub_t *tgt;
+
+    if ((qp->peer == NULL) || (qp->dest_qpn == HCA_QPN_ANY)) {
+        return -ENOTCONN;
+    }
+    tgt = &qp->peer->qp_pub[qp->dest_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1)];
+    if (hca_mpt_acquire(qp->peer->mpt, qp->peer->hdr.max_mr, rkey,
+                        tgt->pd_handle, 0, remote_addr, length, 1,
+                        &entry) != HCA_WC_SUCCESS) {
+        return -EACCES;
+    }
+    dm_id  = entry->dm_id;
+    offset = entry->dm_offset + (remote_addr - entry->addr);
+    hca_mpt_release(entry);
+    if (dm_id == 0) {
+        return -ENOENT;
+    }
+    map = hca_peer_dm(qp->dev, qp->peer, dm_id);
+    if ((map == NULL) || (offset + length > map->shm.length)) {
+        return -EACCES;
+    }
+    *ptr_p = (uint8_t*)map->shm.addr + offset;
+    return 0;
+}

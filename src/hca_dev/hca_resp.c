@@ -1,0 +1,356 @@
+/*
+ * hca_resp.c - the responder for receive rings: validates each message
+ * that arrived, matches it with a posted receive WQE (the QP's own RQ or
+ * its SRQ), places the data and produces the receive completion.
+ *
+ * Runs in the owner's hca_cq_poll.  With no receive posted the ring waits
+ * (an infinite RNR retry): nothing is dropped.  A message for a QP that is
+ * gone or does not accept its source is dropped and, if the sender waits
+ * for an answer, answered with an error.
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+/* A local copy of the header: the slot is shared with other processes. */
+typedef struct hca_resp_msg {
+    hca_msg_hdr_t hdr;
+    const uint8_t *payload;
+} hca_resp_msg_t;
+
+static int hca_resp_validate(const hca_msg_hdr_t *hdr)
+{
+    switch (hdr->op) {
+    case HCA_MSG_SEND:
+        return (hdr->length <= HCA_SLOT_PAYLOAD) &&
+               (hdr->msg_len <= HCA_MAX_MSG) &&
+               (hdr->length <= hdr->msg_len);
+    case HCA_MSG_SEND_PULL:
+        return (hdr->num_iov <= HCA_MAX_SGE) &&
+               (hdr->num_iov * sizeof(hca_wire_iov_t) <= HCA_SLOT_PAYLOAD) &&
+               (hdr->msg_len <= HCA_MAX_MSG);
+    case HCA_MSG_WRITE_IMM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int hca_resp_source_ok(const hca_qp_t *qp, const hca_msg_hdr_t *hdr)
+{
+    if ((qp->state != HCA_QPS_RTR) && (qp->state != HCA_QPS_RTS)) {
+        return 0;
+    }
+    return (qp->dest_qpn == HCA_QPN_ANY) ||
+           ((qp->dest_qpn == hdr->src_qpn) && (qp->dest.pid == hdr->src_pid) &&
+            (qp->dest.ctx_id == hdr->src_ctx));
+}
+
+static hca_peer_t *hca_resp_peer(hca_device_t *dev, const hca_msg_hdr_t *hdr)
+{
+    hca_port_addr_t addr;
+
+    memset(&addr, 0, sizeof(addr));
+    addr.host   = dev->host;
+    addr.pid    = hdr->src_pid;
+    addr.ctx_id = hdr->src_ctx;
+    return hca_peer_get(dev, &addr);
+}
+
+/* Answers a SEND_PULL in the sender's q object and wakes it if armed. */
+static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
+                            hca_wc_status_t status)
+{
+    hca_peer_t *peer = hca_resp_peer(dev, hdr);
+    uint32_t src_idx = hdr->src_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
+    hca_qobj_hdr_t *qhdr;
+    hca_resp_slot_t *slot;
+    hca_notify_t *notify;
+    hca_map_t *map;
+    uint32_t cq_idx;
+
+    if (peer == NULL) {
+        return;
+    }
+    map = hca_peer_qobj(dev, peer, hdr->src_qpn);
+    if (map == NULL) {
+        return;
+    }
+    qhdr = map->shm.addr;
+    if (hdr->resp_idx >= qhdr->sq_depth) {
+        return;
+    }
+    slot         = (hca_resp_slot_t*)(qhdr + 1) + hdr->resp_idx;
+    slot->status = status;
+    slot->value  = 0;
+    atomic_store_explicit(&slot->stamp, hdr->resp_stamp,
+                          memory_order_release);
+
+    if ((src_idx == 0) || (src_idx >= peer->hdr.max_qp)) {
+        return;
+    }
+    cq_idx = peer->qp_pub[src_idx].send_cq_idx;
+    if (cq_idx >= peer->hdr.max_cq) {
+        return;
+    }
+    notify = &peer->notify[cq_idx];
+    if (atomic_load(&notify->armed) && atomic_exchange(&notify->armed, 0)) {
+        hca_notify_signal(dev, peer->pidns, peer->addr.pid,
+                          peer->addr.ctx_id, cq_idx);
+    }
+}
+
+/* Copies into the receive buffer at offset; LOC_LEN_ERR if it does not
+ * fit (nothing beyond the buffer is touched). */
+static hca_wc_status_t hca_resp_place(const hca_rwqe_t *rwqe, uint64_t offset,
+                                      const uint8_t *src, uint64_t len)
+{
+    if ((offset > rwqe->length) || (len > rwqe->length - offset)) {
+        return HCA_WC_LOC_LEN_ERR;
+    }
+    for (uint32_t i = 0; (i < rwqe->num_sge) && (len > 0); ++i) {
+        uint64_t n;
+        if (offset >= rwqe->sge[i].length) {
+            offset -= rwqe->sge[i].length;
+            continue;
+        }
+        n = rwqe->sge[i].length - offset;
+        n = (n < len) ? n : len;
+        memcpy((uint8_t*)(uintptr_t)rwqe->sge[i].addr + offset, src, n);
+        src   += n;
+        len   -= n;
+        offset = 0;
+    }
+    return HCA_WC_SUCCESS;
+}
+
+/* Reads the sender's iovs straight into the receive buffer. */
+static hca_wc_status_t hca_resp_pull(hca_device_t *dev, const hca_rwqe_t *rwqe,
+                                     const hca_msg_hdr_t *hdr,
+                                     const hca_wire_iov_t *wiov)
+{
+    struct iovec local[HCA_MAX_SGE], remote[HCA_MAX_SGE];
+    uint64_t total = 0;
+    ssize_t n;
+
+    if (hdr->msg_len > rwqe->length) {
+        return HCA_WC_LOC_LEN_ERR;
+    }
+    for (uint32_t i = 0; i < hdr->num_iov; ++i) {
+        remote[i].iov_base = (void*)(uintptr_t)wiov[i].addr;
+        remote[i].iov_len  = wiov[i].length;
+        total             += wiov[i].length;
+    }
+    if (total != hdr->msg_len) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    for (uint32_t i = 0; i < rwqe->num_sge; ++i) {
+        local[i].iov_base = (void*)(uintptr_t)rwqe->sge[i].addr;
+        local[i].iov_len  = rwqe->sge[i].length;
+    }
+    if (hdr->src_pid == dev->pid) {
+        uint64_t off = 0;
+        for (uint32_t i = 0; i < hdr->num_iov; ++i) {
+            hca_resp_place(rwqe, off, remote[i].iov_base, remote[i].iov_len);
+            off += remote[i].iov_len;
+        }
+        return HCA_WC_SUCCESS;
+    }
+    while (total > 0) {
+        /* process_vm_readv may stop early: move the iovs on and repeat */
+        uint64_t skip;
+        n = process_vm_readv((pid_t)hdr->src_pid, local, rwqe->num_sge,
+                             remote, hdr->num_iov, 0);
+        if (n <= 0) {
+            return HCA_WC_REM_OP_ERR;
+        }
+        total -= (uint64_t)n;
+        for (skip = (uint64_t)n; skip > 0;) {
+            for (uint32_t i = 0; i < rwqe->num_sge && skip > 0; ++i) {
+                uint64_t k = (local[i].iov_len < skip) ? local[i].iov_len
+                                                       : skip;
+                local[i].iov_base = (uint8_t*)local[i].iov_base + k;
+                local[i].iov_len -= k;
+                skip             -= k;
+            }
+        }
+        for (skip = (uint64_t)n; skip > 0;) {
+            for (uint32_t i = 0; i < hdr->num_iov && skip > 0; ++i) {
+                uint64_t k = (remote[i].iov_len < skip) ? remote[i].iov_len
+                                                        : skip;
+                remote[i].iov_base = (uint8_t*)remote[i].iov_base + k;
+                remote[i].iov_len -= k;
+                skip              -= k;
+            }
+        }
+    }
+    return HCA_WC_SUCCESS;
+}
+
+static void hca_resp_complete(hca_qp_t *qp, const hca_rwqe_t *rwqe,
+                              const hca_msg_hdr_t *hdr,
+                              hca_wc_status_t status, hca_wc_opcode_t opcode)
+{
+    hca_wc_t wc = {
+        .wr_id    = rwqe->wr_id,
+        .status   = status,
+        .opcode   = opcode,
+        .byte_len = (status == HCA_WC_SUCCESS) ? hdr->msg_len : 0,
+        .imm_data = hdr->imm,
+        .qp_num   = qp->qpn,
+        .src_qp   = hdr->src_qpn,
+        .wc_flags = (hdr->flags & HCA_MSG_WITH_IMM) ? HCA_WC_WITH_IMM : 0,
+    };
+    hca_wr_opcode_t op = (opcode == HCA_WC_RECV_RDMA_WITH_IMM) ?
+                         HCA_WR_RDMA_WRITE_WITH_IMM : HCA_WR_SEND;
+
+    hca_cq_push(qp->recv_cq, &wc);
+    qp->cnt.rx_ops[op]++;
+    qp->cnt.rx_bytes[op] += wc.byte_len;
+    if (status != HCA_WC_SUCCESS) {
+        qp->cnt.errors[status]++;
+    }
+}
+
+static hca_partial_t *hca_partial_find(hca_qp_t *qp, const hca_msg_hdr_t *hdr,
+                                       int unlink)
+{
+    for (hca_partial_t **pp = &qp->partials; *pp != NULL;
+         pp = &(*pp)->next) {
+        hca_partial_t *p = *pp;
+        if ((p->src_pid == hdr->src_pid) && (p->src_ctx == hdr->src_ctx) &&
+            (p->src_qpn == hdr->src_qpn)) {
+            if (unlink) {
+                *pp = p->next;
+            }
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Takes the next posted receive, or NULL (receiver not ready). */
+static hca_rwqe_t *hca_resp_take_rwqe(hca_rq_t *rq)
+{
+    if (rq->tail == rq->head) {
+        return NULL;
+    }
+    return &rq->wqes[rq->tail++ & rq->mask];
+}
+
+/* Handles one message.  Returns 0 when consumed, -EAGAIN to leave it in
+ * the ring (no receive posted yet). */
+static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
+                           const uint8_t *payload)
+{
+    hca_device_t *dev = rq->dev;
+    hca_qp_t *qp      = hca_qp_lookup(dev, hdr->dst_qpn);
+    hca_wc_status_t status;
+    hca_partial_t *partial;
+    hca_rwqe_t *rwqe;
+
+    if ((qp == NULL) || (qp->rq != rq) || !hca_resp_source_ok(qp, hdr)) {
+        if (hdr->op == HCA_MSG_SEND_PULL) {
+            hca_resp_answer(dev, hdr, HCA_WC_REM_INV_REQ_ERR);
+        }
+        __atomic_fetch_add(&dev->svc_cnt.errors[HCA_WC_REM_INV_REQ_ERR], 1,
+                           __ATOMIC_RELAXED);
+        return 0;
+    }
+
+    switch (hdr->op) {
+    case HCA_MSG_WRITE_IMM:
+        rwqe = hca_resp_take_rwqe(rq);
+        if (rwqe == NULL) {
+            return -EAGAIN;
+        }
+        hca_resp_complete(qp, rwqe, hdr, HCA_WC_SUCCESS,
+                          HCA_WC_RECV_RDMA_WITH_IMM);
+        return 0;
+
+    case HCA_MSG_SEND_PULL:
+        rwqe = hca_resp_take_rwqe(rq);
+        if (rwqe == NULL) {
+            return -EAGAIN;
+        }
+        status = hca_resp_pull(dev, rwqe, hdr,
+                               (const hca_wire_iov_t*)payload);
+        hca_resp_answer(dev, hdr, (status == HCA_WC_LOC_LEN_ERR) ?
+                        HCA_WC_REM_INV_REQ_ERR : status);
+        hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
+        return 0;
+
+    case HCA_MSG_SEND:
+        if (hdr->flags & HCA_MSG_FIRST) {
+            rwqe = hca_resp_take_rwqe(rq);
+            if (rwqe == NULL) {
+                return -EAGAIN;
+            }
+            status = (hdr->msg_len > rwqe->length) ? HCA_WC_LOC_LEN_ERR :
+                     hca_resp_place(rwqe, 0, payload, hdr->length);
+            if (hdr->flags & HCA_MSG_LAST) {
+                hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
+                return 0;
+            }
+            partial = calloc(1, sizeof(*partial));
+            if (partial == NULL) {
+                hca_resp_complete(qp, rwqe, hdr, HCA_WC_GENERAL_ERR,
+                                  HCA_WC_RECV);
+                return 0;
+            }
+            partial->src_pid = hdr->src_pid;
+            partial->src_ctx = hdr->src_ctx;
+            partial->src_qpn = hdr->src_qpn;
+            partial->offset  = hdr->length;
+            partial->error   = status;
+            partial->rwqe    = *rwqe;
+            partial->next    = qp->partials;
+            qp->partials     = partial;
+            return 0;
+        }
+        partial = hca_partial_find(qp, hdr, (hdr->flags & HCA_MSG_LAST) != 0);
+        if (partial == NULL) {
+            return 0; /* its start was dropped (QP reset): drop the rest */
+        }
+        if (partial->error == HCA_WC_SUCCESS) {
+            partial->error = hca_resp_place(&partial->rwqe, partial->offset,
+                                            payload, hdr->length);
+        }
+        partial->offset += hdr->length;
+        if (hdr->flags & HCA_MSG_LAST) {
+            hca_resp_complete(qp, &partial->rwqe, hdr,
+                              (hca_wc_status_t)partial->error, HCA_WC_RECV);
+            free(partial);
+        }
+        return 0;
+    }
+    return 0;
+}
+
+int hca_resp_progress(hca_rq_t *rq, int budget)
+{
+    int count = 0;
+
+    while (count < budget) {
+        hca_msg_hdr_t hdr;
+        uint64_t idx;
+        uint8_t *slot = hca_ring_peek(&rq->ring, &idx);
+
+        if (slot == NULL) {
+            break;
+        }
+        memcpy(&hdr, slot, sizeof(hdr));
+        if (!hca_resp_validate(&hdr)) {
+            __atomic_fetch_add(&rq->dev->svc_cnt.errors[HCA_WC_GENERAL_ERR],
+                               1, __ATOMIC_RELAXED);
+        } else if (hca_resp_handle(rq, &hdr, slot + sizeof(hdr)) != 0) {
+            break; /* RNR: keep it until a receive is posted */
+        }
+        hca_ring_release(&rq->ring, idx);
+        ++count;
+    }
+    return count;
+}

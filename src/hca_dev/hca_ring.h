@@ -1,0 +1,121 @@
+/*
+ * hca_ring.h - the multi-producer single-consumer ring of the shm fabric
+ * (receive rings and the service ring).  Layout in hca_wire.h.
+ *
+ * Every slot starts with a 64-bit stamp: a slot at ring index i is
+ * published when its stamp equals i + 1.  This is the owner mark of the
+ * slot for the wrap it belongs to, so a stale slot of an earlier wrap is
+ * never mistaken for a new one.
+ */
+#ifndef HCA_RING_H
+#define HCA_RING_H
+
+#include "hca_wire.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* A local view of a ring; geometry copied from the validated header so a
+ * peer cannot change it under us. */
+typedef struct hca_ring {
+    hca_ring_hdr_t *hdr;
+    uint8_t        *slots;      /* first slot */
+    uint32_t        mask;       /* slots - 1 */
+    uint32_t        slot_size;
+} hca_ring_t;
+
+static inline void hca_ring_attach(hca_ring_t *ring, void *base,
+                                   uint32_t slots, uint32_t slot_size)
+{
+    ring->hdr       = (hca_ring_hdr_t*)base;
+    ring->slots     = (uint8_t*)base + sizeof(hca_ring_hdr_t);
+    ring->mask      = slots - 1;
+    ring->slot_size = slot_size;
+}
+
+static inline size_t hca_ring_bytes(uint32_t slots, uint32_t slot_size)
+{
+    return sizeof(hca_ring_hdr_t) + (size_t)slots * slot_size;
+}
+
+/* Owner, once, before anyone maps it. */
+static inline void hca_ring_init(hca_ring_t *ring, void *base,
+                                 uint32_t slots, uint32_t slot_size,
+                                 uint32_t notify_idx)
+{
+    hca_ring_attach(ring, base, slots, slot_size);
+    ring->hdr->magic      = HCA_WIRE_MAGIC;
+    ring->hdr->version    = HCA_WIRE_VERSION;
+    ring->hdr->slots      = slots;
+    ring->hdr->slot_size  = slot_size;
+    atomic_init(&ring->hdr->notify_idx, notify_idx);
+    atomic_init(&ring->hdr->armed, 0);
+    atomic_init(&ring->hdr->head, 0);
+    atomic_init(&ring->hdr->tail, 0);
+}
+
+static inline void *hca_ring_slot(const hca_ring_t *ring, uint64_t idx)
+{
+    return ring->slots + (size_t)(idx & ring->mask) * ring->slot_size;
+}
+
+/* Producer (any process): claims one slot.  Returns 0 with *idx_p, or
+ * -EAGAIN when the ring is full.  The CAS orders claims; the acquire load
+ * of tail pairs with the consumer's release in hca_ring_release(). */
+static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p)
+{
+    uint64_t head = atomic_load_explicit(&ring->hdr->head,
+                                         memory_order_relaxed);
+    for (;;) {
+        uint64_t tail = atomic_load_explicit(&ring->hdr->tail,
+                                             memory_order_acquire);
+        if (head - tail > ring->mask) {
+            return -EAGAIN;
+        }
+        if (atomic_compare_exchange_weak_explicit(&ring->hdr->head, &head,
+                                                  head + 1,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *idx_p = head;
+            return 0;
+        }
+    }
+}
+
+/* Producer: makes slot idx visible (release: its contents first). */
+static inline void hca_ring_publish(hca_ring_t *ring, uint64_t idx)
+{
+    _Atomic uint64_t *stamp = (_Atomic uint64_t*)hca_ring_slot(ring, idx);
+    atomic_store_explicit(stamp, idx + 1, memory_order_release);
+}
+
+/* Consumer (the owner, one thread): the slot at tail if published, else
+ * NULL.  Acquire pairs with hca_ring_publish(). */
+static inline void *hca_ring_peek(hca_ring_t *ring, uint64_t *idx_p)
+{
+    uint64_t tail = atomic_load_explicit(&ring->hdr->tail,
+                                         memory_order_relaxed);
+    void *slot    = hca_ring_slot(ring, tail);
+    if (atomic_load_explicit((_Atomic uint64_t*)slot,
+                             memory_order_acquire) != tail + 1) {
+        return NULL;
+    }
+    *idx_p = tail;
+    return slot;
+}
+
+/* Consumer: done with the slot at idx (== tail); frees it for producers. */
+static inline void hca_ring_release(hca_ring_t *ring, uint64_t idx)
+{
+    atomic_store_explicit(&ring->hdr->tail, idx + 1, memory_order_release);
+}
+
+/* Anyone: nothing published at tail (may be stale by the time it returns). */
+static inline int hca_ring_empty(hca_ring_t *ring)
+{
+    uint64_t idx;
+    return hca_ring_peek(ring, &idx) == NULL;
+}
+
+#endif

@@ -1,0 +1,211 @@
+/*
+ * hca_service.c - the responder thread of a device context.
+ *
+ * It executes what a requester in another process cannot do by itself:
+ * atomics on plain (non device) memory, and RDMA WRITE/READ chunks when
+ * single copy is not permitted.  It sleeps on the context's service
+ * socket and is woken by requesters only when it armed, so one-sided
+ * operations complete while the owner never calls the device - as on a
+ * hardware HCA.
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+uint64_t hca_shm_atomic_apply(uint8_t opcode, void *addr, int size,
+                              uint64_t operand, uint64_t swap);
+
+static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
+                                       const hca_svc_req_t *req,
+                                       uint8_t *bounce, uint64_t *value_p)
+{
+    uint32_t idx = req->dst_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
+    const hca_opcode_info_t *info;
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    hca_qp_pub_t *pub;
+    uint32_t state, dq;
+    unsigned align = 1;
+
+    if ((req->opcode >= HCA_WR_OPCODE_LAST) || (idx == 0) ||
+        (idx >= HCA_MAX_QP)) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    info  = &hca_opcode[req->opcode];
+    pub   = &dev->qp_pub[idx];
+    state = atomic_load(&pub->state);
+    dq    = atomic_load(&pub->dest_qpn);
+    if ((atomic_load(&pub->qpn) != req->dst_qpn) ||
+        ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
+        ((dq != HCA_QPN_ANY) &&
+         ((dq != req->src_qpn) || (atomic_load(&pub->dest_pid) != req->src_pid) ||
+          (atomic_load(&pub->dest_ctx) != req->src_ctx)))) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    if ((info->flags & HCA_OPF_ATOMIC)) {
+        if ((req->size != 4) && (req->size != 8)) {
+            return HCA_WC_REM_INV_REQ_ERR;
+        }
+        align = req->size;
+    } else if (((req->opcode != HCA_WR_RDMA_WRITE) &&
+                (req->opcode != HCA_WR_RDMA_WRITE_WITH_IMM) &&
+                (req->opcode != HCA_WR_RDMA_READ)) ||
+               (req->length > HCA_BOUNCE_SIZE)) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    if ((pub->access & info->rem_access) != info->rem_access) {
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    status = hca_mpt_acquire(dev->mpt, HCA_MAX_MR, req->rkey, pub->pd_handle,
+                             info->rem_access, req->remote_addr,
+                             (info->flags & HCA_OPF_ATOMIC) ? req->size :
+                                                              req->length,
+                             align, &entry);
+    if (status != HCA_WC_SUCCESS) {
+        return status;
+    }
+    if (info->flags & HCA_OPF_ATOMIC) {
+        *value_p = hca_shm_atomic_apply(req->opcode,
+                                        (void*)(uintptr_t)req->remote_addr,
+                                        req->size, req->operand, req->swap);
+    } else if (info->flags & HCA_OPF_READ) {
+        memcpy(bounce, (void*)(uintptr_t)req->remote_addr, req->length);
+    } else {
+        memcpy((void*)(uintptr_t)req->remote_addr, bounce, req->length);
+    }
+    hca_mpt_release(entry);
+    return HCA_WC_SUCCESS;
+}
+
+static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
+{
+    uint32_t src_idx = req->src_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
+    hca_wc_status_t status;
+    hca_port_addr_t addr;
+    hca_qobj_hdr_t *qhdr;
+    hca_resp_slot_t *slot;
+    hca_notify_t *notify;
+    uint64_t value = 0;
+    hca_peer_t *peer;
+    hca_map_t *map;
+    uint32_t cq_idx;
+
+    memset(&addr, 0, sizeof(addr));
+    addr.host   = dev->host;
+    addr.pid    = req->src_pid;
+    addr.ctx_id = req->src_ctx;
+    peer        = hca_peer_get(dev, &addr);
+    if ((peer == NULL) || (src_idx == 0) || (src_idx >= peer->hdr.max_qp)) {
+        return; /* nobody to answer */
+    }
+    map = hca_peer_qobj(dev, peer, req->src_qpn);
+    if (map == NULL) {
+        return;
+    }
+    qhdr = map->shm.addr;
+    if (req->resp_idx >= qhdr->sq_depth) {
+        return;
+    }
+    status = hca_svc_execute(dev, req,
+                             (uint8_t*)map->shm.addr + qhdr->bounce_offset,
+                             &value);
+    __atomic_fetch_add(&dev->svc_cnt.responder_ops, 1, __ATOMIC_RELAXED);
+    if (status == HCA_WC_SUCCESS) {
+        __atomic_fetch_add(&dev->svc_cnt.rx_ops[req->opcode], 1,
+                           __ATOMIC_RELAXED);
+        __atomic_fetch_add(&dev->svc_cnt.rx_bytes[req->opcode],
+                           (hca_opcode[req->opcode].flags & HCA_OPF_ATOMIC) ?
+                           req->size : req->length, __ATOMIC_RELAXED);
+    }
+
+    slot         = (hca_resp_slot_t*)(qhdr + 1) + req->resp_idx;
+    slot->status = status;
+    slot->value  = value;
+    atomic_store_explicit(&slot->stamp, req->resp_stamp,
+                          memory_order_release);
+
+    cq_idx = peer->qp_pub[src_idx].send_cq_idx;
+    if (cq_idx < peer->hdr.max_cq) {
+        notify = &peer->notify[cq_idx];
+        if (atomic_load(&notify->armed) &&
+            atomic_exchange(&notify->armed, 0)) {
+            hca_notify_signal(dev, peer->pidns, peer->addr.pid,
+                              peer->addr.ctx_id, cq_idx);
+        }
+    }
+}
+
+static int hca_svc_drain(hca_device_t *dev)
+{
+    int count = 0;
+    uint64_t idx;
+    void *slot;
+
+    while ((slot = hca_ring_peek(&dev->svc, &idx)) != NULL) {
+        hca_svc_req_t req;
+        memcpy(&req, slot, sizeof(req)); /* a peer may scribble on it */
+        hca_ring_release(&dev->svc, idx);
+        hca_svc_handle(dev, &req);
+        ++count;
+    }
+    return count;
+}
+
+static void *hca_svc_thread(void *arg)
+{
+    hca_device_t *dev = arg;
+    struct pollfd pfd = {.fd = dev->svc_sock, .events = POLLIN};
+    char buf[64];
+
+    while (!atomic_load(&dev->svc_stop)) {
+        if (hca_svc_drain(dev) > 0) {
+            continue;
+        }
+        /* arm, then look again: a request published before the arm is
+         * seen now, one published after it finds the flag set */
+        atomic_store(&dev->svc.hdr->armed, 1);
+        if (!hca_ring_empty(&dev->svc)) {
+            atomic_store(&dev->svc.hdr->armed, 0);
+            continue;
+        }
+        (void)poll(&pfd, 1, 1000);
+        while (recv(dev->svc_sock, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+        }
+        atomic_store(&dev->svc.hdr->armed, 0);
+    }
+    return NULL;
+}
+
+int hca_svc_start(hca_device_t *dev)
+{
+    int rc;
+
+    rc = hca_notify_bind(dev, HCA_NOTIFY_SVC, &dev->svc_sock);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = pthread_create(&dev->svc_thread, NULL, hca_svc_thread, dev);
+    if (rc != 0) {
+        close(dev->svc_sock);
+        return -rc;
+    }
+    dev->svc_started = 1;
+    return 0;
+}
+
+void hca_svc_stop(hca_device_t *dev)
+{
+    if (!dev->svc_started) {
+        return;
+    }
+    atomic_store(&dev->svc_stop, 1);
+    hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
+                      HCA_NOTIFY_SVC);
+    pthread_join(dev->svc_thread, NULL);
+    close(dev->svc_sock);
+    dev->svc_started = 0;
+}

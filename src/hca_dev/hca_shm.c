@@ -1,0 +1,169 @@
+/*
+ * hca_shm.c - shared-memory objects of the shm fabric: naming, creation
+ * (mode 0600, on the device's NUMA node), mapping by peers, removal on
+ * close, and reclaiming the objects of owners that died.
+ *
+ * Names: /dev/shm/hca.<pidns>.<pid>.<ctx>.<kind><id>.  The owner creates
+ * "ctx" first and removes it last, so a ctx object that exists tells a
+ * live owner (pid + start time in its header) from a dead one.
+ */
+#include "hca_priv.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <numa.h>
+#include <numaif.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
+                  uint32_t ctx, const char *kind, uint64_t id)
+{
+    snprintf(buf, len, "/hca.%u.%u.%u.%s%llu", pidns, pid, ctx, kind,
+             (unsigned long long)id);
+}
+
+int hca_shm_create(hca_shm_t *shm, const char *name, size_t length,
+                   int numa_node)
+{
+    int fd, rc;
+
+    memset(shm, 0, sizeof(*shm));
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if ((fd < 0) && (errno == EEXIST)) {
+        /* a leftover of an earlier process with our pid */
+        shm_unlink(name);
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) {
+        rc = -errno;
+        hca_log("shm_open(%s) failed: %s", name, strerror(errno));
+        return rc;
+    }
+    if (ftruncate(fd, (off_t)length) != 0) {
+        rc = -errno;
+        goto err_unlink;
+    }
+    shm->addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                     0);
+    if (shm->addr == MAP_FAILED) {
+        rc = -errno;
+        goto err_unlink;
+    }
+    close(fd);
+    if ((numa_node >= 0) && (numa_available() >= 0)) {
+        /* before first touch, so the pages come from the device's node */
+        numa_tonode_memory(shm->addr, length, numa_node);
+    }
+    shm->length = length;
+    shm->owner  = 1;
+    snprintf(shm->name, sizeof(shm->name), "%s", name);
+    return 0;
+
+err_unlink:
+    close(fd);
+    shm_unlink(name);
+    shm->addr = NULL;
+    return rc;
+}
+
+int hca_shm_map(hca_shm_t *shm, const char *name, size_t min_length)
+{
+    struct stat st;
+    int fd, rc;
+
+    memset(shm, 0, sizeof(*shm));
+    fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        return -errno;
+    }
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if ((size_t)st.st_size < min_length) {
+        close(fd);
+        return -EPROTO;
+    }
+    shm->addr = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+                     MAP_SHARED, fd, 0);
+    rc        = -errno;
+    close(fd);
+    if (shm->addr == MAP_FAILED) {
+        shm->addr = NULL;
+        return rc;
+    }
+    shm->length = (size_t)st.st_size;
+    shm->owner  = 0;
+    snprintf(shm->name, sizeof(shm->name), "%s", name);
+    return 0;
+}
+
+void hca_shm_destroy(hca_shm_t *shm)
+{
+    if (shm->addr != NULL) {
+        munmap(shm->addr, shm->length);
+        shm->addr = NULL;
+    }
+    if (shm->owner) {
+        shm_unlink(shm->name);
+        shm->owner = 0;
+    }
+}
+
+/* 1 if the objects of (pid, ctx) belong to a dead owner. */
+static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
+{
+    char name[96];
+    hca_shm_t shm;
+    uint64_t start;
+    int dead;
+
+    if ((kill((pid_t)pid, 0) != 0) && (errno == ESRCH)) {
+        return 1;
+    }
+    hca_obj_name(name, sizeof(name), pidns, pid, ctx, "ctx", 0);
+    if (hca_shm_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
+        return 0; /* being created or closed by a live owner */
+    }
+    dead = (hca_proc_start_time(pid, &start) != 0) ||
+           (start != ((hca_ctx_hdr_t*)shm.addr)->start_time);
+    hca_shm_destroy(&shm);
+    return dead;
+}
+
+void hca_shm_reclaim(uint32_t pidns, uint32_t self_pid, int first_open)
+{
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *de;
+    char path[300];
+
+    if (dir == NULL) {
+        return;
+    }
+    while ((de = readdir(dir)) != NULL) {
+        unsigned ns, pid, ctx;
+        int pos = 0;
+
+        if ((sscanf(de->d_name, "hca.%u.%u.%u.%n", &ns, &pid, &ctx, &pos)
+             != 3) || (pos == 0) || (ns != pidns)) {
+            continue;
+        }
+        if (pid == self_pid) {
+            if (!first_open) {
+                continue; /* our own live contexts */
+            }
+        } else if (!hca_shm_owner_dead(pidns, pid, ctx)) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/%s", de->d_name);
+        shm_unlink(path);
+    }
+    closedir(dir);
+}

@@ -1,0 +1,210 @@
+/*
+ * hca_wire.h - every structure that crosses a process boundary on the shm
+ * fabric.  Peers map these objects and read them; every field that comes
+ * from a peer is validated before it is used (see hca_fabric_shm.c).
+ *
+ * Objects (POSIX shm, mode 0600, named by hca_shm_name()):
+ *   ctx   one per opened device context: header, MPT, published QP table,
+ *         CQ notify table, service ring (requests for the responder thread)
+ *   r<N>  a receive ring (a QP's own receive queue, or an SRQ's)
+ *   q<N>  per QP: response slots (one per send WQE) + bounce area
+ *   dm<N> device memory
+ */
+#ifndef HCA_WIRE_H
+#define HCA_WIRE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
+#define HCA_WIRE_VERSION     1
+#define HCA_CACHE_LINE       64
+
+#define HCA_RING_SLOTS       256          /* slots per receive ring */
+#define HCA_RING_SLOT_SIZE   1024         /* bytes, header included */
+#define HCA_SVC_SLOTS        256          /* service ring slots */
+#define HCA_BOUNCE_SIZE      (64u * 1024) /* per-QP staging (no CMA) */
+#define HCA_MAX_SGE          8
+
+/* -------------------------------------------------------------- MPT */
+
+typedef enum {
+    HCA_MPT_FREE    = 0,
+    HCA_MPT_VALID   = 1,
+    HCA_MPT_INVALID = 2   /* being deregistered: no new access passes */
+} hca_mpt_state_t;
+
+/* Contract: the owner writes every plain field, then stores state VALID
+ * (release).  A peer increments inflight (seq_cst), then loads state and
+ * key; only if VALID and equal to its rkey may it read the plain fields
+ * and touch memory, and it decrements inflight when done.  Deregistration
+ * stores INVALID (seq_cst) and waits for inflight == 0. */
+typedef struct hca_mpt_entry {
+    _Atomic uint32_t state;     /* hca_mpt_state_t */
+    _Atomic uint32_t key;       /* index << 8 | tag, tag changes on reuse */
+    _Atomic uint32_t inflight;  /* peers past the check, still copying */
+    uint32_t         pd_handle; /* owning PD */
+    uint32_t         access;    /* HCA_ACCESS_* */
+    uint32_t         dm_id;     /* device memory id, 0 if plain memory */
+    uint64_t         addr;      /* start, in the owner's address space */
+    uint64_t         length;
+    uint64_t         dm_offset; /* addr - device memory base */
+} hca_mpt_entry_t;
+
+/* -------------------------------------------------------------- QP table */
+
+/* What peers need to know about a QP.  qpn is stored last (release) on
+ * create and cleared first on destroy. */
+typedef struct hca_qp_pub {
+    _Atomic uint32_t qpn;         /* 0: free slot */
+    _Atomic uint32_t state;       /* hca_qp_state_t */
+    uint32_t         pd_handle;
+    uint32_t         access;      /* remote access allowed by the QP */
+    _Atomic uint32_t dest_pid;    /* accepted source (RTR), see dest_qpn */
+    _Atomic uint32_t dest_ctx;
+    _Atomic uint32_t dest_qpn;    /* HCA_QPN_ANY: any source */
+    uint32_t         ring_id;     /* receive ring for SENDs to this QP */
+    uint32_t         send_cq_idx; /* notify slots */
+    uint32_t         recv_cq_idx;
+    uint32_t         sq_depth;    /* response slots in its q object */
+    uint32_t         reserved;
+} hca_qp_pub_t;
+
+/* -------------------------------------------------------------- notify */
+
+typedef struct hca_notify {
+    _Atomic uint32_t armed;       /* consumer sleeps: signal its socket */
+    uint32_t         reserved[15];
+} hca_notify_t;
+
+/* -------------------------------------------------------------- rings */
+
+/* Multi-producer single-consumer ring.  Producers claim index h with a CAS
+ * on head (only while h - tail < slots), write the slot, then store
+ * stamp = h + 1 (release): the stamp is the per-wrap owner mark.  The
+ * consumer at tail waits for stamp == tail + 1 (acquire), handles the
+ * slot, then advances tail (release), which frees the slot. */
+typedef struct hca_ring_hdr {
+    uint32_t         magic;
+    uint32_t         version;
+    uint32_t         slots;       /* power of two */
+    uint32_t         slot_size;
+    _Atomic uint32_t notify_idx;  /* which consumer socket to signal:
+                                     CQ index, or HCA_NOTIFY_SVC */
+    _Atomic uint32_t armed;       /* consumer sleeps: producers signal */
+    uint32_t         reserved[10];
+    _Atomic uint64_t head __attribute__((aligned(HCA_CACHE_LINE)));
+    _Atomic uint64_t tail __attribute__((aligned(HCA_CACHE_LINE)));
+    uint8_t          pad[HCA_CACHE_LINE - 8];
+} hca_ring_hdr_t;
+
+#define HCA_NOTIFY_SVC 0xffffffffu
+
+/* Messages in a receive ring */
+typedef enum {
+    HCA_MSG_SEND      = 1,  /* payload inline (one slot or fragments) */
+    HCA_MSG_SEND_PULL = 2,  /* payload stays at the sender: the responder
+                               reads it by single copy, then reports */
+    HCA_MSG_WRITE_IMM = 3   /* data already written: consume a receive */
+} hca_msg_op_t;
+
+enum {
+    HCA_MSG_FIRST    = 1u << 0,
+    HCA_MSG_LAST     = 1u << 1,
+    HCA_MSG_WITH_IMM = 1u << 2
+};
+
+typedef struct hca_msg_hdr {
+    _Atomic uint64_t stamp;    /* ring index + 1 once published */
+    uint8_t          op;       /* hca_msg_op_t */
+    uint8_t          flags;    /* HCA_MSG_* */
+    uint16_t         num_iov;  /* SEND_PULL: iovs in the payload */
+    uint32_t         src_pid;
+    uint32_t         src_ctx;
+    uint32_t         src_qpn;
+    uint32_t         dst_qpn;
+    uint32_t         imm;
+    uint32_t         length;   /* payload bytes in this slot */
+    uint32_t         msg_len;  /* bytes of the whole message */
+    uint32_t         resp_idx; /* SEND_PULL: sender's response slot */
+    uint32_t         resp_stamp;
+    uint32_t         reserved[4];
+} hca_msg_hdr_t;
+
+typedef struct hca_wire_iov {
+    uint64_t addr;
+    uint64_t length;
+} hca_wire_iov_t;
+
+#define HCA_SLOT_PAYLOAD (HCA_RING_SLOT_SIZE - sizeof(hca_msg_hdr_t))
+
+/* Requests for the target's responder thread (atomics on plain memory,
+ * RDMA WRITE/READ when single copy is not permitted). */
+typedef struct hca_svc_req {
+    _Atomic uint64_t stamp;    /* ring index + 1 once published */
+    uint8_t          opcode;   /* hca_wr_opcode_t */
+    uint8_t          size;     /* atomic operand size, 4 or 8 */
+    uint16_t         reserved0;
+    uint32_t         src_pid;
+    uint32_t         src_ctx;
+    uint32_t         src_qpn;  /* requester QP: names its q object */
+    uint32_t         dst_qpn;  /* target QP: PD and access check */
+    uint32_t         rkey;
+    uint32_t         resp_idx; /* response slot in the requester's q */
+    uint32_t         resp_stamp;
+    uint64_t         remote_addr;
+    uint64_t         length;   /* WRITE/READ chunk in the bounce area */
+    uint64_t         operand;  /* add/cmp/bitwise/swap value */
+    uint64_t         swap;     /* cmp_swp new value */
+    uint64_t         reserved1[3];
+} hca_svc_req_t;
+
+/* -------------------------------------------------------------- q object */
+
+typedef struct hca_resp_slot {
+    _Atomic uint32_t stamp;    /* equals the request's resp_stamp when
+                                  the response is complete */
+    uint32_t         status;   /* hca_wc_status_t */
+    uint64_t         value;    /* fetched value */
+} hca_resp_slot_t;
+
+typedef struct hca_qobj_hdr {
+    uint32_t magic;
+    uint32_t sq_depth;         /* number of response slots */
+    uint64_t bounce_offset;    /* from the start of the object */
+    uint64_t reserved[6];
+} hca_qobj_hdr_t;
+
+/* -------------------------------------------------------------- ctx */
+
+typedef struct hca_ctx_hdr {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t pid;
+    uint32_t ctx_id;
+    uint64_t start_time;       /* owner's /proc start time (pid reuse) */
+    uint32_t max_mr;
+    uint32_t max_qp;
+    uint32_t max_cq;
+    uint32_t max_dm;
+    uint64_t mpt_offset;       /* offsets from the start of the object */
+    uint64_t qp_offset;
+    uint64_t notify_offset;
+    uint64_t svc_offset;       /* hca_ring_hdr_t + HCA_SVC_SLOTS reqs */
+    uint32_t single_copy;      /* owner allows CMA on its side */
+    uint32_t reserved0;
+    uint64_t probe_addr;       /* address of probe_value in the owner */
+    uint64_t probe_value;      /* peers read it by CMA to test access */
+    uint64_t reserved[4];
+} hca_ctx_hdr_t;
+
+_Static_assert(sizeof(hca_mpt_entry_t) == 48, "MPT entry layout");
+_Static_assert(sizeof(hca_qp_pub_t) == 48, "QP table entry layout");
+_Static_assert(sizeof(hca_notify_t) == 64, "notify layout");
+_Static_assert(sizeof(hca_ring_hdr_t) == 3 * HCA_CACHE_LINE, "ring hdr");
+_Static_assert(sizeof(hca_msg_hdr_t) == 64, "message header layout");
+_Static_assert(sizeof(hca_svc_req_t) == 96, "service request layout");
+_Static_assert(sizeof(hca_resp_slot_t) == 16, "response slot layout");
+_Static_assert(sizeof(hca_ctx_hdr_t) == 128, "ctx header layout");
+
+#endif
