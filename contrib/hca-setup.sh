@@ -1,0 +1,301 @@
+#!/bin/bash
+#
+# hca-setup.sh - install dependencies, fetch the UCX source, build and test hca.
+#
+# usage: contrib/hca-setup.sh [deps|build|demo|test]     (default: build)
+#
+#   deps   install the Debian packages hca needs (only what is missing) and
+#          the UCX source tree of the installed UCX version
+#   build  deps + autogen + configure (in build/) + make
+#   test   build + make check
+#   demo   build + run the device tools
+#
+# Environment:
+#   HCA_CONFIGURE_FLAGS  extra configure flags (e.g. "--enable-asan");
+#                        a change of flags reconfigures and rebuilds build/
+#   HCA_BUILD_DIR        build directory (default: <repo>/build)
+#   HCA_MAKE_JOBS        parallel make jobs (default: number of CPUs)
+#
+set -euo pipefail
+
+topdir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+builddir=${HCA_BUILD_DIR:-$topdir/build}
+case $builddir in /*) ;; *) builddir=$PWD/$builddir ;; esac
+ucx_src_root=$topdir/contrib/ucx-src
+jobs=${HCA_MAKE_JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+# Debian packages needed to build, test and run hca.
+packages=(
+    build-essential autoconf automake libtool pkg-config dpkg-dev patch xz-utils
+    libucx-dev ucx-utils libnuma-dev googletest libgtest-dev
+    openmpi-bin libopenmpi-dev valgrind iproute2 procps
+)
+
+log() { echo "hca-setup: $*"; }
+die() { echo "hca-setup: error: $*" >&2; exit 1; }
+
+# Run a command as root: directly, via sudo, or fail.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run '$*' (not root and sudo is not installed)"
+    fi
+}
+
+apt_updated=no
+apt_update() {
+    if [ "$apt_updated" = no ]; then
+        # One unreachable or source-less repository must not stop us: the
+        # following install/source step reports what is really missing.
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q ||
+            log "warning: apt-get update reported errors, continuing"
+        apt_updated=yes
+    fi
+}
+
+# Print the first existing path among the arguments (an unmatched glob is
+# passed through literally and does not exist).
+first_match() {
+    local f
+    for f in "$@"; do
+        [ -e "$f" ] && { echo "$f"; return; }
+    done
+    true
+}
+
+pkg_installed() {
+    [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = \
+      "install ok installed" ]
+}
+
+install_packages() {
+    local missing=() p
+    for p in "${packages[@]}"; do
+        pkg_installed "$p" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        log "all ${#packages[@]} packages are installed"
+        return
+    fi
+    log "installing: ${missing[*]}"
+    apt_update
+    as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# Print deb-src stanzas derived from the deb822 sources files: every enabled
+# stanza whose Types include "deb" and which belongs to this distribution
+# (a suite named after the release codename), copied with Types: deb-src.
+derive_deb822_src() {
+    local codename=$1 f
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        [ "$(basename "$f")" = hca-deb-src.sources ] && continue
+        awk -v codename="$codename" '
+            function flush(   i, n, t, s, keep, has_deb, has_src) {
+                if (nlines == 0) return
+                n = split(types, t, /[ \t]+/)
+                for (i = 1; i <= n; i++) {
+                    if (t[i] == "deb") has_deb = 1
+                    if (t[i] == "deb-src") has_src = 1
+                }
+                keep = has_deb && !has_src && tolower(enabled) != "no"
+                if (keep && codename != "") {
+                    n = split(suites, s, /[ \t]+/)
+                    keep = 0
+                    for (i = 1; i <= n; i++) {
+                        if (s[i] == codename || index(s[i], codename "-") == 1 ||
+                            index(s[i], codename "/") == 1) keep = 1
+                    }
+                }
+                if (keep) {
+                    print "Types: deb-src"
+                    for (i = 1; i <= nlines; i++) print lines[i]
+                    print ""
+                }
+                nlines = 0; types = ""; suites = ""; enabled = ""
+            }
+            /^[ \t]*$/ { flush(); field = ""; next }
+            /^#/ { next }
+            /^[ \t]/ { if (field != "types") lines[++nlines] = $0; next }
+            {
+                field = tolower($0); sub(/:.*/, "", field)
+                value = $0; sub(/^[^:]*:[ \t]*/, "", value)
+                if (field == "types") { types = value; next }
+                if (field == "suites") suites = value
+                if (field == "enabled") enabled = value
+                lines[++nlines] = $0
+            }
+            END { flush() }
+        ' "$f"
+    done
+}
+
+# Print deb-src lines derived from the one-line /etc/apt/sources.list.
+derive_list_src() {
+    local f=/etc/apt/sources.list
+    [ -f "$f" ] || return 0
+    sed -n 's/^[ \t]*deb[ \t]\+/deb-src /p' "$f"
+}
+
+ensure_deb_src() {
+    local codename tmp
+    # shellcheck disable=SC1091
+    codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+    tmp=$(mktemp)
+    derive_deb822_src "$codename" >"$tmp"
+    if [ -s "$tmp" ] && [ ! -f /etc/apt/sources.list.d/hca-deb-src.sources ]; then
+        log "adding deb-src entries: /etc/apt/sources.list.d/hca-deb-src.sources"
+        as_root install -m 0644 "$tmp" /etc/apt/sources.list.d/hca-deb-src.sources
+    fi
+    derive_list_src >"$tmp"
+    if [ -s "$tmp" ] && [ ! -f /etc/apt/sources.list.d/hca-deb-src.list ]; then
+        log "adding deb-src entries: /etc/apt/sources.list.d/hca-deb-src.list"
+        as_root install -m 0644 "$tmp" /etc/apt/sources.list.d/hca-deb-src.list
+    fi
+    rm -f "$tmp"
+}
+
+# Installed UCX version, Debian form (e.g. 1.13.1-1) and upstream (1.13.1).
+ucx_deb_version() {
+    dpkg-query -W -f='${Version}' libucx0 2>/dev/null ||
+        die "libucx0 is not installed (run: $0 deps)"
+}
+ucx_upstream_version() {
+    local v=${1#*:}      # drop epoch
+    v=${v%-*}            # drop Debian revision
+    echo "${v%%[+~]*}"   # drop +dfsg / ~rc suffixes
+}
+
+fetch_ucx_source() {
+    local debver upver dest dl orig top
+    debver=$(ucx_deb_version)
+    upver=$(ucx_upstream_version "$debver")
+    dest=$ucx_src_root/ucx-$upver
+    if [ -f "$dest/src/uct/base/uct_iface.h" ]; then
+        log "UCX source $upver present: $dest"
+        return
+    fi
+
+    log "fetching the source of ucx $debver"
+    dl=$ucx_src_root/download
+    rm -rf "$dl"
+    mkdir -p "$dl"
+    # Root downloads without apt's _apt sandbox user (it cannot write here).
+    if ! (cd "$dl" && apt-get -q -o APT::Sandbox::User=root \
+              source --download-only "ucx=$debver"); then
+        log "no source for ucx=$debver yet: deriving deb-src entries"
+        ensure_deb_src
+        apt_updated=no
+        apt_update
+        (cd "$dl" && apt-get -q -o APT::Sandbox::User=root \
+             source --download-only "ucx=$debver") ||
+            die "apt-get source ucx=$debver failed"
+    fi
+
+    orig=$(first_match "$dl"/ucx_*.orig.tar.*)
+    [ -n "$orig" ] || die "no ucx_*.orig.tar.* in $dl"
+    top=$(tar -tf "$orig" | head -n 1 || true)
+    top=${top%%/*}
+    [ -n "$top" ] || die "cannot read $orig"
+
+    rm -rf "${dl:?}/${top:?}" "$dest"
+    tar -xf "$orig" -C "$dl" "$top/src" "$top/configure.ac"
+    apply_debian_patches "$dl" "$dl/$top"
+    mv "$dl/$top" "$dest"
+    rm -rf "$dl"
+    [ -f "$dest/src/uct/base/uct_iface.h" ] ||
+        die "extraction failed: $dest/src/uct/base/uct_iface.h missing"
+    log "UCX source $upver extracted: $dest ($(du -sh "$dest" | cut -f1))"
+}
+
+# Apply the Debian patches that touch src/ or configure.ac, so the headers are
+# those Debian built with.
+apply_debian_patches() {
+    local dl=$1 tree=$2 deb p
+    deb=$(first_match "$dl"/ucx_*.debian.tar.*)
+    [ -n "$deb" ] || return 0
+    tar -xf "$deb" -C "$dl" debian/patches 2>/dev/null || return 0
+    [ -f "$dl/debian/patches/series" ] || return 0
+    while read -r p _; do
+        case $p in ''|'#'*) continue ;; esac
+        if grep -qE '^\+\+\+ [^/]+/(src/|configure\.ac)' "$dl/debian/patches/$p"; then
+            log "applying Debian patch $p"
+            patch -d "$tree" -p1 -s -f --no-backup-if-mismatch \
+                <"$dl/debian/patches/$p" ||
+                log "warning: Debian patch $p did not apply cleanly"
+        fi
+    done <"$dl/debian/patches/series"
+}
+
+do_deps() {
+    install_packages
+    fetch_ucx_source
+}
+
+do_build() {
+    local upver flags stamp
+    upver=$(ucx_upstream_version "$(ucx_deb_version)")
+    flags="--enable-werror --with-ucx-src=$ucx_src_root/ucx-$upver"
+    flags+="${HCA_CONFIGURE_FLAGS:+ $HCA_CONFIGURE_FLAGS}"
+
+    cd "$topdir"
+    if [ ! -x configure ] || [ configure.ac -nt configure ]; then
+        log "autogen"
+        ./autogen.sh
+    fi
+
+    mkdir -p "$builddir"
+    cd "$builddir"
+    stamp=.hca-configure-flags
+    if [ ! -f config.status ] || [ "$topdir/configure" -nt config.status ] ||
+       [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ]; then
+        log "configure $flags"
+        # shellcheck disable=SC2086  # flags are words
+        "$topdir/configure" $flags
+        # Objects built with other flags must not be reused.
+        if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$flags" ]; then
+            make -s clean
+        fi
+        echo "$flags" >"$stamp"
+    fi
+    log "make -j$jobs"
+    make -j"$jobs"
+}
+
+do_test() {
+    log "make check"
+    if make -C "$builddir" check; then
+        log "make check: all tests passed"
+    else
+        local rc=$?
+        log "make check: FAILED (exit status $rc)"
+        exit $rc
+    fi
+}
+
+do_demo() {
+    local devinfo=$builddir/src/tools/hca_devinfo
+    local bench=$builddir/contrib/hca_pingpong_bench
+    [ -x "$devinfo" ] || die "$devinfo was not built"
+    log "running $devinfo"
+    "$devinfo"
+    if [ -x "$bench" ]; then
+        log "running $bench"
+        "$bench"
+    fi
+}
+
+cmd=${1:-build}
+case $cmd in
+deps)  do_deps ;;
+build) do_deps; do_build ;;
+test)  do_deps; do_build; do_test ;;
+demo)  do_deps; do_build; do_demo ;;
+-h|--help|help)
+    sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//' ;;
+*)     die "unknown command '$cmd' (use deps, build, demo or test)" ;;
+esac

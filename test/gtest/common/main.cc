@@ -1,0 +1,11 @@
+/*
+ * googletest entry point for gtest_hca.
+ */
+
+#include <gtest/gtest.h>
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}
