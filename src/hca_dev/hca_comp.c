@@ -28,8 +28,9 @@ void hca_comp_report(hca_qp_t *qp)
         if (wqe->state != HCA_WQE_DONE) {
             break;
         }
-        if ((wqe->status != HCA_WC_SUCCESS) ||
-            (wqe->flags & HCA_SEND_SIGNALED)) {
+        if ((wqe->flags & HCA_SEND_SIGNALED) ||
+            ((wqe->status != HCA_WC_SUCCESS) &&
+             !((wqe->status == HCA_WC_WR_FLUSH_ERR) && qp->quiet_flush))) {
             hca_wc_t wc = {
                 .wr_id    = wqe->wr_id,
                 .status   = (hca_wc_status_t)wqe->status,

@@ -158,6 +158,17 @@ int  hca_mr_dereg(hca_mr_t *mr);
 uint32_t hca_mr_lkey(const hca_mr_t *mr);
 uint32_t hca_mr_rkey(const hca_mr_t *mr);
 
+/* If the MR lies in device memory: that memory's id, and its base address
+ * in the owner's address space (*dm_base_p).  0 for plain memory. */
+uint32_t hca_mr_dm_id(const hca_mr_t *mr, uint64_t *dm_base_p);
+
+/* Maps device memory dm_id of the context at addr (same host only) into
+ * this process, for direct loads/stores (UCT rkey_ptr).  Unmap with
+ * hca_dm_unmap_remote(). */
+int  hca_dm_map_remote(const hca_port_addr_t *addr, uint32_t dm_id,
+                       void **base_p, size_t *length_p);
+void hca_dm_unmap_remote(void *base, size_t length);
+
 /* Device memory: a shared-memory object peers on the same host map.  Its
  * MRs give peers direct loads/stores (hca_rkey_ptr) and CPU atomics. */
 int   hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p);
@@ -318,6 +329,8 @@ typedef struct hca_qp_init_attr {
     uint32_t   max_recv_sge;
     uint32_t   max_inline_data;
     int        sq_sig_all;
+    int        quiet_flush;    /* flushed unsignalled WRs make no CQE
+                                  (errors other than flush always do) */
 } hca_qp_init_attr_t;
 
 #define HCA_QPN_ANY 0xffffffffu    /* RTR: accept any source (DC target) */

@@ -274,6 +274,7 @@ struct hca_qp {
     hca_qp_state_t    state;
     hca_qp_pub_t     *pub;
     int               sq_sig_all;
+    int               quiet_flush;
     uint32_t          max_inline;
     uint32_t          max_send_sge;
     /* send queue */

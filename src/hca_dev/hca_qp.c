@@ -93,6 +93,7 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     qp->recv_cq      = attr->recv_cq;
     qp->srq          = attr->srq;
     qp->sq_sig_all   = attr->sq_sig_all;
+    qp->quiet_flush  = attr->quiet_flush;
     qp->max_inline   = attr->max_inline_data;
     qp->max_send_sge = attr->max_send_sge ? attr->max_send_sge : 1;
     qp->sq_mask      = depth - 1;

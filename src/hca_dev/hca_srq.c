@@ -66,6 +66,11 @@ int hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr)
             *bad_wr = wr;
             return -EINVAL;
         }
+        if (hca_sge_check(rq->dev, rq->pd->handle, wr->sg_list, wr->num_sge,
+                          HCA_ACCESS_LOCAL_WRITE) != HCA_WC_SUCCESS) {
+            *bad_wr = wr;
+            return -EINVAL; /* the lkey does not cover the buffer */
+        }
         if (rq->head - rq->tail > rq->mask) {
             *bad_wr = wr;
             return -ENOMEM;

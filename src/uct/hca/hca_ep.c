@@ -1,0 +1,782 @@
+/*
+ * hca_ep.c - hca endpoints: one QP connected to a remote iface's target
+ * QP.  Every UCT operation becomes one work request.
+ *
+ * Completion rules: short and bcopy puts, AM short/bcopy up to the inline
+ * size, and posted atomics are unsignalled - on the intra-host paths the
+ * device has placed them when the post returns.  Zero-copy operations,
+ * gets, fetching atomics and bounce-buffer sends are signalled; the CQE
+ * (wr_id = uct_hca_op_t) completes them from progress.
+ */
+#include "hca_uct.h"
+
+#include <uct/base/uct_iov.inl>
+#include <ucs/debug/log.h>
+#include <errno.h>
+
+static UCS_F_ALWAYS_INLINE uct_hca_iface_t *uct_hca_ep_iface(uct_hca_ep_t *ep)
+{
+    return ucs_derived_of(ep->super.super.iface, uct_hca_iface_t);
+}
+
+/* Posts one WR; the only place a device error becomes a UCS status. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
+{
+    hca_send_wr_t *bad;
+    int rc;
+
+    if (ucs_unlikely(ep->status != UCS_OK)) {
+        return ep->status;
+    }
+    wr->send_flags |= ep->send_flags;
+    rc = hca_post_send(ep->qp, wr, &bad);
+    if (ucs_likely(rc == 0)) {
+        ep->send_flags = 0;
+        return UCS_OK;
+    }
+    if ((rc == -EAGAIN) || (rc == -ENOMEM)) {
+        ep->no_resource = 1;
+        return UCS_ERR_NO_RESOURCE;
+    }
+    /* the QP left RTS: an error is being reported from progress */
+    return (ep->status != UCS_OK) ? ep->status : UCS_ERR_CONNECTION_RESET;
+}
+
+/* A signalled operation descriptor, or NULL if none may be in flight. */
+static UCS_F_ALWAYS_INLINE uct_hca_op_t *
+uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
+                  uct_completion_t *comp)
+{
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    uct_hca_op_t *op;
+
+    if (ucs_unlikely(iface->tx_credits == 0)) {
+        ep->no_resource = 1;
+        return NULL;
+    }
+    op = ucs_mpool_get_inline(&iface->tx_mp);
+    if (ucs_unlikely(op == NULL)) {
+        return NULL;
+    }
+    op->type = type;
+    op->ep   = ep;
+    op->comp = comp;
+    return op;
+}
+
+/* Posts a signalled WR for op; releases op on failure. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_post_op(uct_hca_ep_t *ep, hca_send_wr_t *wr, uct_hca_op_t *op)
+{
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    ucs_status_t status;
+
+    wr->wr_id       = (uintptr_t)op;
+    wr->send_flags |= HCA_SEND_SIGNALED;
+    status          = uct_hca_ep_post(ep, wr);
+    if (ucs_unlikely(status != UCS_OK)) {
+        ucs_mpool_put_inline(op);
+        return status;
+    }
+    iface->tx_credits--;
+    return UCS_INPROGRESS;
+}
+
+void uct_hca_ep_complete_op(uct_hca_iface_t *iface, uct_hca_op_t *op,
+                            ucs_status_t status)
+{
+    switch (op->type) {
+    case UCT_HCA_OP_GET_BCOPY:
+        if (status == UCS_OK) {
+            op->unpack_cb(op->unpack_arg, uct_hca_op_buffer(op), op->length);
+        }
+        break;
+    case UCT_HCA_OP_FETCH:
+        if (status == UCS_OK) {
+            if (op->size == sizeof(uint32_t)) {
+                *(uint32_t*)op->result = (uint32_t)op->value;
+            } else {
+                *(uint64_t*)op->result = op->value;
+            }
+        }
+        break;
+    default:
+        break;
+    }
+    if (op->comp != NULL) {
+        uct_invoke_completion(op->comp, status);
+    }
+    ucs_mpool_put_inline(op);
+}
+
+static UCS_F_ALWAYS_INLINE uint32_t uct_hca_lkey(uct_mem_h memh)
+{
+    return (memh == UCT_MEM_HANDLE_NULL) ? 0 :
+           ((uct_hca_memh_t*)memh)->lkey;
+}
+
+/* iov -> SGEs after `first` prefilled ones; returns the SGE count. */
+static UCS_F_ALWAYS_INLINE int
+uct_hca_ep_iov_to_sge(const uct_iov_t *iov, size_t iovcnt, hca_sge_t *sge,
+                      int first, size_t *length_p)
+{
+    int n = first;
+
+    for (size_t i = 0; i < iovcnt; ++i) {
+        size_t len = uct_iov_get_length(&iov[i]);
+        if (len == 0) {
+            continue;
+        }
+        sge[n].addr   = (uintptr_t)iov[i].buffer;
+        sge[n].length = (uint32_t)len;
+        sge[n].lkey   = uct_hca_lkey(iov[i].memh);
+        *length_p    += len;
+        ++n;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- AM */
+
+ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                                 const void *payload, unsigned length)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_sge_t sge[2]       = {
+        {.addr = (uintptr_t)&header, .length = sizeof(header)},
+        {.addr = (uintptr_t)payload, .length = length},
+    };
+    hca_send_wr_t wr       = {
+        .sg_list    = sge,
+        .num_sge    = 2,
+        .opcode     = HCA_WR_SEND_WITH_IMM,
+        .send_flags = HCA_SEND_INLINE,
+        .imm_data   = id,
+    };
+
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_LENGTH(length + sizeof(header), 0, iface->config.max_inline,
+                     "am_short");
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, payload,
+                       length, "TX: AM_SHORT");
+    return uct_hca_ep_post(ep, &wr);
+}
+
+ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                     const uct_iov_t *iov, size_t iovcnt)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_sge_t sge[UCT_HCA_MAX_IOV];
+    size_t length          = 0;
+    hca_send_wr_t wr       = {
+        .sg_list    = sge,
+        .opcode     = HCA_WR_SEND_WITH_IMM,
+        .send_flags = HCA_SEND_INLINE,
+        .imm_data   = id,
+    };
+
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_short_iov");
+    wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
+    UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "am_short_iov");
+    return uct_hca_ep_post(ep, &wr);
+}
+
+static void uct_hca_ep_peer_check(uct_hca_ep_t *ep)
+{
+    if (!hca_qp_check_peer(ep->qp)) {
+        uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep,
+                                   UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+}
+
+ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                            uct_pack_callback_t pack_cb, void *arg,
+                            unsigned flags)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_send_wr_t wr       = {.opcode = HCA_WR_SEND_WITH_IMM, .imm_data = id};
+    ucs_status_t status;
+    uct_hca_op_t *op;
+    hca_sge_t sge;
+    size_t length;
+
+    UCT_CHECK_AM_ID(id);
+    if (ucs_unlikely(flags & UCT_SEND_FLAG_PEER_CHECK)) {
+        /* a store into a dead peer's ring would still "succeed" */
+        uct_hca_ep_peer_check(ep);
+    }
+    op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
+    if (ucs_unlikely(op == NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    length = pack_cb(uct_hca_op_buffer(op), arg);
+    UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "am_bcopy");
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                       uct_hca_op_buffer(op), length, "TX: AM_BCOPY");
+
+    sge.addr    = (uintptr_t)uct_hca_op_buffer(op);
+    sge.length  = (uint32_t)length;
+    sge.lkey    = op->lkey;
+    wr.sg_list  = &sge;
+    wr.num_sge  = 1;
+    if (length <= iface->config.max_inline) {
+        /* copied into the target's ring by the post: buffer free now */
+        wr.send_flags = HCA_SEND_INLINE;
+        status        = uct_hca_ep_post(ep, &wr);
+        ucs_mpool_put_inline(op);
+    } else {
+        status = uct_hca_ep_post_op(ep, &wr, op);
+    }
+    return UCS_STATUS_IS_ERR(status) ? (ssize_t)status : (ssize_t)length;
+}
+
+ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
+                                 const void *header, unsigned header_length,
+                                 const uct_iov_t *iov, size_t iovcnt,
+                                 unsigned flags, uct_completion_t *comp)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_sge_t sge[UCT_HCA_MAX_IOV + 1];
+    size_t length          = header_length;
+    hca_send_wr_t wr       = {
+        .sg_list  = sge,
+        .opcode   = HCA_WR_SEND_WITH_IMM,
+        .imm_data = id,
+    };
+    uct_hca_op_t *op;
+
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_zcopy");
+    UCT_CHECK_LENGTH(header_length, 0, 128, "am_zcopy header");
+    if (ucs_unlikely(flags & UCT_SEND_FLAG_PEER_CHECK)) {
+        uct_hca_ep_peer_check(ep);
+    }
+
+    sge[0].addr   = (uintptr_t)header;
+    sge[0].length = header_length;
+    sge[0].lkey   = 0;
+    wr.num_sge    = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 1, &length);
+    UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "am_zcopy");
+
+    if (length <= iface->config.max_inline) {
+        /* small enough to be copied into the ring at post: done */
+        wr.send_flags = HCA_SEND_INLINE;
+        return uct_hca_ep_post(ep, &wr);
+    }
+    op = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
+    if (ucs_unlikely(op == NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    /* the header must live in registered memory until completion */
+    memcpy(uct_hca_op_buffer(op), header, header_length);
+    sge[0].addr = (uintptr_t)uct_hca_op_buffer(op);
+    sge[0].lkey = op->lkey;
+    return uct_hca_ep_post_op(ep, &wr, op);
+}
+
+/* ---------------------------------------------------------------- RMA */
+
+ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                  unsigned length, uint64_t remote_addr,
+                                  uct_rkey_t rkey)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_sge_t sge          = {.addr = (uintptr_t)buffer, .length = length};
+    hca_send_wr_t wr       = {
+        .sg_list    = &sge,
+        .num_sge    = 1,
+        .opcode     = HCA_WR_RDMA_WRITE,
+        .send_flags = HCA_SEND_INLINE,
+        .rdma       = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+    };
+
+    UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "put_short");
+    return uct_hca_ep_post(ep, &wr);
+}
+
+ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
+                             void *arg, uint64_t remote_addr,
+                             uct_rkey_t rkey)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_send_wr_t wr       = {
+        .opcode = HCA_WR_RDMA_WRITE,
+        .rdma   = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+    };
+    ucs_status_t status;
+    uct_hca_op_t *op;
+    hca_sge_t sge;
+    size_t length;
+
+    op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
+    if (ucs_unlikely(op == NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    length     = pack_cb(uct_hca_op_buffer(op), arg);
+    UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "put_bcopy");
+    sge.addr   = (uintptr_t)uct_hca_op_buffer(op);
+    sge.length = (uint32_t)length;
+    sge.lkey   = op->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    if (length <= iface->config.max_inline) {
+        wr.send_flags = HCA_SEND_INLINE;
+        status        = uct_hca_ep_post(ep, &wr);
+        ucs_mpool_put_inline(op);
+    } else {
+        status = uct_hca_ep_post_op(ep, &wr, op);
+    }
+    return UCS_STATUS_IS_ERR(status) ? (ssize_t)status : (ssize_t)length;
+}
+
+ucs_status_t uct_hca_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                  size_t iovcnt, uint64_t remote_addr,
+                                  uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_hca_ep_t *ep = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    hca_sge_t sge[UCT_HCA_MAX_IOV];
+    size_t length    = 0;
+    hca_send_wr_t wr = {
+        .sg_list = sge,
+        .opcode  = HCA_WR_RDMA_WRITE,
+        .rdma    = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+    };
+    uct_hca_op_t *op;
+
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "put_zcopy");
+    wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
+    op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
+    if (ucs_unlikely(op == NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    return uct_hca_ep_post_op(ep, &wr, op);
+}
+
+ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
+                                  uct_unpack_callback_t unpack_cb, void *arg,
+                                  size_t length, uint64_t remote_addr,
+                                  uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_send_wr_t wr       = {
+        .opcode = HCA_WR_RDMA_READ,
+        .rdma   = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+    };
+    uct_hca_op_t *op;
+    hca_sge_t sge;
+
+    UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "get_bcopy");
+    op = uct_hca_ep_op_get(ep, UCT_HCA_OP_GET_BCOPY, comp);
+    if (ucs_unlikely(op == NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    op->unpack_cb  = unpack_cb;
+    op->unpack_arg = arg;
+    op->length     = (uint32_t)length;
+    sge.addr       = (uintptr_t)uct_hca_op_buffer(op);
+    sge.length     = (uint32_t)length;
+    sge.lkey       = op->lkey;
+    wr.sg_list     = &sge;
+    wr.num_sge     = 1;
+    return uct_hca_ep_post_op(ep, &wr, op);
+}
+
+ucs_status_t uct_hca_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                  size_t iovcnt, uint64_t remote_addr,
+                                  uct_rkey_t rkey, uct_completion_t *comp)
+{
+    uct_hca_ep_t *ep = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    hca_sge_t sge[UCT_HCA_MAX_IOV];
+    size_t length    = 0;
+    hca_send_wr_t wr = {
+        .sg_list = sge,
+        .opcode  = HCA_WR_RDMA_READ,
+        .rdma    = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+    };
+    uct_hca_op_t *op;
+
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "get_zcopy");
+    wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
+    op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
+    if (ucs_unlikely(op == NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    return uct_hca_ep_post_op(ep, &wr, op);
+}
+
+/* ---------------------------------------------------------------- atomics */
+
+static UCS_F_ALWAYS_INLINE int uct_hca_atomic_opcode(unsigned op, int fetch)
+{
+    switch (op) {
+    case UCT_ATOMIC_OP_ADD:
+        return fetch ? HCA_WR_ATOMIC_FETCH_ADD : HCA_WR_ATOMIC_ADD;
+    case UCT_ATOMIC_OP_AND:
+        return fetch ? HCA_WR_ATOMIC_FETCH_AND : HCA_WR_ATOMIC_AND;
+    case UCT_ATOMIC_OP_OR:
+        return fetch ? HCA_WR_ATOMIC_FETCH_OR : HCA_WR_ATOMIC_OR;
+    case UCT_ATOMIC_OP_XOR:
+        return fetch ? HCA_WR_ATOMIC_FETCH_XOR : HCA_WR_ATOMIC_XOR;
+    case UCT_ATOMIC_OP_SWAP:
+        return fetch ? HCA_WR_ATOMIC_SWAP : -1;
+    default:
+        return -1;
+    }
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_atomic_post(uct_hca_ep_t *ep, unsigned opcode, uint64_t value,
+                       uint64_t remote_addr, uct_rkey_t rkey, unsigned size)
+{
+    int op           = uct_hca_atomic_opcode(opcode, 0);
+    hca_send_wr_t wr = {
+        .opcode      = (hca_wr_opcode_t)op,
+        .send_flags  = (size == 4) ? HCA_SEND_ATOMIC32 : 0,
+        .rdma        = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+        .compare_add = value,
+    };
+
+    if (ucs_unlikely(op < 0)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return uct_hca_ep_post(ep, &wr);
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_atomic_fetch(uct_hca_ep_t *ep, int op, uint64_t value,
+                        uint64_t swap, void *result, uint64_t remote_addr,
+                        uct_rkey_t rkey, unsigned size,
+                        uct_completion_t *comp)
+{
+    hca_send_wr_t wr = {
+        .opcode      = (hca_wr_opcode_t)op,
+        .send_flags  = (size == 4) ? HCA_SEND_ATOMIC32 : 0,
+        .rdma        = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+        .compare_add = value,
+        .swap        = swap,
+    };
+    uct_hca_op_t *hop;
+    hca_sge_t sge;
+
+    if (ucs_unlikely(op < 0)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    hop = uct_hca_ep_op_get(ep, UCT_HCA_OP_FETCH, comp);
+    if (ucs_unlikely(hop == NULL)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    hop->result = result;
+    hop->size   = size;
+    hop->value  = 0;
+    sge.addr    = (uintptr_t)&hop->value;
+    sge.length  = size;
+    sge.lkey    = hop->lkey;
+    wr.sg_list  = &sge;
+    wr.num_sge  = 1;
+    return uct_hca_ep_post_op(ep, &wr, hop);
+}
+
+ucs_status_t uct_hca_ep_atomic32_post(uct_ep_h tl_ep, unsigned opcode,
+                                      uint32_t value, uint64_t remote_addr,
+                                      uct_rkey_t rkey)
+{
+    return uct_hca_ep_atomic_post(ucs_derived_of(tl_ep, uct_hca_ep_t), opcode,
+                                  value, remote_addr, rkey, 4);
+}
+
+ucs_status_t uct_hca_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
+                                      uint64_t value, uint64_t remote_addr,
+                                      uct_rkey_t rkey)
+{
+    return uct_hca_ep_atomic_post(ucs_derived_of(tl_ep, uct_hca_ep_t), opcode,
+                                  value, remote_addr, rkey, 8);
+}
+
+ucs_status_t uct_hca_ep_atomic32_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
+                                       uint32_t value, uint32_t *result,
+                                       uint64_t remote_addr, uct_rkey_t rkey,
+                                       uct_completion_t *comp)
+{
+    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                                   uct_hca_atomic_opcode(opcode, 1), value, 0,
+                                   result, remote_addr, rkey, 4, comp);
+}
+
+ucs_status_t uct_hca_ep_atomic64_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
+                                       uint64_t value, uint64_t *result,
+                                       uint64_t remote_addr, uct_rkey_t rkey,
+                                       uct_completion_t *comp)
+{
+    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                                   uct_hca_atomic_opcode(opcode, 1), value, 0,
+                                   result, remote_addr, rkey, 8, comp);
+}
+
+ucs_status_t uct_hca_ep_atomic_cswap32(uct_ep_h tl_ep, uint32_t compare,
+                                       uint32_t swap, uint64_t remote_addr,
+                                       uct_rkey_t rkey, uint32_t *result,
+                                       uct_completion_t *comp)
+{
+    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                                   HCA_WR_ATOMIC_CMP_SWP, compare, swap,
+                                   result, remote_addr, rkey, 4, comp);
+}
+
+ucs_status_t uct_hca_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
+                                       uint64_t swap, uint64_t remote_addr,
+                                       uct_rkey_t rkey, uint64_t *result,
+                                       uct_completion_t *comp)
+{
+    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                                   HCA_WR_ATOMIC_CMP_SWP, compare, swap,
+                                   result, remote_addr, rkey, 8, comp);
+}
+
+/* ---------------------------------------------------------------- flush */
+
+void uct_hca_ep_flush_progress(uct_hca_ep_t *ep)
+{
+    ucs_status_t status = (ep->status == UCS_ERR_CANCELED) ? UCS_OK :
+                                                             ep->status;
+    uct_hca_flush_req_t *req;
+
+    if (hca_qp_outstanding(ep->qp) != 0) {
+        return;
+    }
+    ucs_list_del(&ep->flush_list);
+    while (!ucs_queue_is_empty(&ep->flush_q)) {
+        req = ucs_queue_pull_elem_non_empty(&ep->flush_q, uct_hca_flush_req_t,
+                                            queue);
+        uct_invoke_completion(req->comp, status);
+        ucs_free(req);
+    }
+}
+
+ucs_status_t uct_hca_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                              uct_completion_t *comp)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    uct_hca_flush_req_t *req;
+
+    if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        /* every outstanding WR completes with UCS_ERR_CANCELED */
+        if (hca_qp_outstanding(ep->qp) != 0) {
+            hca_qp_modify(ep->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
+                          HCA_QP_ATTR_STATE);
+            if (ep->status == UCS_OK) {
+                ep->status = UCS_ERR_CANCELED;
+            }
+        }
+    } else if (!ucs_arbiter_group_is_empty(&ep->arb_group)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    if (hca_qp_outstanding(ep->qp) == 0) {
+        return UCS_OK;
+    }
+    if (comp == NULL) {
+        return UCS_INPROGRESS;
+    }
+    req = ucs_malloc(sizeof(*req), "hca_flush_req");
+    if (req == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    req->comp = comp;
+    if (ucs_queue_is_empty(&ep->flush_q)) {
+        ucs_list_add_tail(&iface->flush_eps, &ep->flush_list);
+    }
+    ucs_queue_push(&ep->flush_q, &req->queue);
+    return UCS_INPROGRESS;
+}
+
+ucs_status_t uct_hca_ep_fence(uct_ep_h tl_ep, unsigned flags)
+{
+    uct_hca_ep_t *ep = ucs_derived_of(tl_ep, uct_hca_ep_t);
+
+    /* the next WR waits until every earlier one completed remotely */
+    ep->send_flags |= HCA_SEND_FENCE;
+    return UCS_OK;
+}
+
+ucs_status_t uct_hca_ep_check(uct_ep_h tl_ep, unsigned flags,
+                              uct_completion_t *comp)
+{
+    UCT_EP_KEEPALIVE_CHECK_PARAM(flags, comp);
+    uct_hca_ep_peer_check(ucs_derived_of(tl_ep, uct_hca_ep_t));
+    return UCS_OK;
+}
+
+/* ---------------------------------------------------------------- pending */
+
+static int uct_hca_ep_has_resources(uct_hca_ep_t *ep)
+{
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+
+    return !ep->no_resource && (iface->tx_credits > 0) &&
+           (hca_qp_outstanding(ep->qp) < iface->config.tx_queue_len);
+}
+
+ucs_status_t uct_hca_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *n,
+                                    unsigned flags)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+
+    if (uct_hca_ep_has_resources(ep) &&
+        ucs_arbiter_group_is_empty(&ep->arb_group)) {
+        return UCS_ERR_BUSY;
+    }
+    uct_pending_req_arb_group_push(&ep->arb_group, n);
+    ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
+    return UCS_OK;
+}
+
+ucs_arbiter_cb_result_t uct_hca_ep_process_pending(ucs_arbiter_t *arbiter,
+                                                   ucs_arbiter_group_t *group,
+                                                   ucs_arbiter_elem_t *elem,
+                                                   void *arg)
+{
+    uct_hca_ep_t *ep       = ucs_container_of(group, uct_hca_ep_t, arb_group);
+    uct_pending_req_t *req = ucs_container_of(elem, uct_pending_req_t, priv);
+    unsigned *count        = arg;
+    ucs_status_t status;
+
+    ep->no_resource = 0; /* retry: the target may have drained its ring */
+    status          = req->func(req);
+    if (status == UCS_OK) {
+        (*count)++;
+        return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
+    } else if (status == UCS_INPROGRESS) {
+        (*count)++;
+        return UCS_ARBITER_CB_RESULT_NEXT_GROUP;
+    }
+    return UCS_ARBITER_CB_RESULT_RESCHED_GROUP;
+}
+
+typedef struct {
+    uct_pending_purge_callback_t cb;
+    void                         *arg;
+} uct_hca_purge_args_t;
+
+static ucs_arbiter_cb_result_t uct_hca_ep_purge_cb(ucs_arbiter_t *arbiter,
+                                                   ucs_arbiter_group_t *group,
+                                                   ucs_arbiter_elem_t *elem,
+                                                   void *arg)
+{
+    uct_hca_purge_args_t *args = arg;
+    uct_pending_req_t *req     = ucs_container_of(elem, uct_pending_req_t,
+                                                  priv);
+
+    if (args->cb != NULL) {
+        args->cb(req, args->arg);
+    }
+    return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
+}
+
+void uct_hca_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t cb,
+                              void *arg)
+{
+    uct_hca_ep_t *ep          = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface    = uct_hca_ep_iface(ep);
+    uct_hca_purge_args_t args = {cb, arg};
+
+    ucs_arbiter_group_purge(&iface->arbiter, &ep->arb_group,
+                            uct_hca_ep_purge_cb, &args);
+}
+
+/* ---------------------------------------------------------------- class */
+
+UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
+{
+    uct_hca_iface_t *iface = ucs_derived_of(params->iface, uct_hca_iface_t);
+    const uct_hca_iface_addr_t *ifaddr;
+    const uct_hca_device_addr_t *devaddr;
+    hca_qp_init_attr_t init = {0};
+    hca_qp_attr_t attr      = {0};
+    int rc;
+
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
+    UCT_EP_PARAMS_CHECK_DEV_IFACE_ADDRS(params);
+    ifaddr  = (const uct_hca_iface_addr_t*)params->iface_addr;
+    devaddr = (const uct_hca_device_addr_t*)params->dev_addr;
+
+    init.send_cq         = iface->cq;
+    init.recv_cq         = iface->cq;
+    init.srq             = iface->ep_srq;
+    init.max_send_wr     = iface->config.tx_queue_len;
+    init.max_send_sge    = UCT_HCA_MAX_IOV + 1;
+    init.max_inline_data = iface->config.max_inline;
+    init.quiet_flush     = 1;
+    rc = hca_qp_create(iface->md->pd, &init, &self->qp);
+    if (rc != 0) {
+        ucs_error("hca: cannot create a QP: %s", strerror(-rc));
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    attr.qp_state        = HCA_QPS_INIT;
+    rc = hca_qp_modify(self->qp, &attr, HCA_QP_ATTR_STATE);
+    attr.qp_state        = HCA_QPS_RTR;
+    memcpy(&attr.dest.host, devaddr, sizeof(attr.dest.host));
+    attr.dest.pid        = ifaddr->pid;
+    attr.dest.ctx_id     = ifaddr->ctx_id;
+    attr.dest_qp_num     = ifaddr->qpn;
+    rc = rc ? rc : hca_qp_modify(self->qp, &attr,
+                                 HCA_QP_ATTR_STATE | HCA_QP_ATTR_DEST);
+    attr.qp_state        = HCA_QPS_RTS;
+    rc = rc ? rc : hca_qp_modify(self->qp, &attr, HCA_QP_ATTR_STATE);
+    if (rc != 0) {
+        ucs_error("hca: cannot connect to pid %u qpn 0x%x: %s", ifaddr->pid,
+                  ifaddr->qpn, strerror(-rc));
+        hca_qp_destroy(self->qp);
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    self->status = UCS_OK;
+    ucs_arbiter_group_init(&self->arb_group);
+    ucs_queue_head_init(&self->flush_q);
+    ucs_list_add_tail(&iface->ep_list, &self->list);
+    iface->ep_by_qp[hca_qp_num(self->qp) & UCT_HCA_QPN_INDEX_MASK] = self;
+    return UCS_OK;
+}
+
+UCS_CLASS_CLEANUP_FUNC(uct_hca_ep_t)
+{
+    uct_hca_iface_t *iface = ucs_derived_of(self->super.super.iface,
+                                            uct_hca_iface_t);
+    uct_hca_flush_req_t *req;
+
+    uct_hca_ep_pending_purge(&self->super.super, NULL, NULL);
+    ucs_arbiter_group_cleanup(&self->arb_group);
+    if (!ucs_queue_is_empty(&self->flush_q)) {
+        ucs_list_del(&self->flush_list);
+        while (!ucs_queue_is_empty(&self->flush_q)) {
+            req = ucs_queue_pull_elem_non_empty(&self->flush_q,
+                                                uct_hca_flush_req_t, queue);
+            uct_invoke_completion(req->comp, UCS_ERR_CANCELED);
+            ucs_free(req);
+        }
+    }
+    if (self->err_pending) {
+        iface->failed_eps--;
+    }
+    ucs_list_del(&self->list);
+    iface->ep_by_qp[hca_qp_num(self->qp) & UCT_HCA_QPN_INDEX_MASK] = NULL;
+    /* outstanding signalled WRs complete (cancelled) from progress; their
+     * descriptors do not point back to this ep */
+    hca_qp_modify(self->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
+                  HCA_QP_ATTR_STATE);
+    hca_qp_destroy(self->qp);
+}
+
+UCS_CLASS_DEFINE(uct_hca_ep_t, uct_base_ep_t);
+UCS_CLASS_DEFINE_NEW_FUNC(uct_hca_ep_t, uct_ep_t, const uct_ep_params_t*);
+UCS_CLASS_DEFINE_DELETE_FUNC(uct_hca_ep_t, uct_ep_t);

@@ -1,0 +1,418 @@
+/*
+ * hca_md.c - the UCT component "hca" and its memory domain: registration
+ * (device MRs), allocation (device memory that peers map), rkeys, and
+ * rkey_ptr for device memory.
+ *
+ * Registration needs no pinning (requesters check the MPT, the kernel's
+ * single copy faults pages in), so it costs a table insert: no rcache.
+ */
+#include "hca_uct.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/string.h>
+#include <pthread.h>
+#include <string.h>
+
+static ucs_config_field_t uct_hca_md_config_table[] = {
+    {"", "", NULL, ucs_offsetof(uct_hca_md_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {"DEVICE", "hca0",
+     "The hca device whose context holds the memory registrations.",
+     ucs_offsetof(uct_hca_md_config_t, device), UCS_CONFIG_TYPE_STRING},
+
+    {"SINGLE_COPY", "y",
+     "Move RDMA data with one copy (process_vm_readv/writev) when the\n"
+     "kernel permits it; otherwise through the target's responder.",
+     ucs_offsetof(uct_hca_md_config_t, single_copy), UCS_CONFIG_TYPE_BOOL},
+
+    {NULL}
+};
+
+uint64_t uct_hca_host_hash(const hca_host_id_t *host)
+{
+    const uint8_t *p = (const uint8_t*)host;
+    uint64_t h       = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < sizeof(*host); ++i) {
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+ucs_status_t uct_hca_status(hca_wc_status_t status)
+{
+    switch (status) {
+    case HCA_WC_SUCCESS:
+        return UCS_OK;
+    case HCA_WC_WR_FLUSH_ERR:
+        return UCS_ERR_CANCELED;
+    case HCA_WC_RETRY_EXC_ERR:
+    case HCA_WC_RNR_RETRY_EXC_ERR:
+        return UCS_ERR_ENDPOINT_TIMEOUT;
+    case HCA_WC_REM_ACCESS_ERR:
+    case HCA_WC_LOC_PROT_ERR:
+        return UCS_ERR_INVALID_ADDR;
+    case HCA_WC_LOC_LEN_ERR:
+        return UCS_ERR_MESSAGE_TRUNCATED;
+    case HCA_WC_REM_INV_REQ_ERR:
+        return UCS_ERR_CONNECTION_RESET;
+    default:
+        return UCS_ERR_IO_ERROR;
+    }
+}
+
+static ucs_status_t uct_hca_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
+{
+    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_ALLOC |
+                                 UCT_MD_FLAG_NEED_RKEY |
+                                 UCT_MD_FLAG_NEED_MEMH |
+                                 UCT_MD_FLAG_RKEY_PTR |
+                                 UCT_MD_FLAG_INVALIDATE;
+    attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.alloc_mem_types  = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.detect_mem_types = 0;
+    attr->cap.max_alloc        = 1ull << 36;
+    attr->cap.max_reg          = SIZE_MAX;
+    attr->rkey_packed_size     = sizeof(uct_hca_packed_rkey_t);
+    attr->reg_cost             = ucs_linear_func_make(200e-9, 0);
+    memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+    return UCS_OK;
+}
+
+static unsigned uct_hca_md_access(void)
+{
+    return HCA_ACCESS_LOCAL_WRITE | HCA_ACCESS_REMOTE_WRITE |
+           HCA_ACCESS_REMOTE_READ | HCA_ACCESS_REMOTE_ATOMIC;
+}
+
+static ucs_status_t uct_hca_mem_reg(uct_md_h tl_md, void *address,
+                                    size_t length, unsigned flags,
+                                    uct_mem_h *memh_p)
+{
+    uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
+    uct_hca_memh_t *memh;
+    int rc;
+
+    memh = ucs_calloc(1, sizeof(*memh), "hca_memh");
+    if (memh == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    rc = hca_mr_reg(md->pd, address, length, uct_hca_md_access(), &memh->mr);
+    if (rc != 0) {
+        uct_md_log_mem_reg_error(flags, "hca: failed to register %p..%p: %s",
+                                 address, UCS_PTR_BYTE_OFFSET(address, length),
+                                 strerror(-rc));
+        ucs_free(memh);
+        return UCS_ERR_IO_ERROR;
+    }
+    memh->lkey = hca_mr_lkey(memh->mr);
+    *memh_p    = memh;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
+                                      const uct_md_mem_dereg_params_t *params)
+{
+    uct_hca_memh_t *memh;
+    unsigned flags;
+
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 1);
+    memh  = params->memh;
+    flags = UCT_MD_MEM_DEREG_FIELD_VALUE(params, flags, FIELD_FLAGS, 0);
+    if (memh->dm != NULL) {
+        return UCS_ERR_INVALID_PARAM; /* allocated: use mem_free */
+    }
+    /* hca_mr_dereg invalidates the key and waits for accesses in flight:
+     * once it returns, no peer can touch the memory */
+    hca_mr_dereg(memh->mr);
+    ucs_free(memh);
+    if (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
+        uct_invoke_completion(params->comp, UCS_OK);
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t uct_hca_mem_alloc(uct_md_h tl_md, size_t *length_p,
+                                      void **address_p,
+                                      ucs_memory_type_t mem_type,
+                                      unsigned flags, const char *alloc_name,
+                                      uct_mem_h *memh_p)
+{
+    uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
+    size_t length    = ucs_align_up(ucs_max(*length_p, 1), ucs_get_page_size());
+    uct_hca_memh_t *memh;
+    int rc;
+
+    if (mem_type != UCS_MEMORY_TYPE_HOST) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    memh = ucs_calloc(1, sizeof(*memh), "hca_memh");
+    if (memh == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    rc = hca_dm_alloc(md->dev, length, &memh->dm);
+    if (rc != 0) {
+        ucs_debug("hca: device memory of %zu bytes for %s: %s", length,
+                  alloc_name, strerror(-rc));
+        ucs_free(memh);
+        return UCS_ERR_NO_MEMORY;
+    }
+    rc = hca_mr_reg(md->pd, hca_dm_addr(memh->dm), length,
+                    uct_hca_md_access(), &memh->mr);
+    if (rc != 0) {
+        hca_dm_free(memh->dm);
+        ucs_free(memh);
+        return UCS_ERR_IO_ERROR;
+    }
+    memh->lkey = hca_mr_lkey(memh->mr);
+    *length_p  = length;
+    *address_p = hca_dm_addr(memh->dm);
+    *memh_p    = memh;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_hca_mem_free(uct_md_h tl_md, uct_mem_h tl_memh)
+{
+    uct_hca_memh_t *memh = tl_memh;
+
+    hca_mr_dereg(memh->mr);
+    hca_dm_free(memh->dm);
+    ucs_free(memh);
+    return UCS_OK;
+}
+
+static ucs_status_t
+uct_hca_mkey_pack(uct_md_h tl_md, uct_mem_h tl_memh,
+                  const uct_md_mkey_pack_params_t *params, void *rkey_buffer)
+{
+    uct_hca_md_t *md             = ucs_derived_of(tl_md, uct_hca_md_t);
+    uct_hca_memh_t *memh         = tl_memh;
+    uct_hca_packed_rkey_t *rkey  = rkey_buffer;
+    uint64_t dm_base             = 0;
+
+    rkey->rkey      = hca_mr_rkey(memh->mr);
+    rkey->dm_id     = hca_mr_dm_id(memh->mr, &dm_base);
+    rkey->pid       = md->addr.pid;
+    rkey->ctx_id    = md->addr.ctx_id;
+    rkey->dm_base   = dm_base;
+    rkey->host_hash = md->host_hash;
+    return UCS_OK;
+}
+
+/* ------------------------------------------------ peer device memory cache */
+
+/* Device memory of peers mapped for rkey_ptr: one mapping per segment,
+ * shared by every rkey that names it. */
+typedef struct uct_hca_rmap {
+    struct uct_hca_rmap *next;
+    uint32_t             pid, ctx_id, dm_id;
+    void                *base;
+    size_t               length;
+    unsigned             refs;
+} uct_hca_rmap_t;
+
+typedef struct uct_hca_rkey_handle {
+    uct_hca_rmap_t *map;
+    uint64_t        dm_base;
+} uct_hca_rkey_handle_t;
+
+static pthread_mutex_t uct_hca_rmap_lock = PTHREAD_MUTEX_INITIALIZER;
+static uct_hca_rmap_t *uct_hca_rmaps     = NULL;
+
+static uct_hca_rmap_t *uct_hca_rmap_get(const uct_hca_packed_rkey_t *rkey)
+{
+    hca_port_addr_t addr;
+    uct_hca_rmap_t *map;
+
+    pthread_mutex_lock(&uct_hca_rmap_lock);
+    for (map = uct_hca_rmaps; map != NULL; map = map->next) {
+        if ((map->pid == rkey->pid) && (map->ctx_id == rkey->ctx_id) &&
+            (map->dm_id == rkey->dm_id)) {
+            map->refs++;
+            goto out;
+        }
+    }
+    map = ucs_calloc(1, sizeof(*map), "hca_rmap");
+    if (map == NULL) {
+        goto out;
+    }
+    memset(&addr, 0, sizeof(addr));
+    hca_host_id_get(&addr.host);
+    addr.pid    = rkey->pid;
+    addr.ctx_id = rkey->ctx_id;
+    if (hca_dm_map_remote(&addr, rkey->dm_id, &map->base, &map->length) !=
+        0) {
+        ucs_free(map);
+        map = NULL;
+        goto out;
+    }
+    map->pid      = rkey->pid;
+    map->ctx_id   = rkey->ctx_id;
+    map->dm_id    = rkey->dm_id;
+    map->refs     = 1;
+    map->next     = uct_hca_rmaps;
+    uct_hca_rmaps = map;
+out:
+    pthread_mutex_unlock(&uct_hca_rmap_lock);
+    return map;
+}
+
+static void uct_hca_rmap_put(uct_hca_rmap_t *map)
+{
+    uct_hca_rmap_t **pp;
+
+    pthread_mutex_lock(&uct_hca_rmap_lock);
+    if (--map->refs == 0) {
+        for (pp = &uct_hca_rmaps; *pp != map; pp = &(*pp)->next) {
+        }
+        *pp = map->next;
+        hca_dm_unmap_remote(map->base, map->length);
+        ucs_free(map);
+    }
+    pthread_mutex_unlock(&uct_hca_rmap_lock);
+}
+
+static ucs_status_t uct_hca_rkey_unpack(uct_component_t *component,
+                                        const void *rkey_buffer,
+                                        uct_rkey_t *rkey_p, void **handle_p)
+{
+    const uct_hca_packed_rkey_t *packed = rkey_buffer;
+    uct_hca_rkey_handle_t *handle       = NULL;
+    hca_host_id_t host;
+    uct_hca_rmap_t *map;
+
+    if ((packed->dm_id != 0) && (hca_host_id_get(&host) == 0) &&
+        (uct_hca_host_hash(&host) == packed->host_hash)) {
+        map = uct_hca_rmap_get(packed);
+        if (map != NULL) {
+            handle = ucs_malloc(sizeof(*handle), "hca_rkey_handle");
+            if (handle == NULL) {
+                uct_hca_rmap_put(map);
+            } else {
+                handle->map     = map;
+                handle->dm_base = packed->dm_base;
+            }
+        }
+    }
+    *rkey_p   = packed->rkey;
+    *handle_p = handle;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_hca_rkey_ptr(uct_component_t *component,
+                                     uct_rkey_t rkey, void *tl_handle,
+                                     uint64_t remote_addr,
+                                     void **local_addr_p)
+{
+    uct_hca_rkey_handle_t *handle = tl_handle;
+    uint64_t offset;
+
+    if (handle == NULL) {
+        return UCS_ERR_UNREACHABLE; /* not device memory of this host */
+    }
+    offset = remote_addr - handle->dm_base;
+    if ((remote_addr < handle->dm_base) || (offset >= handle->map->length)) {
+        return UCS_ERR_INVALID_ADDR;
+    }
+    *local_addr_p = UCS_PTR_BYTE_OFFSET(handle->map->base, offset);
+    return UCS_OK;
+}
+
+static ucs_status_t uct_hca_rkey_release(uct_component_t *component,
+                                         uct_rkey_t rkey, void *tl_handle)
+{
+    uct_hca_rkey_handle_t *handle = tl_handle;
+
+    if (handle != NULL) {
+        uct_hca_rmap_put(handle->map);
+        ucs_free(handle);
+    }
+    return UCS_OK;
+}
+
+/* ---------------------------------------------------------------- md */
+
+static void uct_hca_md_close(uct_md_h tl_md)
+{
+    uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
+
+    hca_pd_dealloc(md->pd);
+    hca_device_close(md->dev);
+    ucs_free(md);
+}
+
+static uct_md_ops_t uct_hca_md_ops = {
+    .close                  = uct_hca_md_close,
+    .query                  = uct_hca_md_query,
+    .mem_alloc              = uct_hca_mem_alloc,
+    .mem_free               = uct_hca_mem_free,
+    .mem_advise             = ucs_empty_function_return_unsupported,
+    .mem_reg                = uct_hca_mem_reg,
+    .mem_dereg              = uct_hca_mem_dereg,
+    .mem_query              = ucs_empty_function_return_unsupported,
+    .mkey_pack              = uct_hca_mkey_pack,
+    .is_sockaddr_accessible = ucs_empty_function_return_zero_int,
+    .detect_memory_type     = ucs_empty_function_return_unsupported,
+};
+
+static ucs_status_t uct_hca_md_open(uct_component_t *component,
+                                    const char *md_name,
+                                    const uct_md_config_t *tl_config,
+                                    uct_md_h *md_p)
+{
+    const uct_hca_md_config_t *config = ucs_derived_of(tl_config,
+                                                       uct_hca_md_config_t);
+    uct_hca_md_t *md;
+    int rc;
+
+    md = ucs_calloc(1, sizeof(*md), "hca_md");
+    if (md == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    rc = hca_device_open(config->device,
+                         config->single_copy ? 0 : HCA_OPEN_NO_SINGLE_COPY,
+                         &md->dev);
+    if (rc != 0) {
+        ucs_error("hca: cannot open device '%s': %s", config->device,
+                  strerror(-rc));
+        ucs_free(md);
+        return UCS_ERR_NO_DEVICE;
+    }
+    rc = hca_pd_alloc(md->dev, &md->pd);
+    if (rc != 0) {
+        hca_device_close(md->dev);
+        ucs_free(md);
+        return UCS_ERR_NO_RESOURCE;
+    }
+    hca_port_address(md->dev, &md->addr);
+    md->host_hash       = uct_hca_host_hash(&md->addr.host);
+    md->super.ops       = &uct_hca_md_ops;
+    md->super.component = &uct_hca_component;
+    *md_p               = &md->super;
+    return UCS_OK;
+}
+
+extern uct_tl_t UCT_TL_NAME(hca);
+
+uct_component_t uct_hca_component = {
+    .query_md_resources = uct_md_query_single_md_resource,
+    .md_open            = uct_hca_md_open,
+    .cm_open            = ucs_empty_function_return_unsupported,
+    .rkey_unpack        = uct_hca_rkey_unpack,
+    .rkey_ptr           = uct_hca_rkey_ptr,
+    .rkey_release       = uct_hca_rkey_release,
+    .name               = UCT_HCA_NAME,
+    .md_config          = {
+        .name           = "hca memory domain",
+        .prefix         = "HCA_",
+        .table          = uct_hca_md_config_table,
+        .size           = sizeof(uct_hca_md_config_t),
+    },
+    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
+    .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(&uct_hca_component),
+    .flags              = 0,
+    .md_vfs_init        = (uct_component_md_vfs_init_func_t)ucs_empty_function
+};

@@ -1,0 +1,254 @@
+/*
+ * hca_uct.h - the UCT transport "hca": objects shared by the md, iface and
+ * ep files, and the fast-path inlines.
+ *
+ * Model (connect-to-iface, like DC on InfiniBand):
+ *   - the md opens the device context; MRs and device memory live there;
+ *   - an iface owns one CQ, a target QP that accepts SENDs from any source
+ *     (HCA_QPN_ANY) with its receive descriptors, and an SRQ that its
+ *     endpoint QPs attach to (they never receive, so they need no ring);
+ *   - an ep is a QP connected to the remote iface's target QP.
+ * Active messages are SEND_WITH_IMM (imm = AM id); puts and gets are RDMA
+ * WRITE/READ; atomics are the device's atomics.
+ */
+#ifndef UCT_HCA_H
+#define UCT_HCA_H
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include <hca_dev.h>
+
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_md.h>
+#include <ucs/datastruct/arbiter.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
+#include <ucs/type/class.h>
+
+#define UCT_HCA_NAME            "hca"
+#define UCT_HCA_MAX_IOV         (HCA_MAX_SGE_UCT)
+#define HCA_MAX_SGE_UCT         7   /* device max 8: one for the AM header */
+#define UCT_HCA_QPN_INDEX_MASK  0xfffu
+#define UCT_HCA_MAX_EPS         4096
+
+extern uct_component_t uct_hca_component;
+
+/* ---------------------------------------------------------------- md */
+
+typedef struct uct_hca_md_config {
+    uct_md_config_t super;
+    char           *device;       /* which hca_dev device to open */
+    int             single_copy;  /* allow process_vm_* */
+} uct_hca_md_config_t;
+
+typedef struct uct_hca_md {
+    uct_md_t       super;
+    hca_device_t  *dev;
+    hca_pd_t      *pd;
+    hca_port_addr_t addr;
+    uint64_t       host_hash;
+} uct_hca_md_t;
+
+/* A registration (or allocation) */
+typedef struct uct_hca_memh {
+    hca_mr_t *mr;
+    hca_dm_t *dm;        /* set when allocated by mem_alloc */
+    uint32_t  lkey;
+} uct_hca_memh_t;
+
+/* Packed rkey: the key, and what a peer on this host needs to map device
+ * memory for rkey_ptr (dm_id 0: plain memory). */
+typedef struct UCS_S_PACKED uct_hca_packed_rkey {
+    uint32_t rkey;
+    uint32_t dm_id;
+    uint32_t pid;
+    uint32_t ctx_id;
+    uint64_t dm_base;    /* device memory base in the owner's space */
+    uint64_t host_hash;  /* same host check before mapping */
+} uct_hca_packed_rkey_t;
+
+uint64_t uct_hca_host_hash(const hca_host_id_t *host);
+
+/* ---------------------------------------------------------------- iface */
+
+typedef struct uct_hca_iface_config {
+    uct_iface_config_t     super;
+    size_t                 seg_size;     /* receive descriptor / bcopy size */
+    unsigned               rx_queue_len; /* posted receives */
+    unsigned               tx_queue_len; /* send queue per ep */
+    unsigned               tx_cq_len;    /* signalled ops in flight */
+    uct_iface_mpool_config_t mp;
+} uct_hca_iface_config_t;
+
+/* Device address: the host identity (what "same host" means) */
+typedef struct UCS_S_PACKED uct_hca_device_addr {
+    hca_host_id_t host;
+} uct_hca_device_addr_t;
+
+/* Iface address: the target QP */
+typedef struct UCS_S_PACKED uct_hca_iface_addr {
+    uint32_t pid;
+    uint32_t ctx_id;
+    uint32_t qpn;
+} uct_hca_iface_addr_t;
+
+/* Receive descriptor: [lkey][uct_recv_desc_t*][rx_headroom][data] */
+typedef struct uct_hca_rx_desc {
+    uint32_t          lkey;
+    uint32_t          reserved;
+    uct_recv_desc_t  *release;   /* uct_recv_desc(): right before desc */
+} uct_hca_rx_desc_t;
+
+typedef enum {
+    UCT_HCA_OP_COMP = 0,     /* call comp (zcopy, flush helpers) */
+    UCT_HCA_OP_BUFFER,       /* release the bounce buffer */
+    UCT_HCA_OP_GET_BCOPY,    /* unpack from the bounce buffer */
+    UCT_HCA_OP_FETCH         /* copy the fetched value to the user */
+} uct_hca_op_type_t;
+
+/* A signalled operation: wr_id points to it.  Lives in tx_mp, whose
+ * elements also carry a registered bounce buffer of seg_size bytes. */
+typedef struct uct_hca_op {
+    uint32_t                 type;
+    uint32_t                 lkey;    /* of the bounce buffer */
+    struct uct_hca_ep       *ep;
+    uct_completion_t        *comp;
+    void                    *result;  /* FETCH: user's result */
+    uint32_t                 size;    /* FETCH: 4 or 8 */
+    uint32_t                 length;  /* GET_BCOPY */
+    uct_unpack_callback_t    unpack_cb;
+    void                    *unpack_arg;
+    uint64_t                 value;   /* FETCH lands here */
+    /* bounce buffer follows */
+} uct_hca_op_t;
+
+typedef struct uct_hca_iface {
+    uct_base_iface_t      super;
+    uct_hca_md_t         *md;
+    hca_cq_t             *cq;
+    hca_srq_t            *ep_srq;
+    hca_qp_t             *tgt_qp;
+    ucs_mpool_t           rx_mp;
+    ucs_mpool_t           tx_mp;
+    ucs_arbiter_t         arbiter;
+    ucs_list_link_t       ep_list;
+    ucs_list_link_t       flush_eps;   /* eps with flush waiters */
+    uct_recv_desc_t       release_desc;
+    struct uct_hca_ep   **ep_by_qp;    /* by QPN index: error routing */
+    size_t                rx_headroom;
+    unsigned              tx_credits;  /* signalled ops that fit the CQ */
+    unsigned              failed_eps;  /* eps waiting for error report */
+    struct {
+        size_t            seg_size;
+        unsigned          rx_queue_len;
+        unsigned          tx_queue_len;
+        unsigned          max_inline;
+    } config;
+} uct_hca_iface_t;
+
+/* ---------------------------------------------------------------- ep */
+
+typedef struct uct_hca_flush_req {
+    ucs_queue_elem_t  queue;
+    uct_completion_t *comp;
+} uct_hca_flush_req_t;
+
+typedef struct uct_hca_ep {
+    uct_base_ep_t        super;
+    hca_qp_t            *qp;
+    ucs_arbiter_group_t  arb_group;
+    ucs_list_link_t      list;         /* in iface->ep_list */
+    ucs_list_link_t      flush_list;   /* in iface->flush_eps */
+    ucs_queue_head_t     flush_q;
+    unsigned             send_flags;   /* HCA_SEND_FENCE once after fence */
+    ucs_status_t         status;       /* != OK: failed */
+    int                  err_reported;
+    int                  err_pending;  /* report from progress */
+    int                  no_resource;  /* last send found no room */
+} uct_hca_ep_t;
+
+UCS_CLASS_DECLARE(uct_hca_ep_t, const uct_ep_params_t*);
+UCS_CLASS_DECLARE_NEW_FUNC(uct_hca_ep_t, uct_ep_t, const uct_ep_params_t*);
+UCS_CLASS_DECLARE_DELETE_FUNC(uct_hca_ep_t, uct_ep_t);
+
+/* iface helpers used by ep */
+ucs_status_t uct_hca_status(hca_wc_status_t status);
+void uct_hca_iface_schedule_err(uct_hca_iface_t *iface, uct_hca_ep_t *ep,
+                                ucs_status_t status);
+unsigned uct_hca_iface_progress(uct_iface_h tl_iface);
+
+/* ep operations (hca_ep.c) */
+ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                                 const void *payload, unsigned length);
+ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                     const uct_iov_t *iov, size_t iovcnt);
+ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                            uct_pack_callback_t pack_cb, void *arg,
+                            unsigned flags);
+ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
+                                 const void *header, unsigned header_length,
+                                 const uct_iov_t *iov, size_t iovcnt,
+                                 unsigned flags, uct_completion_t *comp);
+ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                  unsigned length, uint64_t remote_addr,
+                                  uct_rkey_t rkey);
+ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
+                             void *arg, uint64_t remote_addr,
+                             uct_rkey_t rkey);
+ucs_status_t uct_hca_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                  size_t iovcnt, uint64_t remote_addr,
+                                  uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
+                                  uct_unpack_callback_t unpack_cb, void *arg,
+                                  size_t length, uint64_t remote_addr,
+                                  uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_hca_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                  size_t iovcnt, uint64_t remote_addr,
+                                  uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t uct_hca_ep_atomic32_post(uct_ep_h tl_ep, unsigned opcode,
+                                      uint32_t value, uint64_t remote_addr,
+                                      uct_rkey_t rkey);
+ucs_status_t uct_hca_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
+                                      uint64_t value, uint64_t remote_addr,
+                                      uct_rkey_t rkey);
+ucs_status_t uct_hca_ep_atomic32_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
+                                       uint32_t value, uint32_t *result,
+                                       uint64_t remote_addr, uct_rkey_t rkey,
+                                       uct_completion_t *comp);
+ucs_status_t uct_hca_ep_atomic64_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
+                                       uint64_t value, uint64_t *result,
+                                       uint64_t remote_addr, uct_rkey_t rkey,
+                                       uct_completion_t *comp);
+ucs_status_t uct_hca_ep_atomic_cswap32(uct_ep_h tl_ep, uint32_t compare,
+                                       uint32_t swap, uint64_t remote_addr,
+                                       uct_rkey_t rkey, uint32_t *result,
+                                       uct_completion_t *comp);
+ucs_status_t uct_hca_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
+                                       uint64_t swap, uint64_t remote_addr,
+                                       uct_rkey_t rkey, uint64_t *result,
+                                       uct_completion_t *comp);
+ucs_status_t uct_hca_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                              uct_completion_t *comp);
+ucs_status_t uct_hca_ep_fence(uct_ep_h tl_ep, unsigned flags);
+ucs_status_t uct_hca_ep_check(uct_ep_h tl_ep, unsigned flags,
+                              uct_completion_t *comp);
+ucs_status_t uct_hca_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *n,
+                                    unsigned flags);
+void uct_hca_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t cb,
+                              void *arg);
+ucs_arbiter_cb_result_t uct_hca_ep_process_pending(ucs_arbiter_t *arbiter,
+                                                   ucs_arbiter_group_t *group,
+                                                   ucs_arbiter_elem_t *elem,
+                                                   void *arg);
+void uct_hca_ep_flush_progress(uct_hca_ep_t *ep);
+void uct_hca_ep_complete_op(uct_hca_iface_t *iface, uct_hca_op_t *op,
+                            ucs_status_t status);
+
+static UCS_F_ALWAYS_INLINE void *uct_hca_op_buffer(uct_hca_op_t *op)
+{
+    return op + 1;
+}
+
+#endif
