@@ -169,12 +169,27 @@ static inline void spin_start(struct spin *s)
     s->count = 0;
 }
 
+/* The parent notices a dead child at once instead of after the timeout
+ * (the child needs no such check: it dies with the parent). */
+static int child_gone(void)
+{
+    int status;
+
+    if (g_child_pid <= 0 || waitpid(g_child_pid, &status, WNOHANG) <= 0)
+        return 0;
+    g_child_pid = -1;
+    return 1;
+}
+
 static inline void spin_check(struct spin *s, const char *what, long iter)
 {
     uint64_t now;
 
     if ((++s->count & SPIN_CHECK_MASK) != 0)
         return;
+    if (child_gone())
+        die("the child exited while waiting for %s at iteration %ld",
+            what, iter);
     now = now_ns();
     if (s->deadline == 0)
         s->deadline = now + WAIT_TIMEOUT_NS;
@@ -229,7 +244,8 @@ static void write_full(int fd, const void *p, size_t len)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
-            die("write to pipe: %s", strerror(errno));
+            die("write to pipe: %s%s", strerror(errno),
+                errno == EPIPE ? " (the peer exited)" : "");
         b += n;
         len -= (size_t)n;
     }
@@ -824,6 +840,8 @@ int main(int argc, char **argv)
     pid_t parent = getpid(), pid;
 
     parse_options(argc, argv, &opt);
+    /* a peer that died must show as an EPIPE error, not kill us silently */
+    signal(SIGPIPE, SIG_IGN);
 
     /* created before fork so both processes share the very same page */
     fl = mmap(NULL, sizeof(*fl), PROT_READ | PROT_WRITE,

@@ -65,10 +65,13 @@ ucs_status_t uct_hca_status(hca_wc_status_t status)
 
 static ucs_status_t uct_hca_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
 {
+    /* No UCT_MD_FLAG_RKEY_PTR, although uct_rkey_ptr works for device
+     * memory: UCP 1.13 takes REG|RKEY_PTR to mean "any registered memory
+     * can be mapped" and then runs every rendezvous through rkey_ptr, which
+     * fails with UCS_ERR_UNREACHABLE for plain (malloc) memory. */
     attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_ALLOC |
                                  UCT_MD_FLAG_NEED_RKEY |
                                  UCT_MD_FLAG_NEED_MEMH |
-                                 UCT_MD_FLAG_RKEY_PTR |
                                  UCT_MD_FLAG_INVALIDATE;
     attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.alloc_mem_types  = UCS_BIT(UCS_MEMORY_TYPE_HOST);
