@@ -740,7 +740,11 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
         return UCS_ERR_UNREACHABLE;
     }
 
-    self->status = UCS_OK;
+    self->status       = UCS_OK;
+    self->send_flags   = 0;
+    self->err_reported = 0;
+    self->err_pending  = 0;
+    self->no_resource  = 0;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_queue_head_init(&self->flush_q);
     ucs_list_add_tail(&iface->ep_list, &self->list);

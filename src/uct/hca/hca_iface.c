@@ -535,6 +535,10 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
     self->config.tx_queue_len = config->tx_queue_len;
     self->config.max_inline   = dattr.max_inline_data;
     self->tx_credits          = config->tx_cq_len;
+    self->failed_eps          = 0;
+    self->cq                  = NULL;
+    self->ep_srq              = NULL;
+    self->tgt_qp              = NULL;
     self->release_desc.cb     = uct_hca_iface_release_desc;
     ucs_list_head_init(&self->ep_list);
     ucs_list_head_init(&self->flush_eps);
