@@ -27,6 +27,12 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
      "kernel permits it; otherwise through the target's responder.",
      ucs_offsetof(uct_hca_md_config_t, single_copy), UCS_CONFIG_TYPE_BOOL},
 
+    {"STATS", "n",
+     "Print this process's device counters (operations and bytes by opcode)\n"
+     "to stderr when the memory domain closes: proof of which transport\n"
+     "carried the traffic.",
+     ucs_offsetof(uct_hca_md_config_t, stats), UCS_CONFIG_TYPE_BOOL},
+
     {NULL}
 };
 
@@ -338,10 +344,43 @@ static ucs_status_t uct_hca_rkey_release(uct_component_t *component,
 
 /* ---------------------------------------------------------------- md */
 
+/* One line per memory domain: "hca: pid P ctx C: OP=ops/bytes ..." */
+static void uct_hca_md_print_stats(uct_hca_md_t *md)
+{
+    char line[2048];
+    size_t len = 0;
+    hca_counters_t cnt;
+
+    hca_device_counters(md->dev, &cnt);
+    len += snprintf(line + len, sizeof(line) - len, "hca: pid %u ctx %u:",
+                    md->addr.pid, md->addr.ctx_id);
+    for (int op = 0; op < HCA_WR_OPCODE_LAST; ++op) {
+        if ((cnt.tx_ops[op] == 0) || (len >= sizeof(line))) {
+            continue;
+        }
+        len += snprintf(line + len, sizeof(line) - len, " %s=%llu/%llu",
+                        hca_wr_opcode_str((hca_wr_opcode_t)op),
+                        (unsigned long long)cnt.tx_ops[op],
+                        (unsigned long long)cnt.tx_bytes[op]);
+    }
+    if (len < sizeof(line)) {
+        snprintf(line + len, sizeof(line) - len,
+                 " responder_ops=%llu errors=%llu",
+                 (unsigned long long)cnt.responder_ops,
+                 (unsigned long long)(cnt.errors[HCA_WC_REM_ACCESS_ERR] +
+                                      cnt.errors[HCA_WC_RETRY_EXC_ERR] +
+                                      cnt.errors[HCA_WC_REM_OP_ERR]));
+    }
+    fprintf(stderr, "%s\n", line);
+}
+
 static void uct_hca_md_close(uct_md_h tl_md)
 {
     uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
 
+    if (md->stats) {
+        uct_hca_md_print_stats(md);
+    }
     hca_pd_dealloc(md->pd);
     hca_device_close(md->dev);
     ucs_free(md);
@@ -392,6 +431,7 @@ static ucs_status_t uct_hca_md_open(uct_component_t *component,
     }
     hca_port_address(md->dev, &md->addr);
     md->host_hash       = uct_hca_host_hash(&md->addr.host);
+    md->stats           = config->stats;
     md->super.ops       = &uct_hca_md_ops;
     md->super.component = &uct_hca_component;
     *md_p               = &md->super;

@@ -41,6 +41,7 @@ typedef struct uct_hca_md_config {
     uct_md_config_t super;
     char           *device;       /* which hca_dev device to open */
     int             single_copy;  /* allow process_vm_* */
+    int             stats;        /* print device counters at close */
 } uct_hca_md_config_t;
 
 typedef struct uct_hca_md {
@@ -49,6 +50,7 @@ typedef struct uct_hca_md {
     hca_pd_t      *pd;
     hca_port_addr_t addr;
     uint64_t       host_hash;
+    int            stats;
 } uct_hca_md_t;
 
 /* A registration (or allocation) */
