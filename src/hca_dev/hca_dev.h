@@ -360,7 +360,8 @@ int  hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask);
 /* Posts a chain; on error *bad_wr is the first WR not posted:
  * -ENOMEM send queue full, -EINVAL malformed WR / wrong state,
  * -EAGAIN the target's receive ring is full (retry later; nothing of
- *  that WR was delivered). */
+ *  that WR was delivered), -ECONNRESET the ring stayed full and its owner
+ *  is gone (the QP moved to ERR). */
 int  hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr);
 int  hca_post_recv(hca_qp_t *qp, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr);
 int  hca_post_srq_recv(hca_srq_t *srq, hca_recv_wr_t *wr,

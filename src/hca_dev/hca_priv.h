@@ -288,6 +288,7 @@ struct hca_qp {
     uint32_t          stamp_seq;
     int64_t           bounce_user;/* WQE index using the bounce, or -1 */
     uint64_t          wait_start; /* ns, first poll that found no news */
+    uint64_t          full_since; /* ns, first -EAGAIN in a row */
     hca_shm_t         qobj;       /* response slots + bounce area */
     hca_resp_slot_t  *resp;
     uint8_t          *bounce;

@@ -456,6 +456,25 @@ static void hca_wqe_fill(hca_qp_t *qp, hca_wqe_t *wqe, uint64_t idx,
     }
 }
 
+/* A full target ring that stays full for long may belong to a dead peer
+ * (a store into a dead peer's ring still succeeds until it fills): check
+ * liveness at most every HCA_PEER_CHECK_NS.  -EAGAIN, or -ECONNRESET once
+ * the peer is found gone (the QP is then in ERR). */
+static int hca_qp_ring_full(hca_qp_t *qp)
+{
+    uint64_t now = hca_now_ns();
+
+    if (qp->full_since == 0) {
+        qp->full_since = now;
+    } else if (now - qp->full_since > HCA_PEER_CHECK_NS) {
+        qp->full_since = now;
+        if (!hca_qp_check_peer(qp)) {
+            return -ECONNRESET;
+        }
+    }
+    return -EAGAIN;
+}
+
 int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
 {
     int rc = 0;
@@ -489,12 +508,14 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
             /* the target had no room: hand it back, nothing was sent */
             qp->sq_head = idx;
             qp->cnt.ring_full++;
-            rc = -EAGAIN;
+            rc = hca_qp_ring_full(qp);
             break;
         }
     }
     if (rc != 0) {
         *bad_wr = wr;
+    } else {
+        qp->full_since = 0;
     }
     hca_comp_report(qp);
     return rc;

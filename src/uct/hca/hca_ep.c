@@ -39,8 +39,12 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
         ep->no_resource = 1;
         return UCS_ERR_NO_RESOURCE;
     }
-    /* the QP left RTS: an error is being reported from progress */
-    return (ep->status != UCS_OK) ? ep->status : UCS_ERR_CONNECTION_RESET;
+    /* the QP left RTS (peer gone, or an earlier WR failed): make sure the
+     * error reaches UCX from progress */
+    uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep,
+                               (rc == -ECONNRESET) ? UCS_ERR_ENDPOINT_TIMEOUT :
+                                                     UCS_ERR_CONNECTION_RESET);
+    return ep->status;
 }
 
 /* A signalled operation descriptor, or NULL if none may be in flight. */
