@@ -41,7 +41,7 @@ void hca_comp_report(hca_qp_t *qp)
             hca_cq_push(qp->send_cq, &wc);
         }
         if (wqe->status != HCA_WC_SUCCESS) {
-            qp->cnt.errors[wqe->status]++;
+            qp->cnt->errors[wqe->status]++;
         }
         qp->sq_tail++;
     }

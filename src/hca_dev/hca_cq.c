@@ -138,7 +138,7 @@ int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc)
                     cq->dev->name, cq->mask + 1);
         }
         cq->overflow = 1;
-        __atomic_fetch_add(&cq->dev->svc_cnt.cq_overflows, 1,
+        __atomic_fetch_add(&cq->dev->svc_cnt->cq_overflows, 1,
                            __ATOMIC_RELAXED);
         return -EOVERFLOW;
     }

@@ -401,6 +401,9 @@ typedef struct hca_counters {
 
 /* Sums over every QP ever created on the context (closed ones included). */
 int  hca_device_counters(hca_device_t *dev, hca_counters_t *cnt);
+/* Host-wide: every process's live QPs and contexts plus the totals of
+ * closed ones, for device devname (what hca_devinfo shows). */
+int  hca_host_counters(const char *devname, hca_counters_t *cnt);
 int  hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt);
 
 const char *hca_wc_status_str(hca_wc_status_t status);

@@ -45,7 +45,7 @@ static size_t hca_align_up(size_t v)
 static int hca_ctx_create(hca_device_t *dev)
 {
     size_t off = hca_align_up(sizeof(hca_ctx_hdr_t));
-    size_t mpt_off, qp_off, notify_off, svc_off, total;
+    size_t mpt_off, qp_off, notify_off, svc_off, cnt_off, total;
     char name[96];
     int rc;
 
@@ -57,7 +57,10 @@ static int hca_ctx_create(hca_device_t *dev)
     notify_off = off;
     off        = hca_align_up(off + sizeof(hca_notify_t) * HCA_MAX_CQ);
     svc_off    = off;
-    total      = off + hca_ring_bytes(HCA_SVC_SLOTS, sizeof(hca_svc_req_t));
+    off        = hca_align_up(off + hca_ring_bytes(HCA_SVC_SLOTS,
+                                                   sizeof(hca_svc_req_t)));
+    cnt_off    = off;
+    total      = off + sizeof(hca_counters_t);
 
     hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
                  "ctx", 0);
@@ -70,6 +73,7 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->mpt    = (hca_mpt_entry_t*)((uint8_t*)dev->ctx.addr + mpt_off);
     dev->qp_pub = (hca_qp_pub_t*)((uint8_t*)dev->ctx.addr + qp_off);
     dev->notify = (hca_notify_t*)((uint8_t*)dev->ctx.addr + notify_off);
+    dev->svc_cnt = (hca_counters_t*)((uint8_t*)dev->ctx.addr + cnt_off);
     hca_ring_init(&dev->svc, (uint8_t*)dev->ctx.addr + svc_off,
                   HCA_SVC_SLOTS, sizeof(hca_svc_req_t), HCA_NOTIFY_SVC);
 
@@ -87,6 +91,7 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->hdr->qp_offset   = qp_off;
     dev->hdr->notify_offset = notify_off;
     dev->hdr->svc_offset  = svc_off;
+    dev->hdr->counters_offset = cnt_off;
     dev->hdr->single_copy = (uint32_t)dev->single_copy;
     dev->hdr->probe_addr  = (uint64_t)(uintptr_t)&dev->probe_value;
     dev->hdr->probe_value = dev->probe_value;
@@ -165,6 +170,7 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
         goto err_close_sock;
     }
 
+    hca_stats_open(dev);
     rc = hca_svc_start(dev);
     if (rc != 0) {
         goto err_destroy_ctx;
@@ -174,6 +180,7 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     return 0;
 
 err_destroy_ctx:
+    hca_shm_destroy(&dev->host_stats);
     hca_shm_destroy(&dev->ctx);
 err_close_sock:
     close(dev->send_sock);
@@ -204,6 +211,7 @@ int hca_device_close(hca_device_t *dev)
         hca_shm_destroy(&dm->shm);
         free(dm);
     }
+    hca_stats_close(dev);
     dev->hdr->magic = 0;
     hca_shm_destroy(&dev->ctx);
     close(dev->send_sock);
@@ -309,7 +317,7 @@ void hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
     len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
     (void)sendto(dev->send_sock, &byte, 1, MSG_DONTWAIT,
                  (struct sockaddr*)&sa, len);
-    __atomic_fetch_add(&dev->svc_cnt.wakeups_sent, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&dev->svc_cnt->wakeups_sent, 1, __ATOMIC_RELAXED);
 }
 
 /* Binds a datagram socket to the abstract name of consumer idx. */

@@ -216,7 +216,8 @@ static int hca_qobj_map_check(hca_map_t *map)
 
     if ((hdr->magic != HCA_WIRE_MAGIC) || (hdr->sq_depth == 0) ||
         (hdr->sq_depth > HCA_MAX_QP_WR) ||
-        (sizeof(*hdr) + sizeof(hca_resp_slot_t) * hdr->sq_depth >
+        (hdr->resp_offset < sizeof(*hdr)) ||
+        (hdr->resp_offset + sizeof(hca_resp_slot_t) * hdr->sq_depth >
          hdr->bounce_offset) ||
         (hdr->bounce_offset + HCA_BOUNCE_SIZE > map->shm.length)) {
         return -EPROTO;
@@ -654,7 +655,7 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     req->swap        = wqe->swap;
     hca_ring_publish(&peer->svc, idx);
     hca_shm_svc_notify(qp->dev, peer);
-    qp->cnt.responder_ops++;
+    qp->cnt->responder_ops++;
     return HCA_EXEC_ISSUED;
 }
 
@@ -697,7 +698,7 @@ static hca_exec_t hca_shm_atomic(hca_qp_t *qp, hca_wqe_t *wqe,
                            wqe->swap);
     hca_mpt_release(entry);
     hca_atomic_result(wqe, old);
-    qp->cnt.mapped_ops++;
+    qp->cnt->mapped_ops++;
     hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
     return HCA_EXEC_DONE;
 }
@@ -782,7 +783,7 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, hca_wqe_t *wqe,
             hca_sge_scatter(wqe->sge, wqe->num_sge, 0,
                             (void*)(uintptr_t)wqe->remote_addr, wqe->length);
         }
-        qp->cnt.mapped_ops++;
+        qp->cnt->mapped_ops++;
     } else if (entry->dm_id != 0) {
         hca_map_t *map = hca_peer_dm(qp->dev, peer, entry->dm_id);
         uint64_t off   = entry->dm_offset + (wqe->remote_addr - entry->addr);
@@ -795,11 +796,11 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, hca_wqe_t *wqe,
             hca_sge_scatter(wqe->sge, wqe->num_sge, 0,
                             (uint8_t*)map->shm.addr + off, wqe->length);
         }
-        qp->cnt.mapped_ops++;
+        qp->cnt->mapped_ops++;
     } else if (peer->cma_ok) {
         status = hca_cma_xfer(peer->addr.pid, write, wqe->sge, wqe->num_sge,
                               wqe->remote_addr);
-        qp->cnt.single_copy_ops++;
+        qp->cnt->single_copy_ops++;
     } else {
         hca_mpt_release(entry);
         return 1;
@@ -888,8 +889,8 @@ static hca_exec_t hca_shm_exec(hca_qp_t *qp, hca_wqe_t *wqe)
     if ((res == HCA_EXEC_DONE || res == HCA_EXEC_ISSUED) &&
         (wqe->status == HCA_WC_SUCCESS) && (wqe->done == 0 ||
                                             wqe->done == wqe->length)) {
-        qp->cnt.tx_ops[wqe->opcode]++;
-        qp->cnt.tx_bytes[wqe->opcode] += (info->flags & HCA_OPF_ATOMIC) ?
+        qp->cnt->tx_ops[wqe->opcode]++;
+        qp->cnt->tx_bytes[wqe->opcode] += (info->flags & HCA_OPF_ATOMIC) ?
             ((wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8) : wqe->length;
     }
     return res;

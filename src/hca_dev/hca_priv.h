@@ -125,7 +125,8 @@ struct hca_device {
     int                single_copy;
     volatile uint64_t  probe_value;
     hca_counters_t     retired;    /* destroyed QPs */
-    hca_counters_t     svc_cnt;    /* written by the service thread */
+    hca_counters_t    *svc_cnt;    /* in the ctx object; responder side */
+    hca_shm_t          host_stats; /* host-wide totals of closed objects */
     pthread_t          svc_thread;
     int                svc_sock;
     int                svc_started;
@@ -299,7 +300,7 @@ struct hca_qp {
     hca_map_t        *tgt_ring;   /* cached target ring mapping */
     uint32_t          tgt_ring_id;
     hca_partial_t    *partials;   /* fragmented SENDs being received */
-    hca_counters_t    cnt;
+    hca_counters_t   *cnt;        /* in the q object: hca_devinfo reads it */
 };
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
@@ -358,6 +359,9 @@ extern const hca_opcode_info_t hca_opcode[HCA_WR_OPCODE_LAST];
 
 uint64_t hca_now_ns(void);
 void     hca_counters_add(hca_counters_t *to, const hca_counters_t *from);
+void     hca_stats_open(hca_device_t *dev);
+void     hca_stats_retire(hca_device_t *dev, const hca_counters_t *cnt);
+void     hca_stats_close(hca_device_t *dev);
 int      hca_svc_start(hca_device_t *dev);
 void     hca_svc_stop(hca_device_t *dev);
 int      hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p);

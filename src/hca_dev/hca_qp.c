@@ -47,8 +47,10 @@ static int hca_qp_qobj_create(hca_qp_t *qp)
 {
     hca_device_t *dev = qp->dev;
     uint32_t depth    = qp->sq_mask + 1;
-    size_t bounce_off = (sizeof(hca_qobj_hdr_t) +
-                         sizeof(hca_resp_slot_t) * depth + 4095) & ~4095ul;
+    size_t cnt_off    = sizeof(hca_qobj_hdr_t);
+    size_t resp_off   = (cnt_off + sizeof(hca_counters_t) + 63) & ~63ul;
+    size_t bounce_off = (resp_off + sizeof(hca_resp_slot_t) * depth +
+                         4095) & ~4095ul;
     hca_qobj_hdr_t *hdr;
     char name[96];
     int rc;
@@ -63,8 +65,11 @@ static int hca_qp_qobj_create(hca_qp_t *qp)
     hdr                = qp->qobj.addr;
     hdr->magic         = HCA_WIRE_MAGIC;
     hdr->sq_depth      = depth;
-    hdr->bounce_offset = bounce_off;
-    qp->resp   = (hca_resp_slot_t*)(hdr + 1);
+    hdr->bounce_offset   = bounce_off;
+    hdr->resp_offset     = resp_off;
+    hdr->counters_offset = cnt_off;
+    qp->cnt    = (hca_counters_t*)((uint8_t*)qp->qobj.addr + cnt_off);
+    qp->resp   = (hca_resp_slot_t*)((uint8_t*)qp->qobj.addr + resp_off);
     qp->bounce = (uint8_t*)qp->qobj.addr + bounce_off;
     return 0;
 }
@@ -212,13 +217,14 @@ int hca_qp_destroy(hca_qp_t *qp)
     } else {
         hca_rq_cleanup(&qp->own_rq);
     }
-    hca_shm_destroy(&qp->qobj);
     hca_qp_free_partials(qp);
 
     pthread_mutex_lock(&dev->lock);
     dev->qps[qp->index] = NULL;
-    hca_counters_add(&dev->retired, &qp->cnt);
+    hca_counters_add(&dev->retired, qp->cnt);
     pthread_mutex_unlock(&dev->lock);
+    hca_stats_retire(dev, qp->cnt);
+    hca_shm_destroy(&qp->qobj);
     atomic_fetch_sub(&qp->pd->refs, 1);
     free(qp->sq);
     free(qp->inline_buf);
@@ -278,7 +284,7 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
                                 .opcode = HCA_WC_RECV,
                                 .qp_num = qp->qpn};
             hca_cq_push(qp->recv_cq, &wc);
-            qp->cnt.errors[HCA_WC_WR_FLUSH_ERR]++;
+            qp->cnt->errors[HCA_WC_WR_FLUSH_ERR]++;
         }
     }
     hca_qp_free_partials(qp);
@@ -507,7 +513,7 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
             (qp->sq_exec == idx) && (wqe->state == HCA_WQE_POSTED)) {
             /* the target had no room: hand it back, nothing was sent */
             qp->sq_head = idx;
-            qp->cnt.ring_full++;
+            qp->cnt->ring_full++;
             rc = hca_qp_ring_full(qp);
             break;
         }
@@ -552,7 +558,7 @@ uint32_t hca_qp_outstanding(const hca_qp_t *qp)
 
 int hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt)
 {
-    *cnt = qp->cnt;
+    *cnt = *qp->cnt;
     return 0;
 }
 

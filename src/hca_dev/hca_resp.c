@@ -83,7 +83,8 @@ static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
     if (hdr->resp_idx >= qhdr->sq_depth) {
         return;
     }
-    slot         = (hca_resp_slot_t*)(qhdr + 1) + hdr->resp_idx;
+    slot         = (hca_resp_slot_t*)((uint8_t*)qhdr + qhdr->resp_offset) +
+                   hdr->resp_idx;
     slot->status = status;
     slot->value  = 0;
     atomic_store_explicit(&slot->stamp, hdr->resp_stamp,
@@ -208,10 +209,10 @@ static void hca_resp_complete(hca_qp_t *qp, const hca_rwqe_t *rwqe,
                          HCA_WR_RDMA_WRITE_WITH_IMM : HCA_WR_SEND;
 
     hca_cq_push(qp->recv_cq, &wc);
-    qp->cnt.rx_ops[op]++;
-    qp->cnt.rx_bytes[op] += wc.byte_len;
+    qp->cnt->rx_ops[op]++;
+    qp->cnt->rx_bytes[op] += wc.byte_len;
     if (status != HCA_WC_SUCCESS) {
-        qp->cnt.errors[status]++;
+        qp->cnt->errors[status]++;
     }
 }
 
@@ -256,7 +257,7 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
         if (hdr->op == HCA_MSG_SEND_PULL) {
             hca_resp_answer(dev, hdr, HCA_WC_REM_INV_REQ_ERR);
         }
-        __atomic_fetch_add(&dev->svc_cnt.errors[HCA_WC_REM_INV_REQ_ERR], 1,
+        __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_REM_INV_REQ_ERR], 1,
                            __ATOMIC_RELAXED);
         return 0;
     }
@@ -344,7 +345,7 @@ int hca_resp_progress(hca_rq_t *rq, int budget)
         }
         memcpy(&hdr, slot, sizeof(hdr));
         if (!hca_resp_validate(&hdr)) {
-            __atomic_fetch_add(&rq->dev->svc_cnt.errors[HCA_WC_GENERAL_ERR],
+            __atomic_fetch_add(&rq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
                                1, __ATOMIC_RELAXED);
         } else if (hca_resp_handle(rq, &hdr, slot + sizeof(hdr)) != 0) {
             break; /* RNR: keep it until a receive is posted */

@@ -113,16 +113,17 @@ static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
     status = hca_svc_execute(dev, req,
                              (uint8_t*)map->shm.addr + qhdr->bounce_offset,
                              &value);
-    __atomic_fetch_add(&dev->svc_cnt.responder_ops, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&dev->svc_cnt->responder_ops, 1, __ATOMIC_RELAXED);
     if (status == HCA_WC_SUCCESS) {
-        __atomic_fetch_add(&dev->svc_cnt.rx_ops[req->opcode], 1,
+        __atomic_fetch_add(&dev->svc_cnt->rx_ops[req->opcode], 1,
                            __ATOMIC_RELAXED);
-        __atomic_fetch_add(&dev->svc_cnt.rx_bytes[req->opcode],
+        __atomic_fetch_add(&dev->svc_cnt->rx_bytes[req->opcode],
                            (hca_opcode[req->opcode].flags & HCA_OPF_ATOMIC) ?
                            req->size : req->length, __ATOMIC_RELAXED);
     }
 
-    slot         = (hca_resp_slot_t*)(qhdr + 1) + req->resp_idx;
+    slot         = (hca_resp_slot_t*)((uint8_t*)qhdr + qhdr->resp_offset) +
+                   req->resp_idx;
     slot->status = status;
     slot->value  = value;
     atomic_store_explicit(&slot->stamp, req->resp_stamp,

@@ -172,7 +172,9 @@ typedef struct hca_qobj_hdr {
     uint32_t magic;
     uint32_t sq_depth;         /* number of response slots */
     uint64_t bounce_offset;    /* from the start of the object */
-    uint64_t reserved[6];
+    uint64_t resp_offset;      /* response slots */
+    uint64_t counters_offset;  /* the QP's hca_counters_t */
+    uint64_t reserved[4];
 } hca_qobj_hdr_t;
 
 /* -------------------------------------------------------------- ctx */
@@ -195,7 +197,8 @@ typedef struct hca_ctx_hdr {
     uint32_t reserved0;
     uint64_t probe_addr;       /* address of probe_value in the owner */
     uint64_t probe_value;      /* peers read it by CMA to test access */
-    uint64_t reserved[4];
+    uint64_t counters_offset;  /* responder-side hca_counters_t */
+    uint64_t reserved[3];
 } hca_ctx_hdr_t;
 
 _Static_assert(sizeof(hca_mpt_entry_t) == 48, "MPT entry layout");
