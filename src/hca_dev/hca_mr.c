@@ -132,6 +132,10 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     atomic_store_explicit(&entry->state, HCA_MPT_VALID,
                           memory_order_release);
     dev->mrs[index] = mr;
+    mr->dm          = dm;
+    if (dm != NULL) {
+        dm->mrs++;
+    }
     pthread_mutex_unlock(&dev->lock);
 
     atomic_fetch_add(&pd->refs, 1);
@@ -158,6 +162,9 @@ int hca_mr_dereg(hca_mr_t *mr)
     atomic_store(&entry->key, 0);
     atomic_store(&entry->state, HCA_MPT_FREE);
     dev->mrs[mr->index] = NULL;
+    if (mr->dm != NULL) {
+        mr->dm->mrs--;
+    }
     pthread_mutex_unlock(&dev->lock);
     atomic_fetch_sub(&mr->pd->refs, 1);
     free(mr);
@@ -276,11 +283,9 @@ int hca_dm_free(hca_dm_t *dm)
     hca_dm_t **pp;
 
     pthread_mutex_lock(&dev->lock);
-    for (uint32_t i = 1; i < HCA_MAX_MR; ++i) {
-        if ((dev->mrs[i] != NULL) && (dev->mpt[i].dm_id == dm->id)) {
-            pthread_mutex_unlock(&dev->lock);
-            return -EBUSY; /* deregister its MRs first */
-        }
+    if (dm->mrs != 0) {
+        pthread_mutex_unlock(&dev->lock);
+        return -EBUSY; /* deregister its MRs first */
     }
     for (pp = &dev->dm_list; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == dm) {

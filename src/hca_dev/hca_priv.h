@@ -141,6 +141,7 @@ struct hca_pd {
 
 struct hca_mr {
     hca_pd_t *pd;
+    struct hca_dm *dm;       /* device memory it lies in, or NULL */
     uint32_t  index;
     uint32_t  key;
     void     *addr;
@@ -153,6 +154,7 @@ struct hca_dm {
     uint32_t       id;
     hca_shm_t      shm;
     size_t         length;
+    uint32_t       mrs;      /* MRs inside it (dev->lock) */
 };
 
 /* ---------------------------------------------------------------- CQ */
