@@ -38,7 +38,9 @@ void hca_comp_report(hca_qp_t *qp)
                 .byte_len = (uint32_t)wqe->length,
                 .qp_num   = qp->qpn,
             };
-            hca_cq_push(qp->send_cq, &wc);
+            if (hca_cq_push(qp->send_cq, &wc) == 0) {
+                qp->sq_held++;
+            }
         }
         if (wqe->status != HCA_WC_SUCCESS) {
             qp->cnt->errors[wqe->status]++;

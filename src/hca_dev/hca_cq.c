@@ -163,6 +163,27 @@ static void hca_cq_progress(hca_cq_t *cq)
     }
 }
 
+/* Entries were lost: like an HCA's CQ error, every QP that reports to
+ * this CQ goes to ERR (once; outside the engines, so no re-entry). */
+static void hca_cq_overflow_error(hca_cq_t *cq)
+{
+    if (cq->overflow_handled) {
+        return;
+    }
+    cq->overflow_handled = 1;
+    for (uint32_t i = 0; i < cq->n_send_qps; ++i) {
+        if (cq->send_qps[i]->state != HCA_QPS_ERR) {
+            hca_qp_to_err(cq->send_qps[i], HCA_WC_WR_FLUSH_ERR);
+        }
+    }
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        hca_qp_t *owner = cq->rqs[i]->owner;
+        if ((owner != NULL) && (owner->state != HCA_QPS_ERR)) {
+            hca_qp_to_err(owner, HCA_WC_WR_FLUSH_ERR);
+        }
+    }
+}
+
 int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
 {
     int n = 0;
@@ -174,10 +195,19 @@ int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
             hca_cq_phase(cq, cq->cons)) {
             break;
         }
-        wc[n++] = cqe->wc;
+        wc[n] = cqe->wc;
         cq->cons++;
+        if (wc[n].opcode < HCA_WC_RECV) {
+            /* the send queue slot of this completion is free now */
+            hca_qp_t *qp = hca_qp_lookup(cq->dev, wc[n].qp_num);
+            if ((qp != NULL) && (qp->send_cq == cq) && (qp->sq_held > 0)) {
+                qp->sq_held--;
+            }
+        }
+        ++n;
     }
     if ((n == 0) && cq->overflow) {
+        hca_cq_overflow_error(cq);
         return -EOVERFLOW;
     }
     return n;

@@ -354,11 +354,20 @@ int  hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
 int  hca_qp_destroy(hca_qp_t *qp);
 uint32_t hca_qp_num(const hca_qp_t *qp);
 hca_qp_state_t hca_qp_state(const hca_qp_t *qp);
-/* Legal transitions: RESET->INIT (ACCESS), INIT->RTR (DEST), RTR->RTS,
- * any->ERR, any->RESET.  Others give -EINVAL and change nothing. */
+/* Legal transitions: RESET->INIT (ACCESS), INIT->RTR (DEST, dest_qp_num
+ * != 0), RTR->RTS (not for a receive-only HCA_QPN_ANY target), any->ERR,
+ * any->RESET.  Others give -EINVAL and change nothing.
+ * Completion of a SEND means the message is in the target's receive ring
+ * (up to one slot, mtu bytes) or, for a larger one, placed in the posted
+ * receive buffer.  A message waits in the ring until a receive is posted
+ * (infinite RNR retry); a peer that dies meanwhile loses it, as a host
+ * that crashes loses what its HCA acknowledged. */
 int  hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask);
 /* Posts a chain; on error *bad_wr is the first WR not posted:
- * -ENOMEM send queue full, -EINVAL malformed WR / wrong state,
+ * -ENOMEM send queue full (a slot is taken until the WR completed and, if
+ *  it produced a CQE, until that CQE was polled), -EINVAL malformed WR
+ *  (HCA_SEND_INLINE longer than the QP's max_inline_data, ...) or state
+ *  not RTS.  In ERR, WRs are accepted and complete as flushed (verbs).
  * -EAGAIN the target's receive ring is full (retry later; nothing of
  *  that WR was delivered), -ECONNRESET the ring stayed full and its owner
  *  is gone (the QP moved to ERR). */
@@ -370,7 +379,8 @@ int  hca_post_srq_recv(hca_srq_t *srq, hca_recv_wr_t *wr,
  * to ERR (outstanding WRs complete with RETRY_EXC / flush).  1 alive,
  * 0 dead. */
 int  hca_qp_check_peer(hca_qp_t *qp);
-/* Number of WRs posted and not yet completed (signalled or not). */
+/* Send queue slots in use: WRs not yet completed, plus completed ones
+ * whose CQE has not been polled yet. */
 uint32_t hca_qp_outstanding(const hca_qp_t *qp);
 
 

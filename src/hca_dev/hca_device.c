@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -156,6 +157,15 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
         !dev->cqs) {
         rc = -ENOMEM;
         goto err_free;
+    }
+
+    /* random first tags (as rxe does): keys of different contexts and runs
+     * differ, so a key from elsewhere is very unlikely to match */
+    if (getrandom(dev->mpt_tag, HCA_MAX_MR, 0) != HCA_MAX_MR) {
+        for (uint32_t i = 0; i < HCA_MAX_MR; ++i) {
+            dev->mpt_tag[i] = (uint8_t)((dev->pid * 2654435761u) >> 24) ^
+                              (uint8_t)i ^ (uint8_t)ctx_id;
+        }
     }
 
     dev->send_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC |

@@ -174,6 +174,7 @@ struct hca_cq {
     uint64_t         prod;
     uint64_t         cons;
     int              overflow;
+    int              overflow_handled; /* its QPs were moved to ERR */
     int              sock;        /* bound AF_UNIX datagram socket */
     int              refs;
     struct hca_qp  **send_qps;    /* engines progressed by poll */
@@ -288,6 +289,9 @@ struct hca_qp {
     uint64_t          sq_exec;    /* next to execute */
     uint64_t          sq_tail;    /* oldest not reported */
     uint32_t          n_issued;   /* WQEs waiting for a response */
+    uint32_t          sq_held;    /* reported CQEs not yet polled: their
+                                     slots stay taken, so a CQ as deep as
+                                     the send queue cannot overflow */
     uint32_t          stamp_seq;
     int64_t           bounce_user;/* WQE index using the bounce, or -1 */
     uint64_t          wait_start; /* ns, first poll that found no news */

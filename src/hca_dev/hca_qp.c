@@ -248,11 +248,29 @@ static void hca_qp_set_state(hca_qp_t *qp, hca_qp_state_t state)
     atomic_store(&qp->pub->state, state);
 }
 
+/* Completes every posted receive of the QP's own RQ as flushed. */
+static void hca_qp_flush_recv(hca_qp_t *qp)
+{
+    hca_rq_t *rq = &qp->own_rq;
+
+    if (qp->srq != NULL) {
+        return;
+    }
+    for (; rq->tail != rq->head; rq->tail++) {
+        hca_rwqe_t *rwqe = &rq->wqes[rq->tail & rq->mask];
+        hca_wc_t wc      = {.wr_id  = rwqe->wr_id,
+                            .status = HCA_WC_WR_FLUSH_ERR,
+                            .opcode = HCA_WC_RECV,
+                            .qp_num = qp->qpn};
+        hca_cq_push(qp->recv_cq, &wc);
+        qp->cnt->errors[HCA_WC_WR_FLUSH_ERR]++;
+    }
+}
+
 /* Flushes every WR not reported yet; the first one not done gets
  * `first`, as the error that moved the QP to ERR. */
 int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
 {
-    hca_rq_t *rq = &qp->own_rq;
     int first_done = 0;
 
     hca_qp_set_state(qp, HCA_QPS_ERR);
@@ -276,17 +294,7 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
     qp->bounce_user = -1;
     hca_comp_report(qp);
 
-    if (qp->srq == NULL) {
-        for (; rq->tail != rq->head; rq->tail++) {
-            hca_rwqe_t *rwqe = &rq->wqes[rq->tail & rq->mask];
-            hca_wc_t wc      = {.wr_id  = rwqe->wr_id,
-                                .status = HCA_WC_WR_FLUSH_ERR,
-                                .opcode = HCA_WC_RECV,
-                                .qp_num = qp->qpn};
-            hca_cq_push(qp->recv_cq, &wc);
-            qp->cnt->errors[HCA_WC_WR_FLUSH_ERR]++;
-        }
-    }
+    hca_qp_flush_recv(qp);
     hca_qp_free_partials(qp);
     return 0;
 }
@@ -294,6 +302,7 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
 static void hca_qp_reset(hca_qp_t *qp)
 {
     qp->sq_head = qp->sq_exec = qp->sq_tail = 0;
+    qp->sq_held     = 0;
     qp->n_issued    = 0;
     qp->bounce_user = -1;
     if (qp->srq == NULL) {
@@ -489,7 +498,8 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
         uint64_t idx = qp->sq_head, length;
         hca_wqe_t *wqe;
 
-        if (HCA_UNLIKELY(qp->state != HCA_QPS_RTS)) {
+        if (HCA_UNLIKELY(qp->state != HCA_QPS_RTS) &&
+            (qp->state != HCA_QPS_ERR)) {
             rc = -EINVAL;
             break;
         }
@@ -497,9 +507,9 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
         if (HCA_UNLIKELY(rc != 0)) {
             break;
         }
-        if (HCA_UNLIKELY(idx - qp->sq_tail > qp->sq_mask)) {
+        if (HCA_UNLIKELY(idx - qp->sq_tail + qp->sq_held > qp->sq_mask)) {
             hca_comp_report(qp); /* reclaim what completed */
-            if (idx - qp->sq_tail > qp->sq_mask) {
+            if (idx - qp->sq_tail + qp->sq_held > qp->sq_mask) {
                 rc = -ENOMEM;
                 break;
             }
@@ -507,6 +517,13 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
         wqe = &qp->sq[idx & qp->sq_mask];
         hca_wqe_fill(qp, wqe, idx, wr, length);
         qp->sq_head = idx + 1;
+        if (HCA_UNLIKELY(qp->state == HCA_QPS_ERR)) {
+            /* as on verbs: accepted, and completed as flushed */
+            wqe->state  = HCA_WQE_DONE;
+            wqe->status = HCA_WC_WR_FLUSH_ERR;
+            qp->sq_exec = qp->sq_head;
+            continue;
+        }
 
         /* the doorbell: execute now if nothing is queued before it */
         if ((qp->sq_exec == idx) && (hca_req_progress(qp) == -EAGAIN) &&
@@ -529,12 +546,17 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
 
 int hca_post_recv(hca_qp_t *qp, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr)
 {
-    if ((qp->srq != NULL) || (qp->state == HCA_QPS_RESET) ||
-        (qp->state == HCA_QPS_ERR)) {
+    int rc;
+
+    if ((qp->srq != NULL) || (qp->state == HCA_QPS_RESET)) {
         *bad_wr = wr;
         return -EINVAL;
     }
-    return hca_rq_post(qp->rq, wr, bad_wr);
+    rc = hca_rq_post(qp->rq, wr, bad_wr);
+    if (qp->state == HCA_QPS_ERR) {
+        hca_qp_flush_recv(qp); /* as on verbs: completed as flushed */
+    }
+    return rc;
 }
 
 int hca_qp_check_peer(hca_qp_t *qp)
@@ -553,7 +575,7 @@ int hca_qp_check_peer(hca_qp_t *qp)
 
 uint32_t hca_qp_outstanding(const hca_qp_t *qp)
 {
-    return (uint32_t)(qp->sq_head - qp->sq_tail);
+    return (uint32_t)(qp->sq_head - qp->sq_tail) + qp->sq_held;
 }
 
 int hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt)

@@ -137,6 +137,19 @@ int hca_host_counters(const char *devname, hca_counters_t *cnt)
     DIR *dir;
 
     memset(cnt, 0, sizeof(*cnt));
+    if ((devname == NULL) || (strncmp(devname, "hca", 3) != 0)) {
+        return -ENODEV;
+    }
+    {
+        char names[64][HCA_DEVNAME_MAX];
+        int n = hca_get_device_list(names, 64), found = 0;
+        for (int i = 0; i < n && i < 64; ++i) {
+            found |= (strcmp(names[i], devname) == 0);
+        }
+        if (!found) {
+            return -ENODEV;
+        }
+    }
     if (hca_stats_map(pidns, devname, 0, &shm) == 0) {
         hca_counters_add(cnt, shm.addr);
         hca_shm_destroy(&shm);
