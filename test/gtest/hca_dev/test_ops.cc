@@ -1,0 +1,505 @@
+/*
+ * test_ops.cc - every opcode between two QPs of one process (each on its
+ * own device context): sizes x opcodes, aligned and unaligned, malloc'd
+ * and device memory, with and without single copy (CMA); atomics; SEND
+ * ordering under load; FENCE; completion means placement; scatter/gather;
+ * one device context talking to itself.
+ */
+#include "test_common.h"
+
+#include <tuple>
+
+using namespace hcat;
+
+static const hca_wr_opcode_t data_ops[] = {
+    HCA_WR_SEND, HCA_WR_SEND_WITH_IMM, HCA_WR_RDMA_WRITE,
+    HCA_WR_RDMA_WRITE_WITH_IMM, HCA_WR_RDMA_READ};
+
+static const size_t data_sizes[] = {0,    1,     7,         8,
+                                    63,   64,    4095,      4096,
+                                    65537, 1 << 20, SIZE_MAX_MSG};
+
+static const hca_wr_opcode_t atomic_ops[] = {
+    HCA_WR_ATOMIC_FETCH_ADD, HCA_WR_ATOMIC_CMP_SWP,   HCA_WR_ATOMIC_SWAP,
+    HCA_WR_ATOMIC_FETCH_AND, HCA_WR_ATOMIC_FETCH_OR,  HCA_WR_ATOMIC_FETCH_XOR,
+    HCA_WR_ATOMIC_ADD,       HCA_WR_ATOMIC_AND,       HCA_WR_ATOMIC_OR,
+    HCA_WR_ATOMIC_XOR};
+
+static const char *flags_name(unsigned f)
+{
+    return (f & HCA_OPEN_NO_SINGLE_COPY) ? "nsc" : "sc";
+}
+
+/* ------------------------------------------------------------ data ops */
+
+/* opcode, size, unaligned (local +1, remote +3), memory, open flags */
+typedef std::tuple<hca_wr_opcode_t, size_t, bool, mem_kind_t, unsigned>
+        data_param;
+
+class DataOps : public hca_test,
+                public ::testing::WithParamInterface<data_param> {
+};
+
+TEST_P(DataOps, Transfer)
+{
+    hca_wr_opcode_t op = std::get<0>(GetParam());
+    size_t size        = std::get<1>(GetParam());
+    bool unaligned     = std::get<2>(GetParam());
+    mem_kind_t kind    = std::get<3>(GetParam());
+    unsigned flags     = std::get<4>(GetParam());
+    ctx c;
+    local_target t;
+    ASSERT_TRUE(c.open(flags));
+    ASSERT_TRUE(t.open(flags));
+    size = resolve_size(size, c.attr);
+    run_data_op(c, t, op, size, unaligned ? 1 : 0, unaligned ? 3 : 0, kind,
+                size + op);
+}
+
+static std::string data_param_name(const ::testing::TestParamInfo<data_param> &i)
+{
+    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
+           size_name(std::get<1>(i.param)) + "_" +
+           (std::get<2>(i.param) ? "unaligned" : "aligned") + "_" +
+           mem_kind_name(std::get<3>(i.param)) + "_" +
+           flags_name(std::get<4>(i.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, DataOps,
+        ::testing::Combine(::testing::ValuesIn(data_ops),
+                           ::testing::ValuesIn(data_sizes),
+                           ::testing::Bool(),
+                           ::testing::Values(MEM_MALLOC, MEM_DM),
+                           ::testing::Values(0u, (unsigned)
+                                             HCA_OPEN_NO_SINGLE_COPY)),
+        data_param_name);
+
+/* 0-byte operations without any SGE */
+class ZeroSge : public hca_test,
+                public ::testing::WithParamInterface<hca_wr_opcode_t> {
+};
+
+TEST_P(ZeroSge, Transfer)
+{
+    hca_wr_opcode_t op = GetParam();
+    ctx c;
+    local_target t;
+    ASSERT_TRUE(c.open());
+    ASSERT_TRUE(t.open());
+    conn cn;
+    ASSERT_TRUE(make_conn(c, t, &cn));
+    uint64_t ra = 0;
+    int rb = t.buf(MEM_MALLOC, 64, &ra);
+    ASSERT_GE(rb, 0);
+    uint32_t rkey = 0;
+    int rmr = t.mr(cn.tpd, rb, 0, 64, ACCESS_ALL, &rkey);
+    ASSERT_GE(rmr, 0);
+    ASSERT_EQ(0, t.fill(rb, 0, 64, BYTE(SENTINEL)));
+    bool two_sided = (op == HCA_WR_SEND) || (op == HCA_WR_SEND_WITH_IMM) ||
+                     (op == HCA_WR_RDMA_WRITE_WITH_IMM);
+    if (two_sided) {
+        ASSERT_EQ(0, t.post_recv(cn.tqp, rmr, rb, 0, 64, 3, 1, 0));
+    }
+    hca_send_wr_t wr = mk_wr(op, nullptr, 0, HCA_SEND_SIGNALED, 4, ra, rkey);
+    wr.imm_data      = IMM_VALUE;
+    ASSERT_EQ(0, post_retry(cn.qp, &wr));
+    if (two_sided) {
+        std::vector<hca_wc_t> w;
+        ASSERT_EQ(1, t.poll_recv(cn.tqp, 1, &w, TIMEOUT_MS));
+        EXPECT_EQ(HCA_WC_SUCCESS, w[0].status) << wc_str(w[0]);
+        EXPECT_EQ(0u, w[0].byte_len);
+        if (op != HCA_WR_SEND) {
+            EXPECT_EQ(IMM_VALUE, w[0].imm_data);
+        }
+    }
+    ASSERT_TRUE(wait_ok(cn.scq, 4, wc_opcode_of(op)));
+    EXPECT_EQ(-1, t.check(rb, 0, 64, BYTE(SENTINEL)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, ZeroSge, ::testing::ValuesIn(data_ops),
+                         [](const ::testing::TestParamInfo<hca_wr_opcode_t> &i) {
+                             return std::string(op_short_name(i.param));
+                         });
+
+/* ------------------------------------------------------------ atomics */
+
+/* opcode, 32-bit, memory, open flags */
+typedef std::tuple<hca_wr_opcode_t, bool, mem_kind_t, unsigned> atomic_param;
+
+class AtomicOps : public hca_test,
+                  public ::testing::WithParamInterface<atomic_param> {
+};
+
+TEST_P(AtomicOps, Execute)
+{
+    ctx c;
+    local_target t;
+    ASSERT_TRUE(c.open(std::get<3>(GetParam())));
+    ASSERT_TRUE(t.open(std::get<3>(GetParam())));
+    run_atomic(c, t, std::get<0>(GetParam()), std::get<1>(GetParam()),
+               std::get<2>(GetParam()));
+}
+
+static std::string
+atomic_param_name(const ::testing::TestParamInfo<atomic_param> &i)
+{
+    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
+           (std::get<1>(i.param) ? "32" : "64") + "_" +
+           mem_kind_name(std::get<2>(i.param)) + "_" +
+           flags_name(std::get<3>(i.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, AtomicOps,
+        ::testing::Combine(::testing::ValuesIn(atomic_ops), ::testing::Bool(),
+                           ::testing::Values(MEM_MALLOC, MEM_DM),
+                           ::testing::Values(0u, (unsigned)
+                                             HCA_OPEN_NO_SINGLE_COPY)),
+        atomic_param_name);
+
+/* ------------------------------------------------------------ semantics */
+
+typedef std::tuple<mem_kind_t, unsigned> mode_param;
+
+static std::string mode_param_name(const ::testing::TestParamInfo<mode_param> &i)
+{
+    return std::string(mem_kind_name(std::get<0>(i.param))) + "_" +
+           flags_name(std::get<1>(i.param));
+}
+
+class OpsMode : public hca_test,
+                public ::testing::WithParamInterface<mode_param> {
+protected:
+    ctx          c;
+    local_target t;
+
+    void SetUp() override
+    {
+        hca_test::SetUp();
+        ASSERT_TRUE(c.open(std::get<1>(GetParam())));
+        ASSERT_TRUE(t.open(std::get<1>(GetParam())));
+    }
+};
+
+TEST_P(OpsMode, Fence)
+{
+    run_fence(c, t, std::get<0>(GetParam()));
+}
+
+TEST_P(OpsMode, CompletionMeansPlacement)
+{
+    run_placement(c, t, std::get<0>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, OpsMode,
+        ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
+                           ::testing::Values(0u, (unsigned)
+                                             HCA_OPEN_NO_SINGLE_COPY)),
+        mode_param_name);
+
+class OpsFlags : public hca_test,
+                 public ::testing::WithParamInterface<unsigned> {
+};
+
+/* 10000 SENDs of varying sizes (some larger than a ring slot) arrive in
+ * post order, exactly once. */
+TEST_P(OpsFlags, SendOrdering)
+{
+    ctx c;
+    local_target t;
+    ASSERT_TRUE(c.open(GetParam()));
+    ASSERT_TRUE(t.open(GetParam()));
+    run_ordering(c, t, 10000);
+}
+
+/* Gather on send, scatter on receive and on READ. */
+TEST_P(OpsFlags, ScatterGather)
+{
+    ctx c;
+    local_target t;
+    ASSERT_TRUE(c.open(GetParam()));
+    ASSERT_TRUE(t.open(GetParam()));
+    if (c.attr.max_sge < 3) {
+        GTEST_SKIP() << "max_sge " << c.attr.max_sge;
+    }
+    conn cn;
+    ASSERT_TRUE(make_conn(c, t, &cn));
+    const size_t N = 3 * 5000 + 7;
+    uint8_t *lb    = c.alloc(MEM_MALLOC, 2 * N + 256);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *lmr = c.reg(cn.pd, lb, 2 * N + 256, ACCESS_ALL);
+    ASSERT_NE(nullptr, lmr);
+    uint64_t ra = 0;
+    int rb = t.buf(MEM_MALLOC, N + 64, &ra);
+    ASSERT_GE(rb, 0);
+    uint32_t rkey = 0;
+    int rmr = t.mr(cn.tpd, rb, 0, N + 64, ACCESS_ALL, &rkey);
+    ASSERT_GE(rmr, 0);
+
+    /* the message: pattern(11) over N bytes, gathered from 3 pieces that
+     * are not contiguous locally */
+    const size_t p0 = 5000, p1 = 7, p2 = N - p0 - p1;
+    uint8_t *m = lb + N + 128;   /* the message, contiguous, for reference */
+    fill_pattern(m, N, 11);
+    memcpy(lb, m, p0);
+    memcpy(lb + p0 + 32, m + p0, p1);
+    memcpy(lb + p0 + 64 + p1, m + p0 + p1, p2);
+    hca_sge_t g[3] = {mk_sge(lb, p0, hca_mr_lkey(lmr)),
+                      mk_sge(lb + p0 + 32, p1, hca_mr_lkey(lmr)),
+                      mk_sge(lb + p0 + 64 + p1, p2, hca_mr_lkey(lmr))};
+
+    /* gather WRITE */
+    ASSERT_EQ(0, t.fill(rb, 0, N + 64, BYTE(SENTINEL)));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, g, 3, HCA_SEND_SIGNALED, 1, ra,
+                             rkey);
+    ASSERT_EQ(0, post_retry(cn.qp, &wr));
+    ASSERT_TRUE(wait_ok(cn.scq, 1, HCA_WC_RDMA_WRITE));
+    EXPECT_EQ(-1, t.check(rb, 0, N, PAT(11)));
+    EXPECT_EQ(-1, t.check(rb, N, 64, BYTE(SENTINEL)));
+
+    /* gather SEND into a single receive */
+    ASSERT_EQ(0, t.fill(rb, 0, N + 64, BYTE(SENTINEL)));
+    ASSERT_EQ(0, t.post_recv(cn.tqp, rmr, rb, 0, N + 64, 2, 1, 0));
+    wr = mk_wr(HCA_WR_SEND, g, 3, HCA_SEND_SIGNALED, 2);
+    ASSERT_EQ(0, post_retry(cn.qp, &wr));
+    std::vector<hca_wc_t> w;
+    ASSERT_EQ(1, t.poll_recv(cn.tqp, 1, &w, TIMEOUT_MS));
+    EXPECT_EQ(HCA_WC_SUCCESS, w[0].status);
+    EXPECT_EQ(N, w[0].byte_len);
+    ASSERT_TRUE(wait_ok(cn.scq, 2, HCA_WC_SEND));
+    EXPECT_EQ(-1, t.check(rb, 0, N, PAT(11)));
+    EXPECT_EQ(-1, t.check(rb, N, 64, BYTE(SENTINEL)));
+
+    /* scatter READ: into 3 local pieces */
+    memset(lb, LSENTINEL, N + 128);
+    ASSERT_EQ(0, post_retry(cn.qp, &(wr = mk_wr(HCA_WR_RDMA_READ, g, 3,
+                                                HCA_SEND_SIGNALED, 3, ra,
+                                                rkey))));
+    ASSERT_TRUE(wait_ok(cn.scq, 3, HCA_WC_RDMA_READ));
+    EXPECT_EQ(0, memcmp(lb, m, p0));
+    EXPECT_EQ(0, memcmp(lb + p0 + 32, m + p0, p1));
+    EXPECT_EQ(0, memcmp(lb + p0 + 64 + p1, m + p0 + p1, p2));
+    EXPECT_EQ(-1, check_byte(lb + p0, 32, LSENTINEL)) << "gap written";
+    EXPECT_EQ(-1, check_byte(lb + p0 + 32 + p1, 32, LSENTINEL))
+            << "gap written";
+    EXPECT_EQ(-1, check_byte(lb + N + 64, 64, LSENTINEL))
+            << "wrote past the last piece";
+}
+
+/* A SEND scattered into a receive of 3 SGEs. */
+TEST_P(OpsFlags, ScatterReceive)
+{
+    ctx c;
+    ASSERT_TRUE(c.open(GetParam()));
+    ctx d;
+    ASSERT_TRUE(d.open(GetParam()));
+    if (d.attr.max_sge < 3) {
+        GTEST_SKIP() << "max_sge " << d.attr.max_sge;
+    }
+    hca_pd_t *pc = c.new_pd(), *pd = d.new_pd();
+    cqw *sc = c.new_cq(64), *rc = c.new_cq(64);
+    cqw *sd = d.new_cq(64), *rd = d.new_cq(64);
+    ASSERT_NE(nullptr, rd);
+    hca_qp_t *qc = c.new_qp(pc, sc, rc), *qd = d.new_qp(pd, sd, rd);
+    ASSERT_NE(nullptr, qd);
+    ASSERT_EQ(0, connect_qp(qd, c.addr, hca_qp_num(qc)));
+    ASSERT_EQ(0, connect_qp(qc, d.addr, hca_qp_num(qd)));
+    const size_t N = 10000;
+    uint8_t *src   = c.alloc(MEM_MALLOC, N);
+    hca_mr_t *smr  = c.reg(pc, src, N, ACCESS_ALL);
+    uint8_t *dst   = d.alloc(MEM_MALLOC, N + 300);
+    hca_mr_t *dmr  = d.reg(pd, dst, N + 300, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+    ASSERT_NE(nullptr, dmr);
+    fill_pattern(src, N, 12);
+    memset(dst, SENTINEL, N + 300);
+    const size_t a0 = 1, a1 = 4999, a2 = N - a0 - a1 + 50;   /* room left */
+    hca_sge_t s[3] = {mk_sge(dst, a0, hca_mr_lkey(dmr)),
+                      mk_sge(dst + 100, a1, hca_mr_lkey(dmr)),
+                      mk_sge(dst + 200 + a1, a2, hca_mr_lkey(dmr))};
+    hca_recv_wr_t rw;
+    memset(&rw, 0, sizeof(rw));
+    rw.wr_id   = 5;
+    rw.sg_list = s;
+    rw.num_sge = 3;
+    hca_recv_wr_t *badr;
+    ASSERT_EQ(0, hca_post_recv(qd, &rw, &badr));
+    hca_sge_t g      = mk_sge(src, N, hca_mr_lkey(smr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &g, 1, HCA_SEND_SIGNALED, 6);
+    ASSERT_EQ(0, post_retry(qc, &wr));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_ok(rd, 5, HCA_WC_RECV, &wc));
+    EXPECT_EQ(N, wc.byte_len);
+    ASSERT_TRUE(wait_ok(sc, 6, HCA_WC_SEND));
+    EXPECT_EQ(0, memcmp(dst, src, a0));
+    EXPECT_EQ(0, memcmp(dst + 100, src + a0, a1));
+    EXPECT_EQ(0, memcmp(dst + 200 + a1, src + a0 + a1, N - a0 - a1));
+    EXPECT_EQ(-1, check_byte(dst + a0, 100 - a0, SENTINEL));
+    EXPECT_EQ(-1, check_byte(dst + 100 + a1, 100, SENTINEL));
+    EXPECT_EQ(-1, check_byte(dst + 200 + a1 + (N - a0 - a1), 50 + 50,
+                             SENTINEL))
+            << "wrote past the message";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpsFlags,
+                         ::testing::Values(0u, (unsigned)
+                                           HCA_OPEN_NO_SINGLE_COPY),
+                         [](const ::testing::TestParamInfo<unsigned> &i) {
+                             return std::string(flags_name(i.param));
+                         });
+
+class Ops : public hca_test {
+};
+
+/* Two QPs of one device context connected to each other. */
+TEST_F(Ops, SameContextLoopback)
+{
+    ctx c;
+    ASSERT_TRUE(c.open());
+    hca_pd_t *pd = c.new_pd();
+    cqw *s1 = c.new_cq(64), *r1 = c.new_cq(64);
+    cqw *s2 = c.new_cq(64), *r2 = c.new_cq(64);
+    ASSERT_NE(nullptr, r2);
+    hca_qp_t *q1 = c.new_qp(pd, s1, r1), *q2 = c.new_qp(pd, s2, r2);
+    ASSERT_NE(nullptr, q2);
+    ASSERT_EQ(0, connect_qp(q1, c.addr, hca_qp_num(q2)));
+    ASSERT_EQ(0, connect_qp(q2, c.addr, hca_qp_num(q1)));
+    const size_t N = 100000;
+    uint8_t *a     = c.alloc(MEM_MALLOC, N);
+    uint8_t *b     = c.alloc(MEM_DM, N);
+    ASSERT_NE(nullptr, a);
+    ASSERT_NE(nullptr, b);
+    hca_mr_t *ma = c.reg(pd, a, N, ACCESS_ALL);
+    hca_mr_t *mb = c.reg(pd, b, N, ACCESS_ALL);
+    ASSERT_NE(nullptr, mb);
+
+    fill_pattern(a, N, 1);
+    memset(b, SENTINEL, N);
+    hca_sge_t sa     = mk_sge(a, N, hca_mr_lkey(ma));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sa, 1, HCA_SEND_SIGNALED, 1,
+                             (uint64_t)(uintptr_t)b, hca_mr_rkey(mb));
+    ASSERT_EQ(0, post_retry(q1, &wr));
+    ASSERT_TRUE(wait_ok(s1, 1, HCA_WC_RDMA_WRITE));
+    EXPECT_EQ(-1, check_pattern(b, N, 1));
+
+    fill_pattern(b, N, 2);
+    wr = mk_wr(HCA_WR_RDMA_READ, &sa, 1, HCA_SEND_SIGNALED, 2,
+               (uint64_t)(uintptr_t)b, hca_mr_rkey(mb));
+    ASSERT_EQ(0, post_retry(q1, &wr));
+    ASSERT_TRUE(wait_ok(s1, 2, HCA_WC_RDMA_READ));
+    EXPECT_EQ(-1, check_pattern(a, N, 2));
+
+    memset(b, SENTINEL, N);
+    fill_pattern(a, N, 3);
+    ASSERT_EQ(0, post_recv1(q2, b, N, hca_mr_lkey(mb), 7));
+    wr = mk_wr(HCA_WR_SEND, &sa, 1, HCA_SEND_SIGNALED, 3);
+    ASSERT_EQ(0, post_retry(q1, &wr));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_ok(r2, 7, HCA_WC_RECV, &wc));
+    EXPECT_EQ(N, wc.byte_len);
+    EXPECT_EQ(hca_qp_num(q1), wc.src_qp);
+    ASSERT_TRUE(wait_ok(s1, 3, HCA_WC_SEND));
+    EXPECT_EQ(-1, check_pattern(b, N, 3));
+
+    if (c.attr.atomic_caps & HCA_ATOMIC_CAP_64) {
+        uint64_t v = 41;
+        memcpy(b + 8, &v, 8);
+        hca_sge_t r      = mk_sge(a, 8, hca_mr_lkey(ma));
+        wr               = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &r, 1,
+                                 HCA_SEND_SIGNALED, 4,
+                                 (uint64_t)(uintptr_t)(b + 8), hca_mr_rkey(mb));
+        wr.compare_add   = 1;
+        ASSERT_EQ(0, post_retry(q2, &wr));
+        ASSERT_TRUE(wait_ok(s2, 4, HCA_WC_ATOMIC));
+        uint64_t old, now;
+        memcpy(&old, a, 8);
+        memcpy(&now, b + 8, 8);
+        EXPECT_EQ(41u, old);
+        EXPECT_EQ(42u, now);
+    }
+}
+
+/* Many WRs in one chain, mixing opcodes: completions in post order. */
+TEST_F(Ops, MixedChain)
+{
+    ctx c;
+    local_target t;
+    ASSERT_TRUE(c.open());
+    ASSERT_TRUE(t.open());
+    conn cn;
+    ASSERT_TRUE(make_conn(c, t, &cn));
+    const size_t N = 4096;
+    uint8_t *lb    = c.alloc(MEM_MALLOC, 64 * N);
+    hca_mr_t *lmr  = c.reg(cn.pd, lb, 64 * N, ACCESS_ALL);
+    ASSERT_NE(nullptr, lmr);
+    uint64_t ra = 0;
+    int rb = t.buf(MEM_MALLOC, 64 * N, &ra);
+    uint32_t rkey = 0;
+    int rmr = t.mr(cn.tpd, rb, 0, 64 * N, ACCESS_ALL, &rkey);
+    ASSERT_GE(rmr, 0);
+    ASSERT_EQ(0, t.post_recv(cn.tqp, rmr, rb, 48 * N, N / 16, 100, 16,
+                             N / 16));
+    const int K = 48;
+    std::vector<hca_sge_t> sg(K);
+    std::vector<hca_send_wr_t> wr(K);
+    int nsend = 0;
+    for (int i = 0; i < K; ++i) {
+        hca_wr_opcode_t op;
+        switch (i % 4) {
+        case 0:
+            op = HCA_WR_RDMA_WRITE;
+            break;
+        case 1:
+            op = HCA_WR_RDMA_READ;
+            break;
+        case 2:
+            op = HCA_WR_SEND;
+            break;
+        default:
+            op = HCA_WR_RDMA_WRITE;
+            break;
+        }
+        size_t L = (op == HCA_WR_SEND) ? N / 16 : N;
+        if (op == HCA_WR_SEND) {
+            ++nsend;
+        }
+        fill_pattern(lb + i * N, L, 300 + i);
+        sg[i] = mk_sge(lb + i * N, L, hca_mr_lkey(lmr));
+        wr[i] = mk_wr(op, &sg[i], 1, HCA_SEND_SIGNALED, i, ra + i * N, rkey);
+        wr[i].next = (i + 1 < K) ? &wr[i + 1] : nullptr;
+    }
+    ASSERT_LE(nsend, 16);
+    ASSERT_EQ(0, t.fill(rb, 0, 48 * N, BYTE(SENTINEL)));
+    for (int i = 0; i < K; ++i) {
+        if (wr[i].opcode == HCA_WR_RDMA_READ) {
+            ASSERT_EQ(0, t.fill(rb, i * N, N, PAT(500 + i)));
+        }
+    }
+    ASSERT_EQ(0, post_retry(cn.qp, &wr[0]));
+    std::vector<hca_wc_t> rw;
+    ASSERT_EQ(nsend, t.poll_recv(cn.tqp, nsend, &rw, TIMEOUT_MS));
+    std::vector<hca_wc_t> w;
+    ASSERT_TRUE(wait_wcs(cn.scq, K, &w));
+    for (int i = 0; i < K; ++i) {
+        EXPECT_EQ(HCA_WC_SUCCESS, w[i].status) << wc_str(w[i]);
+        EXPECT_EQ((uint64_t)i, w[i].wr_id) << "out of order";
+        EXPECT_EQ(wc_opcode_of(wr[i].opcode), w[i].opcode);
+        if (wr[i].opcode == HCA_WR_RDMA_WRITE) {
+            EXPECT_EQ(-1, t.check(rb, i * N, N, PAT(300 + i))) << i;
+        }
+        if (wr[i].opcode == HCA_WR_RDMA_READ) {
+            EXPECT_EQ(-1, check_pattern(lb + i * N, N, 500 + i)) << i;
+        }
+    }
+    for (size_t j = 0; j < rw.size(); ++j) {
+        EXPECT_EQ(HCA_WC_SUCCESS, rw[j].status);
+        EXPECT_EQ(100 + j, rw[j].wr_id) << "receives consumed out of order";
+        EXPECT_EQ(N / 16, rw[j].byte_len);
+        /* the j-th SEND of the chain is WR 4j+2 */
+        EXPECT_EQ(-1, t.check(rb, 48 * N + j * (N / 16), N / 16,
+                              PAT(300 + 4 * j + 2)))
+                << "receive " << j;
+    }
+}

@@ -1,0 +1,1492 @@
+/*
+ * test_procs.cc - two (or three) processes: every opcode across processes,
+ * MPT checks across processes, one-sided operations while the target
+ * sleeps, deregistration while a peer copies, atomics under contention,
+ * receive ring full, shared-memory object cleanup and reclaim, blocking
+ * wait woken by a peer, dead peers.
+ *
+ * Children are forked before the parent opens the device (except in
+ * ForkAfterOpen) and open it themselves.
+ */
+#include "test_common.h"
+
+#include <tuple>
+
+using namespace hcat;
+
+static const char *flags_name(unsigned f)
+{
+    return (f & HCA_OPEN_NO_SINGLE_COPY) ? "nsc" : "sc";
+}
+
+/* A device context with one PD and one connected-to-be QP. */
+struct endpoint {
+    ctx       c;
+    hca_pd_t *pd  = nullptr;
+    cqw      *scq = nullptr;
+    cqw      *rcq = nullptr;
+    hca_qp_t *qp  = nullptr;
+
+    ::testing::AssertionResult open(unsigned flags, uint32_t depth = 128,
+                                    int cqe = 1024)
+    {
+        ::testing::AssertionResult r = c.open(flags);
+        if (!r) {
+            return r;
+        }
+        pd  = c.new_pd();
+        scq = c.new_cq(cqe);
+        rcq = c.new_cq(cqe);
+        if ((pd == nullptr) || (scq == nullptr) || (rcq == nullptr)) {
+            return ::testing::AssertionFailure() << "endpoint resources";
+        }
+        qp = c.new_qp(pd, scq, rcq, c.caps(depth));
+        if (qp == nullptr) {
+            return ::testing::AssertionFailure() << "endpoint QP";
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    peer_info info() const
+    {
+        peer_info pi;
+        memset(&pi, 0, sizeof(pi));
+        pi.addr   = c.addr;
+        pi.qpn[0] = hca_qp_num(qp);
+        return pi;
+    }
+};
+
+/* Main-thread state of process pid ('S' sleeping, 'R' running...). */
+static char proc_state(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == nullptr) {
+        return '?';
+    }
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n]  = '\0';
+    char *p = strrchr(buf, ')');
+    return (p && p[1] && p[2]) ? p[2] : '?';
+}
+
+/* ------------------------------------------------------------ every op */
+
+static const hca_wr_opcode_t data_ops[] = {
+    HCA_WR_SEND, HCA_WR_SEND_WITH_IMM, HCA_WR_RDMA_WRITE,
+    HCA_WR_RDMA_WRITE_WITH_IMM, HCA_WR_RDMA_READ};
+
+static const size_t proc_sizes[] = {0, 1, 4096, 65537, 1 << 20,
+                                    SIZE_MAX_MSG};
+
+static const hca_wr_opcode_t atomic_ops[] = {
+    HCA_WR_ATOMIC_FETCH_ADD, HCA_WR_ATOMIC_CMP_SWP,   HCA_WR_ATOMIC_SWAP,
+    HCA_WR_ATOMIC_FETCH_AND, HCA_WR_ATOMIC_FETCH_OR,  HCA_WR_ATOMIC_FETCH_XOR,
+    HCA_WR_ATOMIC_ADD,       HCA_WR_ATOMIC_AND,       HCA_WR_ATOMIC_OR,
+    HCA_WR_ATOMIC_XOR};
+
+typedef std::tuple<hca_wr_opcode_t, size_t, bool, mem_kind_t, unsigned>
+        pdata_param;
+
+class ProcsData : public hca_test,
+                  public ::testing::WithParamInterface<pdata_param> {
+};
+
+TEST_P(ProcsData, Transfer)
+{
+    hca_wr_opcode_t op = std::get<0>(GetParam());
+    size_t size        = std::get<1>(GetParam());
+    bool unaligned     = std::get<2>(GetParam());
+    mem_kind_t kind    = std::get<3>(GetParam());
+    unsigned flags     = std::get<4>(GetParam());
+    remote_target t;
+    ASSERT_TRUE(t.start(flags));
+    ctx c;
+    ASSERT_TRUE(c.open(flags));
+    size = resolve_size(size, c.attr);
+    run_data_op(c, t, op, size, unaligned ? 1 : 0, unaligned ? 3 : 0, kind,
+                size + op + 100);
+}
+
+static std::string
+pdata_param_name(const ::testing::TestParamInfo<pdata_param> &i)
+{
+    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
+           size_name(std::get<1>(i.param)) + "_" +
+           (std::get<2>(i.param) ? "unaligned" : "aligned") + "_" +
+           mem_kind_name(std::get<3>(i.param)) + "_" +
+           flags_name(std::get<4>(i.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Procs, ProcsData,
+        ::testing::Combine(::testing::ValuesIn(data_ops),
+                           ::testing::ValuesIn(proc_sizes), ::testing::Bool(),
+                           ::testing::Values(MEM_MALLOC, MEM_DM),
+                           ::testing::Values(0u, (unsigned)
+                                             HCA_OPEN_NO_SINGLE_COPY)),
+        pdata_param_name);
+
+typedef std::tuple<hca_wr_opcode_t, bool, mem_kind_t, unsigned> patomic_param;
+
+class ProcsAtomic : public hca_test,
+                    public ::testing::WithParamInterface<patomic_param> {
+};
+
+TEST_P(ProcsAtomic, Execute)
+{
+    unsigned flags = std::get<3>(GetParam());
+    remote_target t;
+    ASSERT_TRUE(t.start(flags));
+    ctx c;
+    ASSERT_TRUE(c.open(flags));
+    run_atomic(c, t, std::get<0>(GetParam()), std::get<1>(GetParam()),
+               std::get<2>(GetParam()));
+}
+
+static std::string
+patomic_param_name(const ::testing::TestParamInfo<patomic_param> &i)
+{
+    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
+           (std::get<1>(i.param) ? "32" : "64") + "_" +
+           mem_kind_name(std::get<2>(i.param)) + "_" +
+           flags_name(std::get<3>(i.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Procs, ProcsAtomic,
+        ::testing::Combine(::testing::ValuesIn(atomic_ops), ::testing::Bool(),
+                           ::testing::Values(MEM_MALLOC, MEM_DM),
+                           ::testing::Values(0u, (unsigned)
+                                             HCA_OPEN_NO_SINGLE_COPY)),
+        patomic_param_name);
+
+/* ------------------------------------------------------------ MPT */
+
+class ProcsMpt : public hca_test,
+                 public ::testing::WithParamInterface<mpt_param> {
+};
+
+TEST_P(ProcsMpt, Check)
+{
+    const mpt_param &p = GetParam();
+    remote_target t;
+    ASSERT_TRUE(t.start(0));
+    ctx c;
+    ASSERT_TRUE(c.open());
+    run_mpt_check(c, t, p.cs, p.op, p.kind);
+}
+
+INSTANTIATE_TEST_SUITE_P(Procs, ProcsMpt, ::testing::ValuesIn(mpt_params()),
+                         mpt_param_name);
+
+/* The MPT checks again, with the data path through the rings (no CMA). */
+class ProcsMptNsc : public hca_test,
+                    public ::testing::WithParamInterface<mpt_param> {
+};
+
+TEST_P(ProcsMptNsc, Check)
+{
+    const mpt_param &p = GetParam();
+    remote_target t;
+    ASSERT_TRUE(t.start(HCA_OPEN_NO_SINGLE_COPY));
+    ctx c;
+    ASSERT_TRUE(c.open(HCA_OPEN_NO_SINGLE_COPY));
+    run_mpt_check(c, t, p.cs, p.op, p.kind);
+}
+
+static std::vector<mpt_param> mpt_nsc_params()
+{
+    /* the remote-side checks of the data ops (the local checks and the
+     * atomics do not depend on the copy path) */
+    std::vector<mpt_param> v;
+    for (const mpt_param &p : mpt_params()) {
+        if (((p.op == MOP_WRITE) || (p.op == MOP_READ)) &&
+            (p.cs != MPT_BAD_LKEY) && (p.cs != MPT_LOCAL_RANGE) &&
+            (p.cs != MPT_LOCAL_NO_WRITE)) {
+            v.push_back(p);
+        }
+    }
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Procs, ProcsMptNsc,
+                         ::testing::ValuesIn(mpt_nsc_params()),
+                         mpt_param_name);
+
+/* ------------------------------------------------------------ semantics */
+
+typedef std::tuple<mem_kind_t, unsigned> pmode_param;
+
+static std::string
+pmode_param_name(const ::testing::TestParamInfo<pmode_param> &i)
+{
+    return std::string(mem_kind_name(std::get<0>(i.param))) + "_" +
+           flags_name(std::get<1>(i.param));
+}
+
+class ProcsMode : public hca_test,
+                  public ::testing::WithParamInterface<pmode_param> {
+protected:
+    mem_kind_t kind() const
+    {
+        return std::get<0>(GetParam());
+    }
+
+    unsigned flags() const
+    {
+        return std::get<1>(GetParam());
+    }
+};
+
+TEST_P(ProcsMode, Fence)
+{
+    remote_target t;
+    ASSERT_TRUE(t.start(flags()));
+    ctx c;
+    ASSERT_TRUE(c.open(flags()));
+    run_fence(c, t, kind());
+}
+
+/* Right after the completion of a WRITE, the child's memory (read by the
+ * child itself, after a pipe message) holds the data. */
+TEST_P(ProcsMode, CompletionMeansPlacement)
+{
+    remote_target t;
+    ASSERT_TRUE(t.start(flags()));
+    ctx c;
+    ASSERT_TRUE(c.open(flags()));
+    run_placement(c, t, kind());
+}
+
+/* RDMA writes, reads and atomics complete while the target process sleeps
+ * in read(2) on a pipe; then the target checks its memory. */
+TEST_P(ProcsMode, OneSidedWhileTargetSleeps)
+{
+    const size_t R     = 1 << 20;
+    const mem_kind_t k = kind();
+    const unsigned fl  = flags();
+    child_t *ch = fork_child([k, fl, R](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(fl));
+        uint8_t *b = e.c.alloc(k, 2 * R + 64);
+        ASSERT_NE(nullptr, b);
+        hca_mr_t *mr = e.c.reg(e.pd, b, 2 * R + 64, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        memset(b, SENTINEL, R);
+        fill_pattern(b + R, R, 2);
+        uint64_t c64 = 100, sw = 5;
+        uint32_t c32 = 7;
+        memcpy(b + 2 * R, &c64, 8);
+        memcpy(b + 2 * R + 8, &sw, 8);
+        memcpy(b + 2 * R + 16, &c32, 4);
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        peer_info me = e.info();
+        me.raddr[0]  = (uint64_t)(uintptr_t)b;
+        me.rkey[0]   = hca_mr_rkey(mr);
+        ASSERT_TRUE(send_msg(wfd, me));
+        /* sleep in a blocking read (the watchdog bounds it) */
+        uint32_t tok = 0;
+        ssize_t n;
+        do {
+            n = read(rfd, &tok, sizeof(tok));
+        } while ((n < 0) && (errno == EINTR));
+        ASSERT_EQ((ssize_t)sizeof(tok), n);
+        ASSERT_EQ(1u, tok);
+        EXPECT_EQ(-1, check_pattern(b, R, 1)) << "RDMA WRITE data";
+        EXPECT_EQ(-1, check_pattern(b + R, R, 2)) << "RDMA READ source";
+        memcpy(&c64, b + 2 * R, 8);
+        memcpy(&sw, b + 2 * R + 8, 8);
+        memcpy(&c32, b + 2 * R + 16, 4);
+        EXPECT_EQ(110u, c64) << "10 fetch-adds";
+        EXPECT_EQ(6u, sw) << "cmp-swap";
+        if (e.c.attr.atomic_caps & HCA_ATOMIC_CAP_32) {
+            EXPECT_EQ(12u, c32) << "32-bit fetch-add";
+        }
+        ASSERT_TRUE(send_token(wfd, 2));
+    });
+    ASSERT_NE(nullptr, ch);
+
+    endpoint e;
+    ASSERT_TRUE(e.open(fl));
+    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    uint8_t *lb = e.c.alloc(k, 2 * R + 64);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *lmr = e.c.reg(e.pd, lb, 2 * R + 64, ACCESS_ALL);
+    ASSERT_NE(nullptr, lmr);
+    const uint64_t ra = pi.raddr[0];
+    const uint32_t rk = pi.rkey[0];
+    sleep_ms(20);
+    EXPECT_EQ('S', proc_state(ch->pid)) << "the target is not asleep";
+
+    fill_pattern(lb, R, 1);
+    memset(lb + R, LSENTINEL, R);
+    hca_sge_t s1      = mk_sge(lb, R, hca_mr_lkey(lmr));
+    hca_sge_t s2      = mk_sge(lb + R, R, hca_mr_lkey(lmr));
+    hca_send_wr_t w1  = mk_wr(HCA_WR_RDMA_WRITE, &s1, 1, HCA_SEND_SIGNALED, 1,
+                              ra, rk);
+    hca_send_wr_t w2  = mk_wr(HCA_WR_RDMA_READ, &s2, 1, HCA_SEND_SIGNALED, 2,
+                              ra + R, rk);
+    ASSERT_EQ(0, post_retry(e.qp, &w1));
+    ASSERT_EQ(0, post_retry(e.qp, &w2));
+    ASSERT_TRUE(wait_ok(e.scq, 1, HCA_WC_RDMA_WRITE));
+    ASSERT_TRUE(wait_ok(e.scq, 2, HCA_WC_RDMA_READ));
+    EXPECT_EQ(-1, check_pattern(lb + R, R, 2)) << "RDMA READ data";
+    for (int i = 0; i < 10; ++i) {
+        hca_sge_t r      = mk_sge(lb + 2 * R, 8, hca_mr_lkey(lmr));
+        hca_send_wr_t wr = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &r, 1,
+                                 HCA_SEND_SIGNALED, 10 + i, ra + 2 * R, rk);
+        wr.compare_add   = 1;
+        ASSERT_EQ(0, post_retry(e.qp, &wr));
+        ASSERT_TRUE(wait_ok(e.scq, 10 + i, HCA_WC_ATOMIC));
+        uint64_t old;
+        memcpy(&old, lb + 2 * R, 8);
+        EXPECT_EQ(100u + i, old);
+    }
+    {
+        hca_sge_t r      = mk_sge(lb + 2 * R + 8, 8, hca_mr_lkey(lmr));
+        hca_send_wr_t wr = mk_wr(HCA_WR_ATOMIC_CMP_SWP, &r, 1,
+                                 HCA_SEND_SIGNALED, 30, ra + 2 * R + 8, rk);
+        wr.compare_add   = 5;
+        wr.swap          = 6;
+        ASSERT_EQ(0, post_retry(e.qp, &wr));
+        ASSERT_TRUE(wait_ok(e.scq, 30, HCA_WC_ATOMIC));
+        uint64_t old;
+        memcpy(&old, lb + 2 * R + 8, 8);
+        EXPECT_EQ(5u, old);
+    }
+    if (e.c.attr.atomic_caps & HCA_ATOMIC_CAP_32) {
+        hca_sge_t r      = mk_sge(lb + 2 * R + 16, 4, hca_mr_lkey(lmr));
+        hca_send_wr_t wr = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &r, 1,
+                                 HCA_SEND_SIGNALED | HCA_SEND_ATOMIC32, 31,
+                                 ra + 2 * R + 16, rk);
+        wr.compare_add   = 5;
+        ASSERT_EQ(0, post_retry(e.qp, &wr));
+        ASSERT_TRUE(wait_ok(e.scq, 31, HCA_WC_ATOMIC));
+        uint32_t old;
+        memcpy(&old, lb + 2 * R + 16, 4);
+        EXPECT_EQ(7u, old);
+    }
+    EXPECT_EQ('S', proc_state(ch->pid))
+            << "the target woke up during the one-sided operations";
+    ASSERT_TRUE(send_token(ch->wfd, 1));
+    EXPECT_TRUE(expect_token(ch->rfd, 2));
+    EXPECT_TRUE(wait_child(ch));
+}
+
+/* The parent writes large blocks into the child's MR in a loop; the child
+ * deregisters it mid-way.  Once hca_mr_dereg returns no byte changes (the
+ * child fills a sentinel and watches it for 200 ms), and later writes fail
+ * with REM_ACCESS_ERR. */
+TEST_P(ProcsMode, DeregWhileCopying)
+{
+    const size_t LEN   = 32ul << 20;
+    const size_t BLK   = 8ul << 20;
+    const mem_kind_t k = kind();
+    const unsigned fl  = flags();
+    child_t *ch = fork_child([k, fl, LEN](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        ctx c;
+        ASSERT_TRUE(c.open(fl));
+        hca_pd_t *pd = c.new_pd();
+        cqw *cq      = c.new_cq(256);
+        ASSERT_NE(nullptr, cq);
+        hca_qp_t *q1 = c.new_qp(pd, cq, cq), *q2 = c.new_qp(pd, cq, cq);
+        ASSERT_NE(nullptr, q2);
+        uint8_t *b = c.alloc(k, LEN);
+        ASSERT_NE(nullptr, b);
+        memset(b, 0, LEN);
+        hca_mr_t *mr = c.reg(pd, b, LEN, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        ASSERT_EQ(0, connect_qp(q1, pp.addr, pp.qpn[0]));
+        ASSERT_EQ(0, connect_qp(q2, pp.addr, pp.qpn[1]));
+        peer_info me;
+        memset(&me, 0, sizeof(me));
+        me.addr     = c.addr;
+        me.qpn[0]   = hca_qp_num(q1);
+        me.qpn[1]   = hca_qp_num(q2);
+        me.raddr[0] = (uint64_t)(uintptr_t)b;
+        me.rkey[0]  = hca_mr_rkey(mr);
+        ASSERT_TRUE(send_msg(wfd, me));
+        ASSERT_TRUE(expect_token(rfd, 1));   /* writes are flowing */
+        sleep_ms(20);
+        ASSERT_EQ(0, c.dereg(mr));
+        memset(b, SENTINEL, LEN);
+        ASSERT_TRUE(send_token(wfd, 2));
+        double end = now_ms() + 200;
+        int64_t bad = -1;
+        while ((now_ms() < end) && (bad < 0)) {
+            bad = check_byte(b, LEN, SENTINEL);
+        }
+        EXPECT_EQ(-1, bad) << "a byte changed after hca_mr_dereg returned";
+        ASSERT_TRUE(expect_token(rfd, 3));   /* the parent is done */
+        EXPECT_EQ(-1, check_byte(b, LEN, SENTINEL))
+                << "a byte changed after hca_mr_dereg returned";
+        ASSERT_TRUE(send_token(wfd, 4));
+    });
+    ASSERT_NE(nullptr, ch);
+
+    ctx c;
+    ASSERT_TRUE(c.open(fl));
+    hca_pd_t *pd = c.new_pd();
+    cqw *s1 = c.new_cq(256), *s2 = c.new_cq(256), *r = c.new_cq(256);
+    ASSERT_NE(nullptr, r);
+    hca_qp_t *q1 = c.new_qp(pd, s1, r), *q2 = c.new_qp(pd, s2, r);
+    ASSERT_NE(nullptr, q2);
+    uint8_t *lb = c.alloc(k, BLK);
+    ASSERT_NE(nullptr, lb);
+    fill_pattern(lb, BLK, 3);
+    hca_mr_t *lmr = c.reg(pd, lb, BLK, ACCESS_ALL);
+    ASSERT_NE(nullptr, lmr);
+    peer_info me;
+    memset(&me, 0, sizeof(me));
+    me.addr   = c.addr;
+    me.qpn[0] = hca_qp_num(q1);
+    me.qpn[1] = hca_qp_num(q2);
+    ASSERT_TRUE(send_msg(ch->wfd, me));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(q1, pi.addr, pi.qpn[0]));
+    ASSERT_EQ(0, connect_qp(q2, pi.addr, pi.qpn[1]));
+
+    uint64_t posted = 0, done = 0, ok = 0, acc_err = 0, flushed = 0;
+    bool told = false, dereg_done = false, failed = false;
+    double end = now_ms() + TIMEOUT_MS;
+    while (!dereg_done || (done < posted)) {
+        ASSERT_LT(now_ms(), end) << "posted " << posted << " done " << done
+                                 << " ok " << ok << " dereg_done "
+                                 << dereg_done;
+        if (!dereg_done && !failed && (posted - done < 4)) {
+            hca_sge_t s      = mk_sge(lb, BLK, hca_mr_lkey(lmr));
+            hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &s, 1,
+                                     HCA_SEND_SIGNALED, posted,
+                                     pi.raddr[0] + (posted % 4) * BLK,
+                                     pi.rkey[0]);
+            hca_send_wr_t *bad;
+            int rc = hca_post_send(q1, &wr, &bad);
+            if (rc == 0) {
+                ++posted;
+            } else {
+                ASSERT_TRUE((rc == -EAGAIN) || (rc == -ENOMEM)) << rc;
+            }
+        }
+        progress_all();
+        hca_wc_t wc;
+        while (s1->pop(&wc)) {
+            ASSERT_EQ(done, wc.wr_id);
+            ++done;
+            if (wc.status == HCA_WC_SUCCESS) {
+                ASSERT_EQ(0u, acc_err + flushed) << "success after an error";
+                ++ok;
+            } else if (wc.status == HCA_WC_REM_ACCESS_ERR) {
+                ASSERT_EQ(0u, acc_err + flushed) << wc_str(wc);
+                ++acc_err;
+                failed = true;
+            } else {
+                ASSERT_EQ(HCA_WC_WR_FLUSH_ERR, wc.status) << wc_str(wc);
+                ASSERT_EQ(1u, acc_err) << "flush without a first error";
+                ++flushed;
+            }
+        }
+        if (!told && (ok > 0)) {
+            ASSERT_TRUE(send_token(ch->wfd, 1));
+            told = true;
+        }
+        if (told && !dereg_done && fd_readable(ch->rfd)) {
+            ASSERT_TRUE(expect_token(ch->rfd, 2));
+            dereg_done = true;
+        }
+    }
+    EXPECT_GE(ok, 1u);
+    /* after dereg: the old key fails (fresh QP, so not a flush) */
+    hca_sge_t s      = mk_sge(lb, BLK, hca_mr_lkey(lmr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &s, 1, HCA_SEND_SIGNALED, 99,
+                             pi.raddr[0], pi.rkey[0]);
+    ASSERT_EQ(0, post_retry(q2, &wr));
+    EXPECT_TRUE(wait_status(s2, 99, HCA_WC_REM_ACCESS_ERR));
+    ASSERT_TRUE(send_token(ch->wfd, 3));
+    EXPECT_TRUE(expect_token(ch->rfd, 4));
+    EXPECT_TRUE(wait_child(ch));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Procs, ProcsMode,
+        ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
+                           ::testing::Values(0u, (unsigned)
+                                             HCA_OPEN_NO_SINGLE_COPY)),
+        pmode_param_name);
+
+class ProcsFlags : public hca_test,
+                   public ::testing::WithParamInterface<unsigned> {
+};
+
+/* 10000 SENDs from the parent arrive in order in the child. */
+TEST_P(ProcsFlags, SendOrdering)
+{
+    remote_target t;
+    ASSERT_TRUE(t.start(GetParam()));
+    ctx c;
+    ASSERT_TRUE(c.open(GetParam()));
+    run_ordering(c, t, 10000);
+}
+
+/* A READ from a dead process does not hang: it completes with an error.
+ * (No hca_qp_check_peer: the engine finds out by itself.) */
+TEST_P(ProcsFlags, DeadPeerNoCheck)
+{
+    const unsigned fl = GetParam();
+    child_t *ch = fork_child([fl](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(fl));
+        uint8_t *b   = e.c.alloc(MEM_MALLOC, 1 << 20);
+        hca_mr_t *mr = e.c.reg(e.pd, b, 1 << 20, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        peer_info me = e.info();
+        me.raddr[0]  = (uint64_t)(uintptr_t)b;
+        me.rkey[0]   = hca_mr_rkey(mr);
+        ASSERT_TRUE(send_msg(wfd, me));
+        pause();
+    });
+    ASSERT_NE(nullptr, ch);
+    endpoint e;
+    ASSERT_TRUE(e.open(fl));
+    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    uint8_t *lb   = e.c.alloc(MEM_MALLOC, 1 << 20);
+    hca_mr_t *lmr = e.c.reg(e.pd, lb, 1 << 20, ACCESS_ALL);
+    ASSERT_NE(nullptr, lmr);
+    hca_sge_t s      = mk_sge(lb, 1 << 20, hca_mr_lkey(lmr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_READ, &s, 1, HCA_SEND_SIGNALED, 1,
+                             pi.raddr[0], pi.rkey[0]);
+    ASSERT_EQ(0, post_retry(e.qp, &wr));
+    ASSERT_TRUE(wait_ok(e.scq, 1, HCA_WC_RDMA_READ)) << "while alive";
+
+    kill_child(ch);
+    wr.wr_id = 2;
+    int rc   = post_retry(e.qp, &wr);
+    if (rc == 0) {
+        hca_wc_t wc;
+        ASSERT_TRUE(wait_wc(e.scq, &wc)) << "a READ from a dead peer hangs";
+        EXPECT_EQ(2u, wc.wr_id);
+        EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
+                    (wc.status == HCA_WC_WR_FLUSH_ERR))
+                << wc_str(wc);
+    } else {
+        EXPECT_LT(rc, 0);
+    }
+    EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(e.qp));
+}
+
+INSTANTIATE_TEST_SUITE_P(Procs, ProcsFlags,
+                         ::testing::Values(0u, (unsigned)
+                                           HCA_OPEN_NO_SINGLE_COPY),
+                         [](const ::testing::TestParamInfo<unsigned> &i) {
+                             return std::string(flags_name(i.param));
+                         });
+
+/* ------------------------------------------------------------ contention */
+
+typedef std::tuple<mem_kind_t, bool> contention_param;
+
+class ProcsContention
+    : public hca_test,
+      public ::testing::WithParamInterface<contention_param> {
+};
+
+/* Two children do remote fetch-adds and adds on a counter of the parent
+ * while the parent's CPU does __atomic_fetch_add on it: the final value is
+ * exact; each child sees its fetched values strictly increase. */
+TEST_P(ProcsContention, AtomicsExact)
+{
+    const mem_kind_t k = std::get<0>(GetParam());
+    const bool is32    = std::get<1>(GetParam());
+    const int K        = 20000;        /* remote ops per child */
+    const size_t VOFF  = 8;
+    const size_t width = is32 ? 4 : 8;
+    const uint64_t init = is32 ? 0xffff0000ull : 0x00000000fffff000ull;
+
+    struct done_msg {
+        uint64_t ops;
+        int32_t  ok;
+        int32_t  pad;
+    };
+    auto body = [is32, K, width](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(0, 64, 256));
+        std::string why;
+        if (!atomic_supported(e.c.attr, HCA_WR_ATOMIC_FETCH_ADD, is32,
+                              &why)) {
+            done_msg d = {0, 1, 0};
+            send_msg(wfd, e.info());
+            send_msg(wfd, d);
+            return;
+        }
+        uint8_t *res  = e.c.alloc(MEM_MALLOC, 16 * 8);
+        hca_mr_t *mr  = e.c.reg(e.pd, res, 16 * 8, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        ASSERT_TRUE(send_msg(wfd, e.info()));
+        ASSERT_TRUE(expect_token(rfd, 1));
+        uint64_t posted = 0, done = 0, last = 0;
+        bool have_last = false;
+        double end     = now_ms() + 4 * TIMEOUT_MS;
+        while (done < (uint64_t)K) {
+            ASSERT_LT(now_ms(), end) << done << " of " << K << " done";
+            if ((posted < (uint64_t)K) && (posted - done < 16)) {
+                bool fetch       = (posted % 2) == 0;
+                hca_sge_t s      = mk_sge(res + (posted % 16) * 8, width,
+                                          hca_mr_lkey(mr));
+                hca_send_wr_t wr = mk_wr(fetch ? HCA_WR_ATOMIC_FETCH_ADD
+                                               : HCA_WR_ATOMIC_ADD,
+                                         fetch ? &s : nullptr, fetch ? 1 : 0,
+                                         HCA_SEND_SIGNALED |
+                                                 (is32 ? HCA_SEND_ATOMIC32
+                                                       : 0),
+                                         posted, pp.raddr[0], pp.rkey[0]);
+                wr.compare_add   = 1;
+                hca_send_wr_t *bad;
+                int rc = hca_post_send(e.qp, &wr, &bad);
+                if (rc == 0) {
+                    ++posted;
+                } else {
+                    ASSERT_TRUE((rc == -EAGAIN) || (rc == -ENOMEM)) << rc;
+                }
+            }
+            progress_all();
+            hca_wc_t wc;
+            while (e.scq->pop(&wc)) {
+                ASSERT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+                ASSERT_EQ(done, wc.wr_id);
+                if (done % 2 == 0) {
+                    uint64_t v = 0;
+                    memcpy(&v, res + (done % 16) * 8, width);
+                    if (have_last) {
+                        int64_t d = is32 ? (int64_t)(int32_t)(uint32_t)(v -
+                                                                        last)
+                                         : (int64_t)(v - last);
+                        ASSERT_GT(d, 0) << "fetched values went back";
+                    }
+                    last      = v;
+                    have_last = true;
+                }
+                ++done;
+            }
+        }
+        done_msg d = {done, 1, 0};
+        ASSERT_TRUE(send_msg(wfd, d));
+    };
+    child_t *c1 = fork_child(body);
+    child_t *c2 = fork_child(body);
+    ASSERT_NE(nullptr, c1);
+    ASSERT_NE(nullptr, c2);
+
+    ctx c;
+    ASSERT_TRUE(c.open());
+    std::string why;
+    bool supported = atomic_supported(c.attr, HCA_WR_ATOMIC_FETCH_ADD, is32,
+                                      &why);
+    hca_pd_t *pd = c.new_pd();
+    uint8_t *b   = c.alloc(k, 64);
+    ASSERT_NE(nullptr, b);
+    memset(b, SENTINEL, 64);
+    memcpy(b + VOFF, &init, width);
+    hca_mr_t *mr = c.reg(pd, b, 64, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    child_t *ch[2] = {c1, c2};
+    for (int i = 0; i < 2; ++i) {
+        cqw *cq      = c.new_cq(64);
+        hca_qp_t *qp = c.new_qp(pd, cq, cq);
+        ASSERT_NE(nullptr, qp);
+        peer_info me;
+        memset(&me, 0, sizeof(me));
+        me.addr     = c.addr;
+        me.qpn[0]   = hca_qp_num(qp);
+        me.raddr[0] = (uint64_t)(uintptr_t)(b + VOFF);
+        me.rkey[0]  = hca_mr_rkey(mr);
+        ASSERT_TRUE(send_msg(ch[i]->wfd, me));
+        peer_info pi;
+        ASSERT_TRUE(recv_msg(ch[i]->rfd, &pi));
+        ASSERT_EQ(0, connect_qp(qp, pi.addr, pi.qpn[0]));
+    }
+    if (!supported) {
+        for (auto *x : ch) {
+            done_msg d;
+            recv_msg(x->rfd, &d);
+            EXPECT_TRUE(wait_child(x));
+        }
+        GTEST_SKIP() << why;
+    }
+    ASSERT_TRUE(send_token(c1->wfd, 1));
+    ASSERT_TRUE(send_token(c2->wfd, 1));
+
+    /* the target CPU adds while both children run */
+    uint64_t mine = 0;
+    int finished  = 0;
+    done_msg d[2];
+    bool got[2]   = {false, false};
+    double end    = now_ms() + 5 * TIMEOUT_MS;
+    while (finished < 2) {
+        for (int j = 0; j < 64; ++j) {
+            if (is32) {
+                __atomic_fetch_add((uint32_t*)(b + VOFF), 1, __ATOMIC_SEQ_CST);
+            } else {
+                __atomic_fetch_add((uint64_t*)(b + VOFF), 1, __ATOMIC_SEQ_CST);
+            }
+            ++mine;
+        }
+        for (int i = 0; i < 2; ++i) {
+            if (!got[i] && fd_readable(ch[i]->rfd)) {
+                ASSERT_TRUE(recv_msg(ch[i]->rfd, &d[i]));
+                got[i] = true;
+                ++finished;
+            }
+        }
+        ASSERT_LT(now_ms(), end) << "children did not finish";
+    }
+    EXPECT_TRUE(wait_child(c1));
+    EXPECT_TRUE(wait_child(c2));
+    ASSERT_EQ((uint64_t)K, d[0].ops);
+    ASSERT_EQ((uint64_t)K, d[1].ops);
+    uint64_t mask   = is32 ? 0xffffffffull : ~0ull;
+    uint64_t expect = (init + 2 * (uint64_t)K + mine) & mask;
+    uint64_t now    = 0;
+    memcpy(&now, b + VOFF, width);
+    EXPECT_EQ(expect, now) << "lost updates: remote " << 2 * K << " local "
+                           << mine;
+    EXPECT_EQ(-1, check_byte(b, VOFF, SENTINEL));
+    EXPECT_EQ(-1, check_byte(b + VOFF + width, 64 - VOFF - width, SENTINEL))
+            << "an atomic spilled into the next bytes";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Procs, ProcsContention,
+        ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
+                           ::testing::Bool()),
+        [](const ::testing::TestParamInfo<contention_param> &i) {
+            return std::string(mem_kind_name(std::get<0>(i.param))) + "_" +
+                   (std::get<1>(i.param) ? "32" : "64");
+        });
+
+/* ------------------------------------------------------------ plain tests */
+
+class Procs : public hca_test {
+};
+
+/* The target neither posts nor polls receives: the sender keeps sending
+ * until hca_post_send returns -EAGAIN (ring full, nothing of that WR
+ * delivered); then the target drains and every message arrives once, in
+ * order. */
+TEST_F(Procs, RecvRingFull)
+{
+    const size_t MS   = 64;
+    const uint32_t RW = 256;   /* receives posted by the child at a time */
+    const uint64_t MORE = 300; /* messages after the first -EAGAIN */
+    child_t *ch = fork_child([MS, RW](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(0, RW, 4 * RW));
+        uint8_t *b   = e.c.alloc(MEM_MALLOC, RW * MS);
+        hca_mr_t *mr = e.c.reg(e.pd, b, RW * MS, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        ASSERT_TRUE(send_msg(wfd, e.info()));
+        uint64_t total = 0;
+        ASSERT_TRUE(recv_msg(rfd, &total, 3 * TIMEOUT_MS));
+        ASSERT_GT(total, 0u);
+        for (uint32_t s = 0; s < RW; ++s) {
+            ASSERT_EQ(0, post_recv1(e.qp, b + s * MS, MS, hca_mr_lkey(mr), s));
+        }
+        uint64_t got = 0;
+        double end   = now_ms() + 3 * TIMEOUT_MS;
+        while (got < total) {
+            ASSERT_LT(now_ms(), end) << "received " << got << " of " << total;
+            progress_all();
+            hca_wc_t wc;
+            while (e.rcq->pop(&wc)) {
+                ASSERT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+                ASSERT_EQ(MS, wc.byte_len);
+                uint64_t seq;
+                memcpy(&seq, b + wc.wr_id * MS, 8);
+                ASSERT_EQ(got, seq) << "lost, duplicated or reordered";
+                ASSERT_EQ(-1, check_pattern(b + wc.wr_id * MS + 8, MS - 8,
+                                            seq));
+                ++got;
+                ASSERT_EQ(0, post_recv1(e.qp, b + wc.wr_id * MS, MS,
+                                        hca_mr_lkey(mr), wc.wr_id));
+            }
+            ASSERT_EQ(0, e.rcq->err);
+        }
+        EXPECT_TRUE(expect_no_wc(e.rcq, 100)) << "more than " << total;
+        ASSERT_TRUE(send_msg(wfd, got));
+    });
+    ASSERT_NE(nullptr, ch);
+
+    endpoint e;
+    ASSERT_TRUE(e.open(0, 128, 4096));
+    /* a deep send queue, so that the ring fills before the send queue */
+    uint32_t depth = std::min<uint32_t>(e.c.attr.max_qp_wr, 16384);
+    cqw *scq     = e.c.new_cq((int)std::min<uint32_t>(e.c.attr.max_cqe,
+                                                      depth + 16));
+    ASSERT_NE(nullptr, scq);
+    hca_qp_t *qp = e.c.new_qp(e.pd, scq, e.rcq, e.c.caps(depth));
+    ASSERT_NE(nullptr, qp);
+    peer_info me = e.info();
+    me.qpn[0]    = hca_qp_num(qp);
+    ASSERT_TRUE(send_msg(ch->wfd, me));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(qp, pi.addr, pi.qpn[0]));
+    uint8_t *src  = e.c.alloc(MEM_MALLOC, MS * 1024);
+    hca_mr_t *smr = e.c.reg(e.pd, src, MS * 1024, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+
+    auto post_seq = [&](uint64_t seq) {
+        uint8_t *p = src + (seq % 1024) * MS;
+        seq_msg_fill(p, seq, MS);
+        hca_sge_t s      = mk_sge(p, MS, hca_mr_lkey(smr));
+        hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1,
+                                 (seq % 64 == 63) ? HCA_SEND_SIGNALED : 0,
+                                 seq);
+        hca_send_wr_t *bad;
+        return hca_post_send(qp, &wr, &bad);
+    };
+    auto reap = [&]() {
+        scq->poll_once();
+        hca_wc_t wc;
+        while (scq->pop(&wc)) {
+            EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+        }
+    };
+
+    uint64_t seq = 0;
+    int rc       = 0;
+    double end   = now_ms() + TIMEOUT_MS;
+    double stuck = 0;
+    for (;;) {
+        ASSERT_LT(now_ms(), end) << "no -EAGAIN after " << seq << " messages";
+        rc = post_seq(seq);
+        if (rc == 0) {
+            ++seq;
+            stuck = 0;
+            if (seq % 64 == 0) {
+                reap();
+            }
+            continue;
+        }
+        if (rc == -EAGAIN) {
+            break;
+        }
+        ASSERT_EQ(-ENOMEM, rc);
+        /* send queue full: completions may free it (if SENDs complete
+         * before they are received) */
+        reap();
+        if (stuck == 0) {
+            stuck = now_ms();
+        }
+        ASSERT_LT(now_ms() - stuck, 2000.0)
+                << "the send queue (" << depth << ") filled before the "
+                << "target's receive ring, after " << seq << " messages";
+    }
+    /* still full: retrying the refused message gives -EAGAIN again */
+    EXPECT_EQ(-EAGAIN, post_seq(seq));
+    hca_counters_t cnt;
+    ASSERT_EQ(0, hca_device_counters(e.c.dev, &cnt));
+    EXPECT_GE(cnt.ring_full, 1u);
+
+    const uint64_t total = seq + MORE;
+    ASSERT_TRUE(send_msg(ch->wfd, total));
+    while (seq < total) {
+        rc = post_seq(seq);
+        if (rc == 0) {
+            ++seq;
+        } else {
+            ASSERT_TRUE((rc == -EAGAIN) || (rc == -ENOMEM)) << rc;
+            ASSERT_LT(now_ms(), end + 3 * TIMEOUT_MS);
+        }
+        reap();
+    }
+    uint64_t got = 0;
+    double e2    = now_ms() + 3 * TIMEOUT_MS;
+    while (!fd_readable(ch->rfd)) {
+        reap();
+        ASSERT_LT(now_ms(), e2) << "the target did not get everything";
+    }
+    ASSERT_TRUE(recv_msg(ch->rfd, &got));
+    EXPECT_EQ(total, got);
+    EXPECT_TRUE(wait_child(ch));
+}
+
+/* A child that has the device open with QPs, MRs, an SRQ and device memory
+ * owns /dev/shm objects named after its pid; after it closes the device and
+ * exits cleanly none is left. */
+TEST_F(Procs, ShmCleanExit)
+{
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        endpoint e;
+        ASSERT_TRUE(e.open(0));
+        uint8_t *d = e.c.alloc(MEM_DM, 1 << 20);
+        ASSERT_NE(nullptr, d);
+        ASSERT_NE(nullptr, e.c.reg(e.pd, d, 1 << 20, ACCESS_ALL));
+        uint8_t *m = e.c.alloc(MEM_MALLOC, 1 << 20);
+        ASSERT_NE(nullptr, e.c.reg(e.pd, m, 1 << 20, ACCESS_ALL));
+        ASSERT_NE(nullptr, e.c.new_srq(e.pd, 64));
+        ASSERT_EQ(0, connect_qp(e.qp, e.c.addr, hca_qp_num(e.qp)));
+        ASSERT_TRUE(send_token(wfd, 1));
+        ASSERT_TRUE(expect_token(rfd, 2));
+        e.c.close();
+        ASSERT_TRUE(send_token(wfd, 3));
+        ASSERT_TRUE(expect_token(rfd, 4));
+    });
+    ASSERT_NE(nullptr, ch);
+    ASSERT_TRUE(expect_token(ch->rfd, 1));
+    std::vector<std::string> v = shm_entries_of(ch->pid);
+    EXPECT_FALSE(v.empty()) << "no /dev/shm/hca.*." << ch->pid
+                            << ".* object while the device is open "
+                            << "(naming convention?)";
+    ASSERT_TRUE(send_token(ch->wfd, 2));
+    ASSERT_TRUE(expect_token(ch->rfd, 3));
+    v = shm_entries_of(ch->pid);
+    EXPECT_TRUE(v.empty()) << "left after hca_device_close: " << join(v);
+    ASSERT_TRUE(send_token(ch->wfd, 4));
+    EXPECT_TRUE(wait_child(ch));
+    v = shm_entries_of(ch->pid);
+    EXPECT_TRUE(v.empty()) << "left after a clean exit: " << join(v);
+}
+
+/* A child killed with SIGKILL leaves its objects; the next
+ * hca_device_open (of the parent, or of a new process) reclaims them. */
+static void reclaim_after_kill(bool by_new_process)
+{
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        (void)rfd;
+        endpoint e;
+        ASSERT_TRUE(e.open(0));
+        uint8_t *d = e.c.alloc(MEM_DM, 1 << 20);
+        ASSERT_NE(nullptr, d);
+        ASSERT_NE(nullptr, e.c.reg(e.pd, d, 1 << 20, ACCESS_ALL));
+        uint8_t *m = e.c.alloc(MEM_MALLOC, 1 << 20);
+        ASSERT_NE(nullptr, e.c.reg(e.pd, m, 1 << 20, ACCESS_ALL));
+        ASSERT_EQ(0, connect_qp(e.qp, e.c.addr, hca_qp_num(e.qp)));
+        ctx c2;   /* a second context */
+        ASSERT_TRUE(c2.open(HCA_OPEN_NO_SINGLE_COPY));
+        ASSERT_NE(nullptr, c2.alloc(MEM_DM, 4096));
+        ASSERT_TRUE(send_token(wfd, 1));
+        pause();
+    });
+    ASSERT_NE(nullptr, ch);
+    ASSERT_TRUE(expect_token(ch->rfd, 1));
+    pid_t pid                  = ch->pid;
+    std::vector<std::string> v = shm_entries_of(pid);
+    ASSERT_FALSE(v.empty()) << "no /dev/shm/hca.*." << pid << ".* object";
+    kill_child(ch);
+    std::vector<std::string> after = shm_entries_of(pid);
+    EXPECT_EQ(v, after) << "objects of a killed process must stay until "
+                           "reclaimed";
+
+    if (by_new_process) {
+        child_t *c2 = fork_child([](int, int) {
+            ctx c;
+            ASSERT_TRUE(c.open());
+        });
+        ASSERT_NE(nullptr, c2);
+        EXPECT_TRUE(wait_child(c2));
+    } else {
+        ctx c;
+        ASSERT_TRUE(c.open());
+    }
+    after = shm_entries_of(pid);
+    EXPECT_TRUE(after.empty()) << "not reclaimed by hca_device_open: "
+                               << join(after);
+    if (!after.empty()) {
+        sleep_ms(2000);
+        after = shm_entries_of(pid);
+        EXPECT_TRUE(after.empty()) << "still there 2 s later: " << join(after);
+    }
+}
+
+TEST_F(Procs, ShmReclaimAfterKill)
+{
+    reclaim_after_kill(false);
+}
+
+TEST_F(Procs, ShmReclaimByNewProcess)
+{
+    reclaim_after_kill(true);
+}
+
+/* The child sleeps in hca_cq_wait on its receive CQ; the parent's SEND
+ * wakes it. */
+TEST_F(Procs, BlockingWaitInChild)
+{
+    const int DELAY_MS = 300;
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(0));
+        cq_unregister(e.rcq);
+        uint8_t *b   = e.c.alloc(MEM_MALLOC, 4096);
+        hca_mr_t *mr = e.c.reg(e.pd, b, 4096, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        memset(b, 0, 4096);
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        ASSERT_EQ(0, post_recv1(e.qp, b, 4096, hca_mr_lkey(mr), 77));
+        ASSERT_TRUE(send_msg(wfd, e.info()));
+        double t0   = now_ms();
+        double cpu0 = thread_cpu_ms();
+        int wakeups = 0;
+        hca_wc_t wc;
+        int got = 0;
+        for (;;) {
+            ASSERT_LT(now_ms() - t0, (double)TIMEOUT_MS) << "never woken";
+            got = hca_cq_poll(e.rcq->cq, 1, &wc);
+            ASSERT_GE(got, 0);
+            if (got > 0) {
+                break;
+            }
+            hca_cq_wait(e.rcq->cq, TIMEOUT_MS);
+            ++wakeups;
+        }
+        double el  = now_ms() - t0;
+        double cpu = thread_cpu_ms() - cpu0;
+        EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+        EXPECT_EQ(HCA_WC_RECV, wc.opcode);
+        EXPECT_EQ(77u, wc.wr_id);
+        EXPECT_EQ(1000u, wc.byte_len);
+        EXPECT_EQ(-1, check_pattern(b, 1000, 8));
+        EXPECT_LE(wakeups, 20) << "hca_cq_wait does not sleep";
+        EXPECT_LT(cpu, 0.5 * el) << "the waiting thread used " << cpu
+                                 << " ms of CPU in " << el << " ms";
+        ASSERT_TRUE(send_token(wfd, 1));
+        ASSERT_TRUE(expect_token(rfd, 2));
+    });
+    ASSERT_NE(nullptr, ch);
+    endpoint e;
+    ASSERT_TRUE(e.open(0));
+    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    uint8_t *b   = e.c.alloc(MEM_MALLOC, 1000);
+    hca_mr_t *mr = e.c.reg(e.pd, b, 1000, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    fill_pattern(b, 1000, 8);
+    sleep_ms(DELAY_MS);
+    EXPECT_EQ('S', proc_state(ch->pid)) << "the child is not asleep";
+    hca_sge_t s      = mk_sge(b, 1000, hca_mr_lkey(mr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1, HCA_SEND_SIGNALED, 1);
+    ASSERT_EQ(0, post_retry(e.qp, &wr));
+    ASSERT_TRUE(wait_ok(e.scq, 1, HCA_WC_SEND));
+    EXPECT_TRUE(expect_token(ch->rfd, 1));
+    ASSERT_TRUE(send_token(ch->wfd, 2));
+    EXPECT_TRUE(wait_child(ch));
+}
+
+/* A dead peer: hca_qp_check_peer returns 0 and moves the QP to ERR;
+ * outstanding and later WRs complete with RETRY_EXC_ERR or WR_FLUSH_ERR;
+ * nothing hangs. */
+TEST_F(Procs, DeadPeerCheck)
+{
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(0));
+        uint8_t *b   = e.c.alloc(MEM_MALLOC, 4096);
+        hca_mr_t *mr = e.c.reg(e.pd, b, 4096, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        peer_info me = e.info();
+        me.raddr[0]  = (uint64_t)(uintptr_t)b;
+        me.rkey[0]   = hca_mr_rkey(mr);
+        ASSERT_TRUE(send_msg(wfd, me));
+        pause();
+    });
+    ASSERT_NE(nullptr, ch);
+    endpoint e;
+    ASSERT_TRUE(e.open(0));
+    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    uint8_t *b   = e.c.alloc(MEM_MALLOC, 4096);
+    hca_mr_t *mr = e.c.reg(e.pd, b, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    hca_sge_t s      = mk_sge(b, 64, hca_mr_lkey(mr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &s, 1, HCA_SEND_SIGNALED, 1,
+                             pi.raddr[0], pi.rkey[0]);
+    ASSERT_EQ(0, post_retry(e.qp, &wr));
+    ASSERT_TRUE(wait_ok(e.scq, 1, HCA_WC_RDMA_WRITE));
+    EXPECT_EQ(1, hca_qp_check_peer(e.qp));
+    EXPECT_EQ(1, hca_port_addr_alive(&pi.addr));
+
+    /* a SEND the child will never receive: 1 MiB is more than its ring
+     * holds, and the child neither posts a receive nor polls, so it stays
+     * outstanding */
+    uint8_t *big   = e.c.alloc(MEM_MALLOC, 1 << 20);
+    hca_mr_t *bmr  = e.c.reg(e.pd, big, 1 << 20, ACCESS_ALL);
+    ASSERT_NE(nullptr, bmr);
+    hca_sge_t bs     = mk_sge(big, 1 << 20, hca_mr_lkey(bmr));
+    hca_send_wr_t sw = mk_wr(HCA_WR_SEND, &bs, 1, HCA_SEND_SIGNALED, 2);
+    ASSERT_EQ(0, post_retry(e.qp, &sw));
+    sleep_ms(20);
+    EXPECT_EQ(1u, hca_qp_outstanding(e.qp));
+    kill_child(ch);
+    EXPECT_EQ(0, hca_port_addr_alive(&pi.addr));
+    EXPECT_EQ(0, hca_qp_check_peer(e.qp));
+    EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(e.qp));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_wc(e.scq, &wc)) << "the outstanding SEND hangs";
+    EXPECT_EQ(2u, wc.wr_id);
+    EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
+                (wc.status == HCA_WC_WR_FLUSH_ERR))
+            << wc_str(wc);
+    /* a later post is refused (QP in ERR) or completes with an error;
+     * whether posting in ERR is accepted is Qp.PostInErrFlushes' business */
+    wr.wr_id = 3;
+    hca_send_wr_t *bad;
+    int rc = hca_post_send(e.qp, &wr, &bad);
+    if (rc == 0) {
+        ASSERT_TRUE(wait_wc(e.scq, &wc)) << "a WR to a dead peer hangs";
+        EXPECT_EQ(3u, wc.wr_id);
+        EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
+                    (wc.status == HCA_WC_WR_FLUSH_ERR))
+                << wc_str(wc);
+    } else {
+        EXPECT_EQ(-EINVAL, rc);
+    }
+    EXPECT_EQ(0u, hca_qp_outstanding(e.qp));
+}
+
+/* rkey_ptr on the device memory of another process. */
+TEST_F(Procs, RkeyPtr)
+{
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(0));
+        uint8_t *d    = e.c.alloc(MEM_DM, 65536);
+        uint8_t *m    = e.c.alloc(MEM_MALLOC, 65536);
+        ASSERT_NE(nullptr, d);
+        hca_mr_t *dmr = e.c.reg(e.pd, d, 65536, ACCESS_ALL);
+        hca_mr_t *mmr = e.c.reg(e.pd, m, 65536, ACCESS_ALL);
+        ASSERT_NE(nullptr, mmr);
+        memset(d, SENTINEL, 65536);
+        uint64_t ctr = 1000;
+        memcpy(d + 4096, &ctr, 8);
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        peer_info me = e.info();
+        me.raddr[0]  = (uint64_t)(uintptr_t)d;
+        me.rkey[0]   = hca_mr_rkey(dmr);
+        me.raddr[1]  = (uint64_t)(uintptr_t)m;
+        me.rkey[1]   = hca_mr_rkey(mmr);
+        ASSERT_TRUE(send_msg(wfd, me));
+        ASSERT_TRUE(expect_token(rfd, 1));
+        EXPECT_EQ(-1, check_pattern(d + 100, 1000, 21))
+                << "stores through rkey_ptr not visible";
+        EXPECT_EQ(-1, check_byte(d, 100, SENTINEL));
+        EXPECT_EQ(-1, check_byte(d + 1100, 4096 - 1100, SENTINEL));
+        memcpy(&ctr, d + 4096, 8);
+        EXPECT_EQ(1005u, ctr);
+        ASSERT_TRUE(send_token(wfd, 2));
+    });
+    ASSERT_NE(nullptr, ch);
+    endpoint e;
+    ASSERT_TRUE(e.open(0));
+    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    void *p = nullptr;
+    ASSERT_EQ(0, hca_qp_rkey_ptr(e.qp, pi.raddr[0] + 100, pi.rkey[0], 1000,
+                                 &p));
+    ASSERT_NE(nullptr, p);
+    fill_pattern(p, 1000, 21);
+    void *q = nullptr;
+    ASSERT_EQ(0, hca_qp_rkey_ptr(e.qp, pi.raddr[0] + 4096, pi.rkey[0], 8, &q));
+    for (int i = 0; i < 5; ++i) {
+        __atomic_fetch_add((uint64_t*)q, 1, __ATOMIC_SEQ_CST);
+    }
+    EXPECT_EQ(-ENOENT, hca_qp_rkey_ptr(e.qp, pi.raddr[1], pi.rkey[1], 8, &q));
+    EXPECT_EQ(-EACCES, hca_qp_rkey_ptr(e.qp, pi.raddr[0], ~pi.rkey[0], 8, &q));
+    EXPECT_EQ(-EACCES, hca_qp_rkey_ptr(e.qp, pi.raddr[0] + 65536 - 4,
+                                       pi.rkey[0], 8, &q));
+    ASSERT_TRUE(send_token(ch->wfd, 1));
+    EXPECT_TRUE(expect_token(ch->rfd, 2));
+    EXPECT_TRUE(wait_child(ch));
+}
+
+/* hca_dm_map_remote on the device memory of another process. */
+TEST_F(Procs, DmMapRemote)
+{
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        ctx c;
+        ASSERT_TRUE(c.open());
+        hca_pd_t *pd = c.new_pd();
+        uint8_t *d   = c.alloc(MEM_DM, 1 << 20);
+        ASSERT_NE(nullptr, d);
+        hca_mr_t *mr = c.reg(pd, d + 4096, 8192, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        memset(d, SENTINEL, 1 << 20);
+        peer_info me;
+        memset(&me, 0, sizeof(me));
+        me.addr    = c.addr;
+        uint64_t b = 0;
+        me.qpn[0]  = hca_mr_dm_id(mr, &b);   /* the dm id */
+        me.raddr[0] = b;
+        ASSERT_NE(0u, me.qpn[0]);
+        EXPECT_EQ((uint64_t)(uintptr_t)d, b);
+        ASSERT_TRUE(send_msg(wfd, me));
+        ASSERT_TRUE(expect_token(rfd, 1));
+        EXPECT_EQ(-1, check_pattern(d + 4096, 8192, 17));
+        EXPECT_EQ(-1, check_byte(d, 4096, SENTINEL));
+        EXPECT_EQ(-1, check_byte(d + 4096 + 8192, (1 << 20) - 4096 - 8192,
+                                 SENTINEL));
+        ASSERT_TRUE(send_token(wfd, 2));
+    });
+    ASSERT_NE(nullptr, ch);
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    void *p    = nullptr;
+    size_t len = 0;
+    ASSERT_EQ(0, hca_dm_map_remote(&pi.addr, pi.qpn[0], &p, &len));
+    ASSERT_NE(nullptr, p);
+    EXPECT_GE(len, (size_t)(1 << 20));
+    EXPECT_EQ(-1, check_byte(p, 1 << 20, SENTINEL));
+    fill_pattern((uint8_t*)p + 4096, 8192, 17);
+    hca_dm_unmap_remote(p, len);
+    ASSERT_TRUE(send_token(ch->wfd, 1));
+    EXPECT_TRUE(expect_token(ch->rfd, 2));
+    EXPECT_TRUE(wait_child(ch));
+}
+
+/* The parent has the device open (its responder running) when it forks;
+ * the child opens its own context and talks to the parent. */
+TEST_F(Procs, ForkAfterOpen)
+{
+    endpoint e;
+    ASSERT_TRUE(e.open(0));
+    uint8_t *b   = e.c.alloc(MEM_MALLOC, 65536);
+    hca_mr_t *mr = e.c.reg(e.pd, b, 65536, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    memset(b, SENTINEL, 65536);
+    peer_info me = e.info();
+    me.raddr[0]  = (uint64_t)(uintptr_t)b;
+    me.rkey[0]   = hca_mr_rkey(mr);
+
+    child_t *ch = fork_child([me](int rfd, int wfd) {
+        (void)rfd;
+        endpoint c;
+        ASSERT_TRUE(c.open(0));
+        uint8_t *s   = c.c.alloc(MEM_MALLOC, 32768);
+        hca_mr_t *sm = c.c.reg(c.pd, s, 32768, ACCESS_ALL);
+        ASSERT_NE(nullptr, sm);
+        ASSERT_TRUE(send_msg(wfd, c.info()));
+        ASSERT_TRUE(expect_token(rfd, 1));
+        ASSERT_EQ(0, connect_qp(c.qp, me.addr, me.qpn[0]));
+        fill_pattern(s, 32768, 31);
+        hca_sge_t sg     = mk_sge(s, 32768, hca_mr_lkey(sm));
+        hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED,
+                                 1, me.raddr[0], me.rkey[0]);
+        ASSERT_EQ(0, post_retry(c.qp, &wr));
+        ASSERT_TRUE(wait_ok(c.scq, 1, HCA_WC_RDMA_WRITE));
+        fill_pattern(s, 32768, 32);
+        wr = mk_wr(HCA_WR_SEND, &sg, 1, HCA_SEND_SIGNALED, 2);
+        ASSERT_EQ(0, post_retry(c.qp, &wr));
+        ASSERT_TRUE(wait_ok(c.scq, 2, HCA_WC_SEND, nullptr, 2 * TIMEOUT_MS));
+    });
+    ASSERT_NE(nullptr, ch);
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    ASSERT_EQ(0, post_recv1(e.qp, b + 32768, 32768, hca_mr_lkey(mr), 5));
+    ASSERT_TRUE(send_token(ch->wfd, 1));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_ok(e.rcq, 5, HCA_WC_RECV, &wc, 2 * TIMEOUT_MS));
+    EXPECT_EQ(32768u, wc.byte_len);
+    EXPECT_EQ(-1, check_pattern(b, 32768, 31)) << "RDMA WRITE from the child";
+    EXPECT_EQ(-1, check_pattern(b + 32768, 32768, 32)) << "SEND from the child";
+    EXPECT_TRUE(wait_child(ch));
+}
+
+/* Port addresses across processes: reachable, alive, then gone. */
+TEST_F(Procs, AddressOfOtherProcess)
+{
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        ctx c;
+        ASSERT_TRUE(c.open());
+        ASSERT_TRUE(send_msg(wfd, c.addr));
+        ASSERT_TRUE(expect_token(rfd, 1));
+    });
+    ASSERT_NE(nullptr, ch);
+    hca_port_addr_t a;
+    ASSERT_TRUE(recv_msg(ch->rfd, &a));
+    ctx c;
+    ASSERT_TRUE(c.open());
+    EXPECT_EQ((uint32_t)ch->pid, a.pid);
+    EXPECT_TRUE(hca_host_id_equal(&a.host, &c.addr.host));
+    EXPECT_TRUE(hca_port_addr_reachable(c.dev, &a));
+    EXPECT_EQ(1, hca_port_addr_alive(&a));
+    ASSERT_TRUE(send_token(ch->wfd, 1));
+    EXPECT_TRUE(wait_child(ch));
+    EXPECT_EQ(0, hca_port_addr_alive(&a));
+}
+
+/* The target's ring is full and its owner dies: posting gives -EAGAIN
+ * for a while, then either -ECONNRESET (the ring stayed full and the owner
+ * is gone) or the WR is accepted and completes with RETRY_EXC_ERR; the QP
+ * ends in ERR, outstanding WRs complete; nothing hangs. */
+TEST_F(Procs, DeadPeerRingFull)
+{
+    const size_t MS = 64;
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        endpoint e;
+        ASSERT_TRUE(e.open(0));
+        ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
+        ASSERT_TRUE(send_msg(wfd, e.info()));
+        pause();
+    });
+    ASSERT_NE(nullptr, ch);
+    endpoint e;
+    ASSERT_TRUE(e.open(0, 128, 4096));
+    uint32_t depth = std::min<uint32_t>(e.c.attr.max_qp_wr, 16384);
+    cqw *scq       = e.c.new_cq((int)std::min<uint32_t>(e.c.attr.max_cqe,
+                                                        depth + 16));
+    ASSERT_NE(nullptr, scq);
+    hca_qp_t *qp = e.c.new_qp(e.pd, scq, e.rcq, e.c.caps(depth));
+    ASSERT_NE(nullptr, qp);
+    peer_info me = e.info();
+    me.qpn[0]    = hca_qp_num(qp);
+    ASSERT_TRUE(send_msg(ch->wfd, me));
+    peer_info pi;
+    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+    ASSERT_EQ(0, connect_qp(qp, pi.addr, pi.qpn[0]));
+    uint8_t *src  = e.c.alloc(MEM_MALLOC, MS);
+    hca_mr_t *smr = e.c.reg(e.pd, src, MS, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+    hca_sge_t s = mk_sge(src, MS, hca_mr_lkey(smr));
+
+    uint64_t n = 0;
+    int rc     = 0;
+    double end = now_ms() + TIMEOUT_MS;
+    for (;;) {
+        ASSERT_LT(now_ms(), end) << "no -EAGAIN after " << n << " messages";
+        hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1,
+                                 (n % 64 == 63) ? HCA_SEND_SIGNALED : 0, n);
+        hca_send_wr_t *bad;
+        rc = hca_post_send(qp, &wr, &bad);
+        if (rc == 0) {
+            ++n;
+            scq->poll_once();
+            continue;
+        }
+        if (rc == -EAGAIN) {
+            break;
+        }
+        ASSERT_EQ(-ENOMEM, rc);
+        scq->poll_once();
+    }
+    kill_child(ch);
+    end = now_ms() + 2 * TIMEOUT_MS;
+    for (;;) {
+        ASSERT_LT(now_ms(), end) << "still " << rc
+                                 << " long after the target died";
+        hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1, HCA_SEND_SIGNALED, n);
+        hca_send_wr_t *bad;
+        rc = hca_post_send(qp, &wr, &bad);
+        if (rc != -EAGAIN) {
+            break;
+        }
+        scq->poll_once();
+        sleep_ms(1);
+    }
+    if (rc == 0) {
+        /* accepted: it must fail (the peer is gone), not succeed */
+        hca_wc_t wc;
+        bool found = false;
+        double e2  = now_ms() + TIMEOUT_MS;
+        while (!found) {
+            ASSERT_LT(now_ms(), e2) << "the WR to the dead peer hangs";
+            scq->poll_once();
+            while (scq->pop(&wc)) {
+                if (wc.wr_id == n) {
+                    found = true;
+                    EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
+                                (wc.status == HCA_WC_WR_FLUSH_ERR))
+                            << wc_str(wc);
+                }
+            }
+        }
+    } else {
+        EXPECT_EQ(-ECONNRESET, rc);
+    }
+    EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(qp));
+    /* whatever was outstanding completes */
+    end = now_ms() + TIMEOUT_MS;
+    while (hca_qp_outstanding(qp) != 0) {
+        ASSERT_LT(now_ms(), end) << hca_qp_outstanding(qp)
+                                 << " WRs never complete";
+        scq->poll_once();
+    }
+}
+
+/* hca_host_counters: every process's QPs, the closed ones included. */
+TEST_F(Procs, HostCounters)
+{
+    hca_counters_t h0, h1;
+    ASSERT_EQ(0, hca_host_counters(dev_name().c_str(), &h0));
+    child_t *ch = fork_child([](int, int) {
+        ctx c;
+        ASSERT_TRUE(c.open());
+        hca_pd_t *pd = c.new_pd();
+        cqw *s1 = c.new_cq(64), *r1 = c.new_cq(64);
+        cqw *s2 = c.new_cq(64), *r2 = c.new_cq(64);
+        ASSERT_NE(nullptr, r2);
+        hca_qp_t *q1 = c.new_qp(pd, s1, r1), *q2 = c.new_qp(pd, s2, r2);
+        ASSERT_NE(nullptr, q2);
+        ASSERT_EQ(0, connect_qp(q1, c.addr, hca_qp_num(q2)));
+        ASSERT_EQ(0, connect_qp(q2, c.addr, hca_qp_num(q1)));
+        uint8_t *b   = c.alloc(MEM_MALLOC, 4096);
+        hca_mr_t *mr = c.reg(pd, b, 4096, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        for (int i = 0; i < 3; ++i) {
+            hca_sge_t s      = mk_sge(b, 100, hca_mr_lkey(mr));
+            hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &s, 1,
+                                     HCA_SEND_SIGNALED, i,
+                                     (uint64_t)(uintptr_t)(b + 2048),
+                                     hca_mr_rkey(mr));
+            ASSERT_EQ(0, post_retry(q1, &wr));
+            ASSERT_TRUE(wait_ok(s1, i, HCA_WC_RDMA_WRITE));
+        }
+        c.close();
+    });
+    ASSERT_NE(nullptr, ch);
+    ASSERT_TRUE(wait_child(ch));
+    ASSERT_EQ(0, hca_host_counters(dev_name().c_str(), &h1));
+    /* other processes of the host may add to it: at least ours */
+    EXPECT_GE(h1.tx_ops[HCA_WR_RDMA_WRITE], h0.tx_ops[HCA_WR_RDMA_WRITE] + 3)
+            << "a closed context's counters are kept";
+    EXPECT_GE(h1.tx_bytes[HCA_WR_RDMA_WRITE],
+              h0.tx_bytes[HCA_WR_RDMA_WRITE] + 300);
+}
