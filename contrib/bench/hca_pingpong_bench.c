@@ -1,7 +1,8 @@
 /*
  * hca_pingpong_bench.c - ping-pong latency of the hca software HCA.
  *
- * usage: hca_pingpong_bench [-n ITERS] [-w WARMUP] [-s SIZE] [-d DEV] [-h]
+ * usage: hca_pingpong_bench [-n ITERS] [-w WARMUP] [-s SIZE] [-d DEV] [-C]
+ *                           [-h]
  *
  * A benchmark, not a test: two processes (the parent and a forked child)
  * bounce a message back and forth and the parent reports half the round
@@ -12,6 +13,11 @@
  *   send        SEND/RECV: each side polls its receive CQ, then replies
  *   rdma_write  inline RDMA WRITE of a sequence number into the peer's
  *               registered buffer; each side spins on its own memory
+ *
+ * Messages are sent inline when they fit max_inline_data.  The sequence
+ * number is a message's last 8 bytes, so the write test sees a message
+ * only once all of it should have landed.  -C opens the device without
+ * single copy (CMA), to measure the ring / responder path instead.
  *
  * The child opens the device after fork (a device context belongs to one
  * process); addresses, QP numbers, rkeys and buffer addresses go over a
@@ -55,6 +61,7 @@ struct options {
     long        warmup;
     size_t      size;
     const char *dev_name;
+    unsigned    open_flags; /* -C: HCA_OPEN_NO_SINGLE_COPY */
 };
 
 /* One process's view of the benchmark. */
@@ -380,7 +387,8 @@ static void ep_open(struct endpoint *ep, const struct options *opt)
     int cqe;
 
     memset(ep, 0, sizeof(*ep));
-    check_rc(hca_device_open(opt->dev_name, 0, &ep->dev), "hca_device_open");
+    check_rc(hca_device_open(opt->dev_name, opt->open_flags, &ep->dev),
+             "hca_device_open");
     check_rc(hca_device_query(ep->dev, &attr), "hca_device_query");
     if (opt->size > attr.max_msg_size)
         die("size %zu is above max_msg_size %" PRIu64, opt->size,
@@ -754,11 +762,14 @@ static long parse_long(const char *s, char opt, long min)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: " PROG " [-n ITERS] [-w WARMUP] [-s SIZE] [-d DEV] [-h]\n"
+            "usage: " PROG
+            " [-n ITERS] [-w WARMUP] [-s SIZE] [-d DEV] [-C] [-h]\n"
             "  -n ITERS   measured round trips per test (default 100000)\n"
             "  -w WARMUP  round trips before measuring (default 10000)\n"
             "  -s SIZE    message size, a multiple of 8 (default 8)\n"
-            "  -d DEV     device (default hca0)\n");
+            "  -d DEV     device (default hca0)\n"
+            "  -C         no single copy (CMA): measure the ring and\n"
+            "             responder path instead\n");
 }
 
 static void parse_options(int argc, char **argv, struct options *opt)
@@ -769,7 +780,8 @@ static void parse_options(int argc, char **argv, struct options *opt)
     opt->warmup = 10000;
     opt->size = 8;
     opt->dev_name = "hca0";
-    while ((c = getopt(argc, argv, "n:w:s:d:h")) != -1) {
+    opt->open_flags = 0;
+    while ((c = getopt(argc, argv, "n:w:s:d:Ch")) != -1) {
         switch (c) {
         case 'n':
             opt->iters = parse_long(optarg, 'n', 1);
@@ -782,6 +794,9 @@ static void parse_options(int argc, char **argv, struct options *opt)
             break;
         case 'd':
             opt->dev_name = optarg;
+            break;
+        case 'C':
+            opt->open_flags = HCA_OPEN_NO_SINGLE_COPY;
             break;
         case 'h':
             usage(stdout);

@@ -132,8 +132,12 @@ static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
     if (hca_shm_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* being created or closed by a live owner */
     }
-    dead = (hca_proc_start_time(pid, &start) != 0) ||
-           (start != ((hca_ctx_hdr_t*)shm.addr)->start_time);
+    /* magic is written last at creation and cleared first at close: a
+     * header without it belongs to a live owner that is opening or
+     * closing, whatever its start_time says yet */
+    dead = (((hca_ctx_hdr_t*)shm.addr)->magic == HCA_WIRE_MAGIC) &&
+           ((hca_proc_start_time(pid, &start) != 0) ||
+            (start != ((hca_ctx_hdr_t*)shm.addr)->start_time));
     hca_shm_destroy(&shm);
     return dead;
 }
