@@ -6,9 +6,10 @@
  *
  * Every device (or only DEV) is opened, queried and closed again, so what
  * is printed is what a consumer opening the device right now would see.
- * With -v the device counters are printed too; they are kept per device
- * context, so a fresh open mostly shows zeros and only the rows that are
- * not zero are printed.
+ * With -v the device counters are printed too: host-wide totals of every
+ * process that used the device (live queue pairs and contexts, plus what
+ * closed ones left in the device's totals); only rows that are not zero
+ * are printed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -234,7 +235,7 @@ static void print_error_counters(const hca_counters_t *cnt)
             continue;
         if (!printed++)
             printf("\t\terrors:\n");
-        printf("\t\t\t%-20s%" PRIu64 "\n",
+        printf("\t\t\t%-40s%" PRIu64 "\n",
                hca_wc_status_str((hca_wc_status_t)st), cnt->errors[st]);
     }
     if (!printed)
@@ -247,13 +248,13 @@ static int print_counters(hca_device_t *dev)
     int rc;
 
     memset(&cnt, 0, sizeof(cnt));
-    rc = hca_device_counters(dev, &cnt);
+    rc = hca_host_counters(hca_device_name(dev), &cnt);
     if (rc < 0) {
         fprintf(stderr, PROG ": %s: cannot read counters: %s\n",
                 hca_device_name(dev), strerror(-rc));
         return rc;
     }
-    printf("\tcounters:\n");
+    printf("\tcounters (all processes of this host):\n");
     print_opcode_counters(&cnt);
     print_error_counters(&cnt);
     printf("\t\t%-20s%" PRIu64 "\n", "ring_full:", cnt.ring_full);
