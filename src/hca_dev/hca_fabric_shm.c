@@ -245,14 +245,16 @@ hca_map_t *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer, uint32_t dm_id)
 
 int hca_peer_alive(hca_peer_t *peer)
 {
-    uint64_t start;
+    uint64_t start = 0;
+    int rc;
 
     if (atomic_load(&peer->dead)) {
         return 0;
     }
-    if (((kill((pid_t)peer->addr.pid, 0) != 0) && (errno == ESRCH)) ||
-        ((hca_proc_start_time(peer->addr.pid, &start) == 0) &&
-         (start != peer->hdr.start_time)) ||
+    /* gone, a zombie, a reused pid, or its context closed */
+    rc = hca_proc_start_time(peer->addr.pid, &start);
+    if ((rc == -ESRCH) || (rc == -ENOENT) ||
+        ((rc == 0) && (start != peer->hdr.start_time)) ||
         (((hca_ctx_hdr_t*)peer->ctx.addr)->magic != HCA_WIRE_MAGIC)) {
         atomic_store(&peer->dead, 1);
         return 0;

@@ -89,7 +89,9 @@ int hca_host_id_equal(const hca_host_id_t *a, const hca_host_id_t *b)
            (a->net_ns == b->net_ns);
 }
 
-/* Field 22 of /proc/<pid>/stat: start time in clock ticks since boot. */
+/* Field 22 of /proc/<pid>/stat: start time in clock ticks since boot.
+ * A zombie (killed, not yet reaped by its parent) reports -ESRCH: it will
+ * never answer again, though kill(pid, 0) still succeeds. */
 int hca_proc_start_time(uint32_t pid, uint64_t *start_p)
 {
     char path[64], buf[1024];
@@ -112,6 +114,9 @@ int hca_proc_start_time(uint32_t pid, uint64_t *start_p)
     p = strrchr(buf, ')');
     if (p == NULL) {
         return -EIO;
+    }
+    if ((p[1] == ' ') && ((p[2] == 'Z') || (p[2] == 'X'))) {
+        return -ESRCH;
     }
     for (field = 2; field < 22 && *p; ++p) {
         if (*p == ' ') {

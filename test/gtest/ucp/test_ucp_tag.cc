@@ -1,0 +1,147 @@
+/*
+ * test_ucp_tag.cc - UCP tag send/recv over hca (UCX_TLS=hca,self) between
+ * two processes: eager and rendezvous sizes up to 64 MiB, with
+ * UCX_RNDV_SCHEME=put_zcopy and get_zcopy; the peer verifies every message
+ * and echoes it back, and this side verifies the echo.
+ */
+#include "ucp_test_common.h"
+
+using namespace hcat;
+
+namespace {
+
+const size_t tag_sizes[] = {0,       1,        8,         100,
+                            1000,    4096,     8192,      16383,
+                            16384,   65536,    262144,    1ul << 20,
+                            4ul << 20, 16ul << 20, 64ul << 20};
+const size_t n_sizes = sizeof(tag_sizes) / sizeof(tag_sizes[0]);
+const size_t max_size = 64ul << 20;
+
+cfg_list tag_config(const char *scheme)
+{
+    /* eager below 16k, rendezvous from 16k on */
+    return {{"RNDV_SCHEME", scheme}, {"RNDV_THRESH", "16k"}};
+}
+
+/* receive a message: returns its status, *len the received length */
+ucs_status_t recv_wait(ucp_peer &p, ucs_status_ptr_t req, size_t *len,
+                       double sec = 60)
+{
+    if (UCS_PTR_IS_ERR(req)) {
+        return UCS_PTR_STATUS(req);
+    }
+    if (req == NULL) {
+        return UCS_ERR_NO_MESSAGE; /* recv_nbx always returns a request */
+    }
+    deadline dl(sec);
+    ucp_tag_recv_info_t info;
+    ucs_status_t st;
+    while ((st = ucp_tag_recv_request_test(req, &info)) == UCS_INPROGRESS) {
+        if (dl.expired()) {
+            ucp_request_cancel(p.worker, req);
+            deadline d2(2);
+            while ((ucp_request_check_status(req) == UCS_INPROGRESS) &&
+                   !d2.expired()) {
+                p.progress();
+            }
+            ucp_request_free(req);
+            return UCS_ERR_TIMED_OUT;
+        }
+        p.progress();
+    }
+    *len = info.length;
+    ucp_request_free(req);
+    return st;
+}
+
+int tag_echo_peer(channel &ch, cfg_list cfg)
+{
+    ucp_peer p;
+    p.init(cfg, UCP_FEATURE_TAG);
+    if (::testing::Test::HasFatalFailure()) {
+        return 2;
+    }
+    ucp_exchange_and_connect(p, ch, false);
+    if (::testing::Test::HasFatalFailure()) {
+        return 3;
+    }
+    std::vector<char> buf(max_size);
+    uint64_t errors = 0;
+    std::string first_error;
+    for (size_t i = 0; i < n_sizes; ++i) {
+        size_t size = tag_sizes[i], got = ~0ul;
+        ucs_status_t st = recv_wait(p, ucp_tag_recv(p, buf.data(), size, i),
+                                    &got);
+        if ((st != UCS_OK) || (got != size) ||
+            (pat_check(buf.data(), size, 500 + i) != -1)) {
+            if (first_error.empty()) {
+                first_error = "size " + std::to_string(size) + ": " +
+                              ucs_status_string(st) + ", got " +
+                              std::to_string(got);
+            }
+            errors++;
+        }
+        st = p.wait(ucp_tag_send(p, buf.data(), size, 1000 + i), 60);
+        if (st != UCS_OK) {
+            errors++;
+        }
+    }
+    wire w;
+    w.u64(errors).blob(first_error);
+    ch.send(w.data);
+    std::string msg;
+    ucp_recv_progress(p, ch, &msg, 30); /* "quit" */
+    p.cleanup();
+    return 0;
+}
+
+class UcpTag : public uct_test_base,
+               public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(UcpTag, EagerAndRendezvousEchoBetweenProcesses)
+{
+    cfg_list cfg = tag_config(GetParam());
+    child kid = fork_child([cfg](channel &ch) {
+        return tag_echo_peer(ch, cfg);
+    }, 150);
+    ucp_peer p;
+    ASSERT_NO_FATAL_FAILURE(p.init(cfg, UCP_FEATURE_TAG));
+    ASSERT_NO_FATAL_FAILURE(ucp_exchange_and_connect(p, kid.ch, true));
+
+    std::vector<char> sbuf(max_size), rbuf(max_size);
+    for (size_t i = 0; i < n_sizes; ++i) {
+        size_t size = tag_sizes[i], got = ~0ul;
+        SCOPED_TRACE("size " + std::to_string(size));
+        pat_fill(sbuf.data(), size, 500 + i);
+        memset(rbuf.data(), 0, size);
+        ucs_status_ptr_t rreq = ucp_tag_recv(p, rbuf.data(), size, 1000 + i);
+        ASSERT_FALSE(UCS_PTR_IS_ERR(rreq));
+        ASSERT_EQ(UCS_OK, p.wait(ucp_tag_send(p, sbuf.data(), size, i), 60))
+            << "tag send";
+        ASSERT_EQ(UCS_OK, recv_wait(p, rreq, &got)) << "echo receive";
+        ASSERT_EQ(size, got);
+        ASSERT_EQ(-1, pat_check(rbuf.data(), size, 500 + i))
+            << "echoed data differs at this offset";
+    }
+    std::string msg;
+    ASSERT_TRUE(ucp_recv_progress(p, kid.ch, &msg)) << "no report from peer";
+    wire w(msg);
+    EXPECT_EQ(0u, w.u64()) << "the peer received wrong data: " << w.blob();
+    /* the lanes: one hca lane, with rendezvous (rma_bw) on it */
+    std::string info = p.ep_info();
+    EXPECT_NE(std::string::npos, info.find("hca/hca0")) << info;
+    EXPECT_NE(std::string::npos, info.find("rma_bw")) << info;
+    kid.ch.send("quit");
+    p.close_ep();
+    EXPECT_EQ(0, wait_child(kid.pid, 30)) << "peer exit status";
+    kid.ch.close_fds();
+    p.cleanup();
+}
+
+INSTANTIATE_TEST_SUITE_P(hca, UcpTag,
+                         ::testing::Values("put_zcopy", "get_zcopy"),
+                         [](const ::testing::TestParamInfo<const char*> &i) {
+                             return std::string(i.param);
+                         });
+
+} /* namespace */

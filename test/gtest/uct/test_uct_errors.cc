@@ -1,0 +1,664 @@
+/*
+ * test_uct_errors.cc - error handling: a bad or stale rkey and accesses
+ * outside the registered range fail (error handler or error completion) and
+ * write nothing; a peer killed with SIGKILL is detected from progress in
+ * bounded time when sending with UCT_SEND_FLAG_PEER_CHECK or calling
+ * uct_ep_check, the handler runs once, later operations fail and nothing
+ * hangs.
+ */
+#include "uct_test_common.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <tuple>
+
+using namespace hcat;
+
+namespace {
+
+/* marks the entity as inside a send call while alive */
+struct call_guard {
+    explicit call_guard(entity &x) : e(x) { e.in_call = true; }
+    ~call_guard() { e.in_call = false; }
+    entity &e;
+};
+
+/* What an erroneous operation produced */
+struct failure {
+    ucs_status_t immediate;   /* what the call returned */
+    ucs_status_t completion;  /* UCS_ERR_LAST: not called */
+    int          handler;     /* error handler calls for the ep */
+    ucs_status_t handler_status;
+
+    bool failed() const
+    {
+        return UCS_STATUS_IS_ERR(immediate) ||
+               ((completion != UCS_ERR_LAST) && (completion != UCS_OK)) ||
+               (handler > 0);
+    }
+};
+
+std::ostream &operator<<(std::ostream &os, const failure &f)
+{
+    return os << "returned " << f.immediate << ", completion "
+              << ((f.completion == UCS_ERR_LAST) ? std::string("not called") :
+                  std::string(ucs_status_string(f.completion)))
+              << ", error handler called " << f.handler << " time(s)"
+              << (f.handler ? std::string(" with ") +
+                                  ucs_status_string(f.handler_status) :
+                              std::string());
+}
+
+enum bad_op {
+    BAD_PUT_SHORT = 0, BAD_PUT_BCOPY, BAD_PUT_ZCOPY, BAD_GET_BCOPY,
+    BAD_GET_ZCOPY, BAD_ATOMIC_POST, BAD_ATOMIC_FETCH, BAD_OP_LAST
+};
+
+const char *bad_op_name(int op)
+{
+    static const char *names[] = {"put_short", "put_bcopy", "put_zcopy",
+                                  "get_bcopy", "get_zcopy", "atomic64_post",
+                                  "atomic64_fetch"};
+    return names[op];
+}
+
+/* Issues `op` of `len` bytes to raddr/rkey on ep and waits (bounded) for
+ * the outcome: an error return, an error completion or the handler. */
+failure issue_bad(entity &e, uct_ep_h ep, int op, uint64_t raddr,
+                  uct_rkey_t rkey, size_t len, buffer &local,
+                  const std::vector<entity*> &ents)
+{
+    failure f = {UCS_OK, UCS_ERR_LAST, 0, UCS_OK};
+    test_comp c;
+    uint64_t result = 0;
+    uct_iov_t iov = {local.data(), len, local.memh, 0, 1};
+
+    f.immediate = retry_send([&] {
+        c.reset();
+        call_guard guard(e);
+        switch (op) {
+        case BAD_PUT_SHORT:
+            return uct_ep_put_short(ep, local.data(), (unsigned)len, raddr,
+                                    rkey);
+        case BAD_PUT_BCOPY: {
+            ssize_t n = uct_ep_put_bcopy(
+                ep, [](void *dest, void *arg) -> size_t {
+                    buffer *b = (buffer*)arg;
+                    memcpy(dest, b->data(), 64);
+                    return 64;
+                }, &local, raddr, rkey);
+            return (n < 0) ? (ucs_status_t)n : UCS_OK;
+        }
+        case BAD_PUT_ZCOPY:
+            return uct_ep_put_zcopy(ep, &iov, 1, raddr, rkey, &c.uct);
+        case BAD_GET_BCOPY:
+            return uct_ep_get_bcopy(
+                ep, [](void *arg, const void *data, size_t l) {
+                    memcpy(arg, data, l);
+                }, local.data(), len, raddr, rkey, &c.uct);
+        case BAD_GET_ZCOPY:
+            return uct_ep_get_zcopy(ep, &iov, 1, raddr, rkey, &c.uct);
+        case BAD_ATOMIC_POST:
+            return uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD, 1, raddr, rkey);
+        default:
+            return uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 1, &result,
+                                         raddr, rkey, &c.uct);
+        }
+    }, ents);
+
+    /* wait for the completion (if any) and for the error handler */
+    deadline dl(5);
+    while (!dl.expired()) {
+        for (entity *x : ents) {
+            if (x != nullptr) {
+                x->progress();
+            }
+        }
+        bool comp_done = (f.immediate != UCS_INPROGRESS) || (c.calls > 0);
+        if (comp_done && (e.errors_for(ep) > 0)) {
+            break;
+        }
+        if (comp_done && UCS_STATUS_IS_ERR(f.immediate)) {
+            break;
+        }
+    }
+    if (c.calls > 0) {
+        f.completion = c.status;
+        EXPECT_EQ(1, c.calls) << "completion calls";
+        EXPECT_EQ(0, c.uct.count) << "completion invoked more than once";
+    } else {
+        EXPECT_NE(UCS_INPROGRESS, f.immediate)
+            << bad_op_name(op) << ": the completion never came";
+    }
+    f.handler        = e.errors_for(ep);
+    f.handler_status = e.last_error_for(ep);
+    return f;
+}
+
+typedef std::tuple<topology, mem_kind> err_param;
+
+class UctErrors : public uct_test_base,
+                  public ::testing::WithParamInterface<err_param> {
+protected:
+    void SetUp() override
+    {
+        topo = std::get<0>(GetParam());
+        kind = std::get<1>(GetParam());
+        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt));
+        ASSERT_NO_FATAL_FAILURE(sender.open(topology_config(topo)));
+        if (topo != TOPO_LOCAL) {
+            ((remote_target*)tgt.get())->set_local(&sender);
+        }
+        ents = {&sender, tgt->local_entity()};
+        ASSERT_NO_FATAL_FAILURE(local.alloc(sender, MEM_PLAIN, 1 << 16));
+        pat_fill(local.data(), 1 << 16, 99);
+    }
+
+    void TearDown() override
+    {
+        if (tgt && (topo != TOPO_LOCAL)) {
+            ((remote_target*)tgt.get())->set_local(nullptr);
+        }
+        local.free();
+        sender.close();
+        tgt.reset();
+        uct_test_base::TearDown();
+    }
+
+    /* every op on a fresh ep against raddr/rkey must fail and leave the
+     * target's [0, total) as filled (pattern bg) */
+    /* [reg_lo, reg_hi): the registered range, where an access is legal
+     * (an op whose bytes all fall inside it is skipped) */
+    void expect_all_fail(const target::rbuf &r, size_t total, uint64_t bg,
+                         uint64_t raddr, uct_rkey_t rkey, size_t len,
+                         const std::string &what, uint64_t reg_lo = 0,
+                         uint64_t reg_hi = 0)
+    {
+        for (int op = 0; op < BAD_OP_LAST; ++op) {
+            SCOPED_TRACE(what + ", " + bad_op_name(op));
+            size_t l = ((op == BAD_ATOMIC_POST) || (op == BAD_ATOMIC_FETCH)) ?
+                       8 : ((op == BAD_PUT_BCOPY) ? 64 : len);
+            if ((op == BAD_PUT_SHORT) && (l > sender.attr.cap.put.max_short)) {
+                l = sender.attr.cap.put.max_short;
+            }
+            if ((raddr >= reg_lo) && (raddr + l <= reg_hi)) {
+                continue; /* a legal access */
+            }
+            uct_ep_h ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
+            ASSERT_NE(nullptr, ep);
+            failure f = issue_bad(sender, ep, op, raddr, rkey, l, local, ents);
+            EXPECT_TRUE(f.failed()) << "the operation did not fail: " << f;
+            if (f.handler > 0) {
+                EXPECT_EQ(1, f.handler) << "handler called more than once";
+                EXPECT_TRUE(UCS_STATUS_IS_ERR(f.handler_status));
+            }
+            EXPECT_EQ(0, sender.handler_in_call)
+                << "the error handler ran inside the send call, not from "
+                   "progress";
+            /* later operations on the failed ep fail too */
+            if (f.handler > 0) {
+                ucs_status_t st = uct_ep_put_short(ep, local.data(), 8,
+                                                   r.addr, rkey);
+                EXPECT_TRUE(UCS_STATUS_IS_ERR(st) &&
+                            (st != UCS_ERR_NO_RESOURCE))
+                    << "put_short on a failed ep returned " << st;
+            }
+            sender.destroy_ep(ep);
+            EXPECT_EQ(-1, tgt->check(r.id, 0, total, bg, 0))
+                << "the failed " << bad_op_name(op)
+                << " wrote into the target (first changed byte)";
+            tgt->fill(r.id, 0, total, bg, 0);
+        }
+    }
+
+    topology                topo;
+    mem_kind                kind;
+    std::unique_ptr<target> tgt;
+    entity                  sender;
+    buffer                  local;
+    std::vector<entity*>    ents;
+};
+
+TEST_P(UctErrors, GarbageRkeyFailsAndWritesNothing)
+{
+    const size_t len = 4096;
+    target::rbuf r = tgt->alloc(kind, len);
+    ASSERT_GT(r.id, 0);
+    rkey_holder rk;
+    ASSERT_EQ(UCS_OK, rk.unpack(sender.component, r.rkey));
+    tgt->fill(r.id, 0, len, 7, 0);
+    const uct_rkey_t bad[] = {rk.rkey() ^ 0x00a5a500u, rk.rkey() + 1,
+                              0xfffffff0u};
+    for (uct_rkey_t b : bad) {
+        ASSERT_NO_FATAL_FAILURE(expect_all_fail(r, len, 7, r.addr + 64, b, 256,
+                                                "rkey " + std::to_string(b)));
+    }
+    /* a good ep with the right key still works afterwards */
+    uct_ep_h ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
+    ASSERT_NE(nullptr, ep);
+    EXPECT_EQ(UCS_OK, retry_send([&] {
+        return uct_ep_put_short(ep, local.data(), 64, r.addr, rk.rkey());
+    }, ents));
+    EXPECT_EQ(UCS_OK, flush_ep(ep, ents));
+    EXPECT_EQ(-1, tgt->check(r.id, 0, 64, 99, 0));
+    EXPECT_EQ(0, sender.errors_for(ep));
+    rk.release();
+    tgt->free(r.id);
+}
+
+TEST_P(UctErrors, StaleRkeyOfFreedMemoryFails)
+{
+    const size_t len = 4096;
+    /* the live region, to see that nothing lands anywhere */
+    target::rbuf live = tgt->alloc(kind, len);
+    ASSERT_GT(live.id, 0);
+    tgt->fill(live.id, 0, len, 8, 0);
+    target::rbuf gone = tgt->alloc(kind, len);
+    ASSERT_GT(gone.id, 0);
+    rkey_holder rk;
+    ASSERT_EQ(UCS_OK, rk.unpack(sender.component, gone.rkey));
+    uct_rkey_t stale = rk.rkey();
+    uint64_t gone_addr = gone.addr;
+    tgt->free(gone.id); /* deregistered (and freed) at the target */
+    /* a new registration may reuse resources: it must not honour the old
+     * key */
+    target::rbuf fresh = tgt->alloc(kind, len);
+    ASSERT_GT(fresh.id, 0);
+    tgt->fill(fresh.id, 0, len, 9, 0);
+    for (int op = 0; op < BAD_OP_LAST; ++op) {
+        SCOPED_TRACE(bad_op_name(op));
+        uct_ep_h ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
+        ASSERT_NE(nullptr, ep);
+        /* aim at the fresh region's address if it was placed where the old
+         * one was, else at the old address */
+        failure f = issue_bad(sender, ep, op, gone_addr, stale,
+                              (op >= BAD_ATOMIC_POST) ? 8 : 64, local, ents);
+        EXPECT_TRUE(f.failed()) << "an rkey of deregistered memory worked: "
+                                << f;
+        sender.destroy_ep(ep);
+        EXPECT_EQ(-1, tgt->check(live.id, 0, len, 8, 0));
+        EXPECT_EQ(-1, tgt->check(fresh.id, 0, len, 9, 0));
+    }
+    rk.release();
+    tgt->free(live.id);
+    tgt->free(fresh.id);
+}
+
+TEST_P(UctErrors, OutOfRangeFailsAndWritesNothingOutside)
+{
+    /* 3 pages; only the middle one is registered */
+    const size_t pg = 4096, total = 3 * pg;
+    target::rbuf r = tgt->alloc(kind, total, pg, pg);
+    ASSERT_GT(r.id, 0);
+    ASSERT_EQ(r.base + pg, r.addr);
+    rkey_holder rk;
+    ASSERT_EQ(UCS_OK, rk.unpack(sender.component, r.rkey));
+    tgt->fill(r.id, 0, total, 11, 0);
+
+    /* the registered page itself works */
+    {
+        uct_ep_h ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
+        ASSERT_NE(nullptr, ep);
+        uint64_t v = 0x1122334455667788ull;
+        ASSERT_EQ(UCS_OK, retry_send([&] {
+            return uct_ep_put_short(ep, &v, 8, r.addr + pg - 8, rk.rkey());
+        }, ents));
+        ASSERT_EQ(UCS_OK, flush_ep(ep, ents));
+        EXPECT_EQ(v, tgt->read_u64(r.id, 2 * pg - 8));
+        EXPECT_EQ(0, sender.errors_for(ep));
+        sender.destroy_ep(ep);
+        tgt->fill(r.id, 0, total, 11, 0);
+    }
+    struct {
+        int64_t     off;   /* from the registered start */
+        size_t      len;
+        const char *what;
+    } cases[] = {
+        {(int64_t)pg - 8, 64, "crossing the end"},
+        {-8, 64, "crossing the start"},
+        {(int64_t)pg, 8, "just past the end"},
+        {(int64_t)pg + 512, 64, "entirely after"},
+        {-(int64_t)pg, 64, "entirely before"},
+        {0, pg + 1, "one byte too long"},
+    };
+    for (auto &c : cases) {
+        ASSERT_NO_FATAL_FAILURE(expect_all_fail(
+            r, total, 11, r.addr + c.off, rk.rkey(), c.len, c.what, r.addr,
+            r.addr + pg));
+    }
+    rk.release();
+    tgt->free(r.id);
+}
+
+std::string err_param_name(const ::testing::TestParamInfo<err_param> &i)
+{
+    return std::string(topology_name(std::get<0>(i.param))) + "_" +
+           mem_kind_name(std::get<1>(i.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    hca, UctErrors,
+    ::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
+                                         TOPO_REMOTE_NO_CMA),
+                       ::testing::Values(MEM_IFACE_ALLOC, MEM_PLAIN)),
+    err_param_name);
+
+/* ------------------------------------------------------------ dead peer */
+
+/* The peer: an iface with device and plain memory; it answers nothing and
+ * does not progress (one-sided operations still work) until killed. */
+int passive_peer(channel &ch, entity_config cfg)
+{
+    target_server srv;
+    srv.open(cfg);
+    if (::testing::Test::HasFatalFailure()) {
+        return 2;
+    }
+    int dev   = srv.alloc(MEM_IFACE_ALLOC, 1 << 20, 0, 0);
+    int plain = srv.alloc(MEM_PLAIN, 1 << 20, 0, 0);
+    if ((dev < 0) || (plain < 0)) {
+        return 3;
+    }
+    wire w;
+    w.blob(srv.ent.dev_addr).blob(srv.ent.iface_addr);
+    w.u64(srv.get(dev)->addr()).blob(srv.get(dev)->rkey());
+    w.u64(srv.get(plain)->addr()).blob(srv.get(plain)->rkey());
+    ch.send(w.data);
+    /* receive AMs while asked to, then sleep until killed */
+    std::string msg;
+    while (ch.recv(&msg, -1)) {
+        if (msg == "progress") {
+            deadline dl(0.2);
+            while (!dl.expired()) {
+                srv.ent.progress();
+            }
+            ch.send("done");
+        }
+    }
+    return 0;
+}
+
+class UctDeadPeer : public uct_test_base,
+                    public ::testing::WithParamInterface<topology> {
+protected:
+    void SetUp() override
+    {
+        entity_config cfg = topology_config(GetParam());
+        kid = fork_child([cfg](channel &ch) { return passive_peer(ch, cfg); });
+        std::string msg;
+        ASSERT_TRUE(kid.ch.recv(&msg, 20000)) << "peer did not start";
+        wire w(msg);
+        dev_addr   = w.blob();
+        iface_addr = w.blob();
+        dev_mem    = w.u64();
+        dev_rkey   = w.blob();
+        plain_mem  = w.u64();
+        plain_rkey = w.blob();
+        ASSERT_NO_FATAL_FAILURE(e.open(cfg));
+        ASSERT_EQ(UCS_OK, rk_dev.unpack(e.component, dev_rkey));
+        ASSERT_EQ(UCS_OK, rk_plain.unpack(e.component, plain_rkey));
+        ASSERT_NO_FATAL_FAILURE(local.alloc(e, MEM_PLAIN, 1 << 20));
+        ep = e.create_ep(dev_addr, iface_addr);
+        ASSERT_NE(nullptr, ep);
+        /* the connection works while the peer lives */
+        ASSERT_NO_FATAL_FAILURE(check_alive());
+    }
+
+    void TearDown() override
+    {
+        rk_dev.release();
+        rk_plain.release();
+        local.free();
+        e.close();
+        kid.ch.close_fds();
+        uct_test_base::TearDown();
+    }
+
+    void check_alive()
+    {
+        uint64_t v = 42;
+        ASSERT_EQ(UCS_OK, retry_send([&] {
+            return uct_ep_put_short(ep, &v, 8, plain_mem, rk_plain.rkey());
+        }, {&e}));
+        ASSERT_EQ(UCS_OK, retry_send([&] {
+            return uct_ep_am_short(ep, AM_ID, 0, &v, 0);
+        }, {&e}));
+        test_comp c;
+        uct_iov_t iov = {local.data(), 4096, local.memh, 0, 1};
+        ucs_status_t st = retry_send([&] {
+            c.reset();
+            return uct_ep_get_zcopy(ep, &iov, 1, dev_mem, rk_dev.rkey(),
+                                    &c.uct);
+        }, {&e});
+        ASSERT_EQ(UCS_OK, complete_op(st, c, {&e}));
+        ASSERT_EQ(UCS_OK, flush_ep(ep, {&e}));
+        ASSERT_TRUE(kid.ch.send("progress"));
+        std::string msg;
+        ASSERT_TRUE(kid.ch.recv(&msg, 10000));
+        ASSERT_EQ(0u, e.errors.size());
+    }
+
+    void kill_peer(bool reap = true)
+    {
+        ASSERT_EQ(0, kill(kid.pid, SIGKILL));
+        if (reap) {
+            EXPECT_EQ(128 + SIGKILL, wait_child(kid.pid));
+        }
+    }
+
+    /* after the failure: every operation fails (or completes with an error)
+     * without hanging, the handler is not called again */
+    void expect_ops_fail()
+    {
+        int calls_before = e.errors_for(ep);
+        uint64_t v = 1, res;
+        test_comp c;
+        uct_iov_t iov = {local.data(), 4096, local.memh, 0, 1};
+        auto check = [&](const char *what, ucs_status_t st) {
+            if (st == UCS_INPROGRESS) {
+                st = complete_op(st, c, {&e});
+                EXPECT_TRUE(UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_TIMED_OUT))
+                    << what << " on the failed ep completed with " << st;
+            } else {
+                EXPECT_TRUE(UCS_STATUS_IS_ERR(st) &&
+                            (st != UCS_ERR_NO_RESOURCE))
+                    << what << " on the failed ep returned " << st;
+            }
+        };
+        c.reset();
+        check("am_short", uct_ep_am_short(ep, AM_ID, 0, &v, 8));
+        c.reset();
+        ssize_t n = uct_ep_am_bcopy(ep, AM_ID, [](void *d, void*) -> size_t {
+            memset(d, 0, 16);
+            return 16;
+        }, nullptr, 0);
+        check("am_bcopy", (n < 0) ? (ucs_status_t)n : UCS_OK);
+        c.reset();
+        check("put_short", uct_ep_put_short(ep, &v, 8, plain_mem,
+                                            rk_plain.rkey()));
+        c.reset();
+        check("put_zcopy", uct_ep_put_zcopy(ep, &iov, 1, dev_mem,
+                                            rk_dev.rkey(), &c.uct));
+        c.reset();
+        check("get_zcopy", uct_ep_get_zcopy(ep, &iov, 1, plain_mem,
+                                            rk_plain.rkey(), &c.uct));
+        c.reset();
+        check("atomic64_fetch", uct_ep_atomic64_fetch(
+                  ep, UCT_ATOMIC_OP_ADD, 1, &res, plain_mem,
+                  rk_plain.rkey(), &c.uct));
+        for (int i = 0; i < 1000; ++i) {
+            e.progress();
+        }
+        EXPECT_EQ(calls_before, e.errors_for(ep))
+            << "error handler called again for the same ep";
+        /* flush and destroy do not hang */
+        deadline dl(5);
+        ucs_status_t st;
+        test_comp fc;
+        st = uct_ep_flush(ep, 0, &fc.uct);
+        if (st == UCS_INPROGRESS) {
+            EXPECT_TRUE(wait_for([&] { return fc.calls > 0; }, {&e}, 5))
+                << "flush of the failed ep never completed";
+        }
+        e.destroy_ep(ep);
+        ep = nullptr;
+        EXPECT_EQ(UCS_OK, flush_iface(e, {&e})) << "iface flush after failure";
+    }
+
+    /* progress (running `kick` every 10 ms) until the handler ran */
+    double wait_handler(const std::function<void()> &kick, double sec = 10)
+    {
+        double t0 = now_sec();
+        deadline dl(sec);
+        double last = 0;
+        while ((e.errors_for(ep) == 0) && !dl.expired()) {
+            if (now_sec() - last > 0.01) {
+                call_guard guard(e);
+                kick();
+                last = now_sec();
+            }
+            uct_iface_progress(e.iface);
+        }
+        EXPECT_EQ(0, e.handler_in_call)
+            << "the error handler ran inside a send/ep_check call, not from "
+               "uct_iface_progress";
+        return now_sec() - t0;
+    }
+
+    child       kid;
+    entity      e;
+    buffer      local;
+    uct_ep_h    ep = nullptr;
+    std::string dev_addr, iface_addr, dev_rkey, plain_rkey;
+    uint64_t    dev_mem = 0, plain_mem = 0;
+    rkey_holder rk_dev, rk_plain;
+};
+
+TEST_P(UctDeadPeer, AmBcopyWithPeerCheckDetectsKill)
+{
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    double t = wait_handler([&] {
+        ssize_t r = uct_ep_am_bcopy(ep, AM_ID, [](void *d, void*) -> size_t {
+            memset(d, 0, 8);
+            return 8;
+        }, nullptr, UCT_SEND_FLAG_PEER_CHECK);
+        (void)r;
+    });
+    ASSERT_EQ(1, e.errors_for(ep))
+        << "no error handler call in " << t << " s after the peer was killed "
+           "(am_bcopy with UCT_SEND_FLAG_PEER_CHECK)";
+    EXPECT_TRUE(UCS_STATUS_IS_ERR(e.last_error_for(ep)));
+    printf("[ INFO     ] detected in %.3f s: %s\n", t,
+           ucs_status_string(e.last_error_for(ep)));
+    expect_ops_fail();
+}
+
+TEST_P(UctDeadPeer, EpCheckDetectsKill)
+{
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    double t = wait_handler([&] {
+        ucs_status_t st = uct_ep_check(ep, 0, NULL);
+        EXPECT_TRUE((st == UCS_OK) || (st == UCS_ERR_NO_RESOURCE)) << st;
+    });
+    ASSERT_EQ(1, e.errors_for(ep))
+        << "no error handler call in " << t << " s after the peer was killed "
+           "(uct_ep_check)";
+    EXPECT_TRUE(UCS_STATUS_IS_ERR(e.last_error_for(ep)));
+    printf("[ INFO     ] detected in %.3f s: %s\n", t,
+           ucs_status_string(e.last_error_for(ep)));
+    expect_ops_fail();
+}
+
+TEST_P(UctDeadPeer, OutstandingGetCompletesWithError)
+{
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    /* a get of the dead peer's plain memory, then keep-alive checks */
+    test_comp c;
+    uct_iov_t iov = {local.data(), 1 << 20, local.memh, 0, 1};
+    ucs_status_t st = retry_send([&] {
+        c.reset();
+        return uct_ep_get_zcopy(ep, &iov, 1, plain_mem, rk_plain.rkey(),
+                                &c.uct);
+    }, {&e});
+    if (st == UCS_INPROGRESS) {
+        double t = wait_handler([&] { uct_ep_check(ep, 0, NULL); });
+        ASSERT_TRUE(wait_for([&] { return c.calls > 0; }, {&e}, 5))
+            << "the get to a dead peer never completed (" << t << " s)";
+        EXPECT_TRUE(UCS_STATUS_IS_ERR(c.status))
+            << "a get from a dead peer completed with " << c.status;
+    } else {
+        EXPECT_TRUE(UCS_STATUS_IS_ERR(st)) << st;
+        wait_handler([&] { uct_ep_check(ep, 0, NULL); });
+    }
+    EXPECT_EQ(1, e.errors_for(ep)) << "error handler calls";
+    expect_ops_fail();
+}
+
+TEST_P(UctDeadPeer, AmShortsIntoDeadPeerDoNotHang)
+{
+    /* no peer check: sending fills the dead peer's ring; the transport must
+     * notice in bounded time rather than returning NO_RESOURCE forever */
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    deadline dl(15);
+    uint64_t v = 0;
+    unsigned sent = 0;
+    ucs_status_t last = UCS_OK;
+    double t0 = now_sec();
+    while ((e.errors_for(ep) == 0) && !dl.expired()) {
+        {
+            call_guard guard(e);
+            last = uct_ep_am_short(ep, AM_ID, 0, &v, 8);
+        }
+        if (last == UCS_OK) {
+            ++sent;
+        } else if (last != UCS_ERR_NO_RESOURCE) {
+            /* failed: the handler follows from progress */
+            for (int i = 0; i < 100; ++i) {
+                e.progress();
+            }
+            break;
+        }
+        e.progress();
+    }
+    EXPECT_EQ(1, e.errors_for(ep))
+        << "no error report after " << now_sec() - t0 << " s of sending "
+        << "into a dead peer (" << sent << " accepted, last status " << last
+        << ")";
+    EXPECT_EQ(0, e.handler_in_call)
+        << "the error handler ran inside uct_ep_am_short, not from progress";
+    printf("[ INFO     ] %u messages accepted, error after %.3f s\n", sent,
+           now_sec() - t0);
+    if (e.errors_for(ep) > 0) {
+        expect_ops_fail();
+    }
+}
+
+TEST_P(UctDeadPeer, KilledButNotYetReapedPeerIsDead)
+{
+    /* SIGKILL without waitpid(): the peer is a zombie - dead, it will never
+     * answer - and must be reported like any dead peer */
+    ASSERT_NO_FATAL_FAILURE(kill_peer(false));
+    usleep(50000); /* the kill has taken effect (the process is a zombie) */
+    double t = wait_handler([&] {
+        ucs_status_t st = uct_ep_check(ep, 0, NULL);
+        (void)st;
+    }, 5);
+    EXPECT_EQ(1, e.errors_for(ep))
+        << "a killed (zombie, not yet reaped) peer is still seen as alive "
+           "after " << t << " s of uct_ep_check";
+    EXPECT_EQ(128 + SIGKILL, wait_child(kid.pid));
+    if (e.errors_for(ep) == 0) {
+        /* once reaped it must be found */
+        wait_handler([&] { uct_ep_check(ep, 0, NULL); });
+        EXPECT_EQ(1, e.errors_for(ep)) << "not detected even after reaping";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(hca, UctDeadPeer,
+                         ::testing::Values(TOPO_REMOTE, TOPO_REMOTE_NO_CMA),
+                         [](const ::testing::TestParamInfo<topology> &i) {
+                             return std::string(topology_name(i.param));
+                         });
+
+} /* namespace */
