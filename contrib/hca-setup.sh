@@ -8,7 +8,10 @@
 #          the UCX source tree of the installed UCX version
 #   build  deps + autogen + configure (in build/) + make
 #   test   build + make check
-#   demo   build + run the device tools
+#   demo   build + show hca working: the device, ucx_info, MPI and
+#          OpenSHMEM programs over UCX_TLS=hca,self with the transport
+#          proven (hca-run --verbose), a ucx_perftest comparison with
+#          UCX's posix/cma
 #
 # Environment:
 #   HCA_CONFIGURE_FLAGS  extra configure flags (e.g. "--enable-asan");
@@ -268,7 +271,9 @@ do_build() {
 
 do_test() {
     log "make check"
-    if make -C "$builddir" check; then
+    # -k: every suite runs even if an earlier one failed; the status is
+    # still non-zero.
+    if make -k -C "$builddir" check; then
         log "make check: all tests passed"
     else
         local rc=$?
@@ -277,16 +282,137 @@ do_test() {
     fi
 }
 
+# ------------------------------------------------------------ demo
+
+section() { printf '\n==== %s\n\n' "$*"; }
+
+# Median of the numbers on stdin.
+median() {
+    sort -g | awk '{v[NR] = $1} END {
+        if (NR == 0) { print "nan"; exit }
+        if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# One ucx_perftest client/server pair on this host, through hca-run (the
+# module is loaded for every transport alike). Prints the CSV result line
+# (iterations,lat50,lat_avg,lat_overall,bw_avg,bw_overall,mr_avg,mr_overall)
+# or nothing on failure.
+perftest_pair() {  # tl dev test layout size iters
+    local tl=$1 dev=$2 test=$3 layout=$4 size=$5 iters=$6
+    local port srv out
+    port=$((41000 + RANDOM % 9000))
+    timeout 120 "$hcarun" ucx_perftest -p "$port" >/dev/null 2>&1 &
+    srv=$!
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        sleep 0.3
+        out=$(timeout 120 "$hcarun" ucx_perftest 127.0.0.1 -p "$port" \
+                  -t "$test" -x "$tl" -d "$dev" -D "$layout" -s "$size" \
+                  -n "$iters" -w $((iters / 10)) -v 2>/dev/null) && break
+        out=""
+        kill -0 "$srv" 2>/dev/null || break
+    done
+    kill "$srv" 2>/dev/null
+    wait "$srv" 2>/dev/null || true
+    if [ -n "$out" ]; then
+        tail -n 1 <<<"$out" | tr -d ' '
+    fi
+}
+
+demo_perftest() {
+    local rounds=3 i value tl dev
+    # label | test | layout | size | iterations | other tl | metric field
+    local rows=(
+        "am_lat short 8 B|am_lat|short|8|20000|posix|2"
+        "put_lat short 8 B|put_lat|short|8|20000|posix|2"
+        "put_bw zcopy 1 MiB|put_bw|zcopy|1048576|500|cma|6"
+        "get zcopy 1 MiB|get|zcopy|1048576|500|cma|6"
+    )
+    local -a label test layout size iters other col
+    local -A res=()
+    for i in "${!rows[@]}"; do
+        IFS='|' read -r "label[$i]" "test[$i]" "layout[$i]" "size[$i]" \
+            "iters[$i]" "other[$i]" "col[$i]" <<<"${rows[$i]}"
+    done
+    command -v ucx_perftest >/dev/null ||
+        { log "ucx_perftest not found: comparison skipped"; return 0; }
+
+    log "ucx_perftest, $rounds rounds, hca and the built-in transport back to back"
+    for _ in $(seq 1 $rounds); do
+        for i in "${!rows[@]}"; do
+            for tl in hca "${other[i]}"; do
+                if [ "$tl" = hca ]; then dev=hca0; else dev=memory; fi
+                value=$(perftest_pair "$tl" "$dev" "${test[i]}" "${layout[i]}" \
+                            "${size[i]}" "${iters[i]}" | cut -d, -f"${col[i]}")
+                res[$i,$tl]+="${value:-nan} "
+            done
+        done
+        printf '.'
+    done
+    echo
+
+    printf '%-20s %15s %15s %9s\n' test hca other hca/other
+    for i in "${!rows[@]}"; do
+        local h o unit what ratio
+        h=$(tr ' ' '\n' <<<"${res[$i,hca]}" | { grep -v '^$\|nan' || true; } | median)
+        o=$(tr ' ' '\n' <<<"${res[$i,${other[i]}]}" | { grep -v '^$\|nan' || true; } | median)
+        if [ "${col[i]}" = 2 ]; then
+            unit=us what="latency, lower is better"
+        else
+            unit=MB/s what="bandwidth, higher is better"
+        fi
+        ratio=$(awk -v h="$h" -v o="$o" 'BEGIN {
+            if (h + 0 > 0 && o + 0 > 0) printf "%.2f", h / o; else print "-" }')
+        printf '%-20s %10s %-4s %10s %-4s %9s  (%s: %s)\n' "${label[i]}" "$h" \
+            "$unit" "$o" "$unit" "$ratio" "${other[i]}" "$what"
+    done
+    echo "(medians of $rounds runs each, hca and ${other[0]}/${other[2]} interleaved)"
+}
+
 do_demo() {
     local devinfo=$builddir/src/tools/hca_devinfo
     local bench=$builddir/contrib/hca_pingpong_bench
+    local apps=$builddir/test/apps
+    local t0=$SECONDS
+    hcarun=$builddir/contrib/hca-run
     [ -x "$devinfo" ] || die "$devinfo was not built"
-    log "running $devinfo"
+    [ -x "$hcarun" ] || die "$hcarun was not built"
+
+    section "1/5 the device: hca_devinfo"
     "$devinfo"
-    if [ -x "$bench" ]; then
-        log "running $bench"
-        "$bench"
+
+    section "2/5 UCX with the module loaded: hca-run ucx_info -d (the hca part)"
+    "$hcarun" ucx_info -d | awk '
+        /^# *Memory domain:/ { show = ($NF == "hca") }
+        /^# *Connection manager:|^# *</ { show = 0 }
+        show'
+
+    section "3/5 MPI over UCX_TLS=hca,self: hca-run --verbose mpirun (2 ranks)"
+    if command -v mpirun >/dev/null && command -v mpicc >/dev/null &&
+       [ -f "$apps/Makefile" ]; then
+        make -s -C "$apps" p2p rma ||
+            die "cannot build the MPI test programs"
+        "$hcarun" --verbose mpirun --oversubscribe -np 2 "$apps/p2p" ||
+            die "p2p over hca failed"
+        echo
+        "$hcarun" --verbose mpirun --oversubscribe -np 2 "$apps/rma" -q ||
+            die "rma over hca failed"
+        if command -v oshrun >/dev/null && make -s -C "$apps" shmem 2>/dev/null; then
+            echo
+            "$hcarun" --verbose oshrun --oversubscribe -np 2 "$apps/shmem" ||
+                die "shmem over hca failed"
+        fi
+    else
+        log "mpirun or the MPI programs are missing: MPI part skipped"
     fi
+
+    section "4/5 ucx_perftest: hca against UCX's posix (latency) and cma (bandwidth)"
+    demo_perftest
+
+    section "5/5 the machine's state: hca_pingpong_bench (raw_shm = cache-line ping-pong)"
+    if [ -x "$bench" ]; then
+        "$bench" -n 20000 -w 2000
+    fi
+    log "demo finished in $((SECONDS - t0)) s"
 }
 
 cmd=${1:-build}
@@ -296,6 +422,6 @@ build) do_deps; do_build ;;
 test)  do_deps; do_build; do_test ;;
 demo)  do_deps; do_build; do_demo ;;
 -h|--help|help)
-    sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//' ;;
+    sed -n '3,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
 *)     die "unknown command '$cmd' (use deps, build, demo or test)" ;;
 esac

@@ -29,6 +29,11 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
     if (ucs_unlikely(ep->status != UCS_OK)) {
         return ep->status;
     }
+    if (ucs_unlikely(!ucs_arbiter_group_is_empty(&ep->arb_group) &&
+                     !ep->in_pending)) {
+        /* queued sends go first: a new one must not overtake them */
+        return UCS_ERR_NO_RESOURCE;
+    }
     wr->send_flags |= ep->send_flags;
     rc = hca_post_send(ep->qp, wr, &bad);
     if (ucs_likely(rc == 0)) {
@@ -655,7 +660,9 @@ ucs_arbiter_cb_result_t uct_hca_ep_process_pending(ucs_arbiter_t *arbiter,
     ucs_status_t status;
 
     ep->no_resource = 0; /* retry: the target may have drained its ring */
+    ep->in_pending  = 1;
     status          = req->func(req);
+    ep->in_pending  = 0;
     if (status == UCS_OK) {
         (*count)++;
         return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
@@ -749,6 +756,7 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
     self->err_reported = 0;
     self->err_pending  = 0;
     self->no_resource  = 0;
+    self->in_pending   = 0;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_queue_head_init(&self->flush_q);
     ucs_list_add_tail(&iface->ep_list, &self->list);

@@ -169,6 +169,7 @@ typedef struct uct_hca_ep {
     int                  err_reported;
     int                  err_pending;  /* report from progress */
     int                  no_resource;  /* last send found no room */
+    int                  in_pending;   /* dispatching its pending queue */
 } uct_hca_ep_t;
 
 UCS_CLASS_DECLARE(uct_hca_ep_t, const uct_ep_params_t*);

@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""hca-bench-summary.py OUTDIR - tables and plots of a hca-bench.sh run.
+
+Reads OUTDIR/{info,rows,results,machine,netpipe,skipped}.tsv written by
+hca-bench.sh and the NetPIPE output files, prints one table per level
+(hca figure, best built-in figure, ratio hca/built-in, target, PASS/MISS),
+writes gnuplot data files and a script, and runs gnuplot for the PNG plots.
+Python 3 standard library only.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+from collections import OrderedDict, defaultdict
+
+LEVEL_TITLES = OrderedDict([
+    ("uct", "UCT level: ucx_perftest -x hca -d hca0 vs posix/cma (-d memory)"),
+    ("ucp", "UCP level: ucx_perftest, UCX_TLS=hca,self vs UCX_TLS=posix,cma,self"),
+    ("netpipe", "NetPIPE (NPopenmpi, OpenMPI pml ucx): hca,self vs posix,cma,self"),
+])
+ORDER = ["uct", "ucp", "netpipe", "sweep", "end"]
+
+
+def read_tsv(path, ncols):
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            cols = line.split("\t")
+            cols += [""] * (ncols - len(cols))
+            rows.append(cols[:ncols])
+    return rows
+
+
+def fsize(s):
+    s = int(s)
+    if s >= 1 << 20 and s % (1 << 20) == 0:
+        return "%dM" % (s >> 20)
+    if s >= 1 << 10 and s % (1 << 10) == 0:
+        return "%dK" % (s >> 10)
+    return str(s)
+
+
+def fnum(v):
+    if v is None:
+        return "-"
+    if v >= 1000:
+        return "%.0f" % v
+    if v >= 100:
+        return "%.1f" % v
+    if v >= 10:
+        return "%.2f" % v
+    return "%.3f" % v
+
+
+def to_float(s):
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def verdict(ratio, target):
+    if not target or ratio is None:
+        return ""
+    op, val = target[:2], float(target[2:])
+    ok = ratio <= val if op == "<=" else ratio >= val
+    return "PASS" if ok else "MISS"
+
+
+def print_table(title, header, lines, notes):
+    widths = [len(h) for h in header]
+    for ln in lines:
+        for i, c in enumerate(ln):
+            widths[i] = max(widths[i], len(c))
+    print(title)
+    fmt = "  ".join("%%-%ds" % w if i < 2 else "%%%ds" % w
+                    for i, w in enumerate(widths))
+    print("  " + fmt % tuple(header))
+    print("  " + "  ".join("-" * w for w in widths))
+    for ln in lines:
+        print("  " + fmt % tuple(ln))
+    for n in notes:
+        print("  note: " + n)
+    print()
+
+
+def machine_line(machine, level):
+    """Cache-line ping-pong before this level and before the next one."""
+    seen = [m for m in ORDER if m in machine]
+    if level not in machine:
+        return None
+    i = seen.index(level)
+    nxt = seen[i + 1] if i + 1 < len(seen) else None
+    b = machine[level]
+    s = "machine state: cache-line ping-pong (hca_pingpong_bench raw_shm, " \
+        "one-way median) %s ns before" % b[0]
+    if nxt:
+        s += ", %s ns after" % machine[nxt][0]
+    s += "  [hca send %s ns, rdma_write %s ns]" % (b[1], b[2])
+    return s
+
+
+def perftest_tables(outdir, rows, results, machine, skipped, summary):
+    byrow = defaultdict(lambda: {"hca": [], "builtin": defaultdict(list),
+                                 "fail": []})
+    for level, row, kind, tl, rep, value, status, note in results:
+        d = byrow[row]
+        v = to_float(value)
+        if status != "ok" or v is None:
+            d["fail"].append("%s #%s: %s" % (tl, rep, note))
+            continue
+        if kind == "hca":
+            d["hca"].append(v)
+        else:
+            d["builtin"][tl].append(v)
+
+    for level in ("uct", "ucp"):
+        lrows = [r for r in rows if r[0] == level]
+        if not lrows:
+            continue
+        header = ["test", "size", "unit", "hca", "built-in", "(tl)", "runs",
+                  "hca/built-in", "target", "result"]
+        lines, notes = [], []
+        for _, row, label, size, metric, target in lrows:
+            d = byrow[row]
+            hca = statistics.median(d["hca"]) if d["hca"] else None
+            best, best_tl, nb = None, "-", 0
+            for tl, vals in d["builtin"].items():
+                m = statistics.median(vals)
+                if best is None or (m < best if metric == "lat" else m > best):
+                    best, best_tl, nb = m, tl, len(vals)
+            ratio = hca / best if hca is not None and best else None
+            res = verdict(ratio, target)
+            if target and ratio is None:
+                res = "n/a"
+            if d["fail"]:
+                res = (res + " FAIL").strip()
+                for f in d["fail"]:
+                    notes.append("%s %s: %s" % (label, fsize(size), f))
+            if best is None and not d["fail"]:
+                best_tl = "none"
+            lines.append([label, fsize(size),
+                          "us" if metric == "lat" else "MB/s",
+                          fnum(hca), fnum(best), best_tl,
+                          "%d+%d" % (len(d["hca"]), nb),
+                          "%.2f" % ratio if ratio is not None else "-",
+                          target or "", res])
+            summary.append((level, label, fsize(size), ratio, target, res))
+        for lv, what, why in skipped:
+            if lv == level:
+                notes.append("not run: %s (%s)" % (what, why))
+        ml = machine_line(machine, level)
+        if ml:
+            notes.insert(0, ml)
+        print_table(LEVEL_TITLES[level] + "\n  lat = 50th percentile "
+                    "latency (usec), bw = overall MB/s; medians of the runs; "
+                    "'none' = no built-in transport supports the operation",
+                    header, lines, notes)
+    return byrow
+
+
+def read_netpipe(path):
+    pts = []
+    with open(path) as f:
+        for line in f:
+            c = line.split()
+            if len(c) >= 3:
+                try:
+                    pts.append((int(float(c[0])), float(c[1]), float(c[2])))
+                except ValueError:
+                    pass
+    return pts
+
+
+def netpipe_table(outdir, runs, machine, summary):
+    if not runs:
+        return {}
+    curves = defaultdict(list)          # tl -> [points of each run]
+    fails = []
+    for kind, tl, rep, path, status, note in runs:
+        if status == "ok" and os.path.exists(path):
+            pts = read_netpipe(path)
+            if pts:
+                curves[(kind, tl)].append(pts)
+                continue
+        fails.append("%s #%s: %s" % (tl, rep, note or "no output"))
+
+    def metrics(pts):
+        small = [t for s, _, t in pts if s <= 64]
+        m = {
+            "lat_small": statistics.median(small) * 1e6 if small else None,
+            "lat_8": next((t * 1e6 for s, _, t in pts if s == 8), None),
+            "bw_peak": max(b for _, b, _ in pts),
+        }
+        for s, b, _ in pts:
+            if s in (65536, 1 << 20, 16 << 20):
+                m["bw_%d" % s] = b
+        return m
+
+    per = {}
+    for key, runs_pts in curves.items():
+        ms = [metrics(p) for p in runs_pts]
+        agg = {}
+        for k in set().union(*ms):
+            vals = [m[k] for m in ms if m.get(k) is not None]
+            if vals:
+                agg[k] = (statistics.median(vals), len(vals))
+        per[key] = agg
+    hk = next((k for k in per if k[0] == "hca"), None)
+    bk = next((k for k in per if k[0] == "builtin"), None)
+    specs = [("lat_small", "latency, 1-64 B (median)", "us", "lat", "<=1.10"),
+             ("lat_8", "latency", "us", "lat", ""),
+             ("bw_65536", "bandwidth", "Mbps", "bw", ""),
+             ("bw_1048576", "bandwidth", "Mbps", "bw", ""),
+             ("bw_16777216", "bandwidth", "Mbps", "bw", ""),
+             ("bw_peak", "peak bandwidth (max over sizes)", "Mbps", "bw",
+              ">=0.95")]
+    sizes = {"lat_small": "1-64", "lat_8": "8", "bw_65536": "64K",
+             "bw_1048576": "1M", "bw_16777216": "16M", "bw_peak": "any"}
+    header = ["test", "size", "unit", "hca", "built-in", "(tl)", "runs",
+              "hca/built-in", "target", "result"]
+    lines = []
+    for key, label, unit, metric, target in specs:
+        h = per.get(hk, {}).get(key) if hk else None
+        b = per.get(bk, {}).get(key) if bk else None
+        if h is None and b is None:
+            continue
+        ratio = None
+        if h and b and b[0]:
+            ratio = h[0] / b[0]
+        res = verdict(ratio, target)
+        if target and ratio is None:
+            res = "n/a"
+        lines.append([label, sizes[key], unit,
+                      fnum(h[0]) if h else "-", fnum(b[0]) if b else "-",
+                      bk[1] if bk else "-",
+                      "%d+%d" % (h[1] if h else 0, b[1] if b else 0),
+                      "%.2f" % ratio if ratio is not None else "-",
+                      target, res])
+        summary.append(("netpipe", label, sizes[key], ratio, target, res))
+    notes = []
+    ml = machine_line(machine, "netpipe")
+    if ml:
+        notes.append(ml)
+    notes += ["FAIL " + f for f in fails]
+    print_table(LEVEL_TITLES["netpipe"] + "\n  one-way time (usec) and "
+                "bandwidth (Mbps) from NetPIPE's output file; medians of the "
+                "runs", header, lines, notes)
+    return curves
+
+
+def median_curve(runs_pts, col):
+    bysize = defaultdict(list)
+    for pts in runs_pts:
+        for p in pts:
+            bysize[p[0]].append(p[col])
+    return [(s, statistics.median(v)) for s, v in sorted(bysize.items())]
+
+
+def write_dat(path, pts):
+    with open(path, "w") as f:
+        for s, v in pts:
+            f.write("%d %g\n" % (s, v))
+
+
+def plots(outdir, curves, results, rows):
+    """Write .dat files and plots.gp; run gnuplot."""
+    charts = []   # (png, title, ylabel, [(dat, title)], logy)
+    if curves:
+        lat, bw = [], []
+        for (kind, tl), runs_pts in sorted(curves.items()):
+            name = "netpipe-%s" % kind
+            d1 = os.path.join(outdir, name + "-lat.dat")
+            d2 = os.path.join(outdir, name + "-bw.dat")
+            write_dat(d1, [(s, t * 1e6) for s, t in median_curve(runs_pts, 2)])
+            write_dat(d2, median_curve(runs_pts, 1))
+            lat.append((d1, tl))
+            bw.append((d2, tl))
+        charts.append(("netpipe-latency.png", "NetPIPE over OpenMPI pml ucx: "
+                       "one-way latency", "usec", lat, True))
+        charts.append(("netpipe-bandwidth.png", "NetPIPE over OpenMPI pml "
+                       "ucx: bandwidth", "Mbps", bw, False))
+    # size sweeps (and the main levels' rows) by test label
+    series = defaultdict(lambda: defaultdict(list))  # (label) -> tl -> pts
+    info = {}
+    for level, row, label, size, metric, target in rows:
+        if level == "sweep":
+            info[row] = (label, int(size), metric)
+    for level, row, kind, tl, rep, value, status, note in results:
+        if row in info and status == "ok":
+            label, size, metric = info[row]
+            series[(label, metric)][(kind, tl)].append((size, float(value)))
+    for (label, metric), bytl in sorted(series.items()):
+        lines = []
+        slug = label.replace(" ", "-").replace("[", "").replace("]", "")
+        for (kind, tl), pts in sorted(bytl.items()):
+            by = defaultdict(list)
+            for s, v in pts:
+                by[s].append(v)
+            med = [(s, statistics.median(v)) for s, v in sorted(by.items())]
+            d = os.path.join(outdir, "sweep-%s-%s.dat" % (slug, kind))
+            write_dat(d, med)
+            lines.append((d, tl))
+        what = "UCP" if label.startswith(("tag_", "ucp_")) else \
+            "UCT, default iface ALLOC (hca: device memory)"
+        if metric == "lat":
+            charts.append(("sweep-%s.png" % slug, "ucx_perftest %s [%s]: "
+                           "latency (50th percentile)" % (label, what),
+                           "usec", lines, True))
+        else:
+            charts.append(("sweep-%s.png" % slug, "ucx_perftest %s [%s]: "
+                           "bandwidth (overall)" % (label, what), "MB/s",
+                           lines, False))
+    if not charts:
+        return []
+    gp = os.path.join(outdir, "plots.gp")
+    with open(gp, "w") as f:
+        f.write("# generated by hca-bench-summary.py; run: gnuplot plots.gp\n")
+        f.write("set terminal pngcairo size 900,600 noenhanced\n")
+        f.write("set logscale x 2\nset format x '%.0b%B'\n")
+        f.write("set xlabel 'message size (bytes)'\nset grid\n")
+        f.write("set key left top\n")
+        for png, title, ylabel, lines, logy in charts:
+            f.write("set output '%s'\n" % os.path.join(outdir, png))
+            f.write("set title '%s'\nset ylabel '%s'\n" % (title, ylabel))
+            f.write("%s\n" % ("set logscale y" if logy else "unset logscale y"))
+            f.write("plot " + ", \\\n     ".join(
+                "'%s' using 1:2 with linespoints title '%s'" % (d, t)
+                for d, t in lines) + "\n")
+        f.write("unset output\n")
+    try:
+        r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("gnuplot failed: " + r.stderr.strip(), file=sys.stderr)
+            return []
+    except FileNotFoundError:
+        print("gnuplot not found: plots not drawn (data in %s)" % outdir,
+              file=sys.stderr)
+        return []
+    return [os.path.join(outdir, c[0]) for c in charts]
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    outdir = sys.argv[1]
+    info = dict((k, v) for k, v in read_tsv(os.path.join(outdir, "info.tsv"), 2))
+    rows = read_tsv(os.path.join(outdir, "rows.tsv"), 6)
+    results = read_tsv(os.path.join(outdir, "results.tsv"), 8)
+    machine = OrderedDict((r[0], r[1:]) for r in
+                          read_tsv(os.path.join(outdir, "machine.tsv"), 4))
+    skipped = read_tsv(os.path.join(outdir, "skipped.tsv"), 3)
+    np_runs = read_tsv(os.path.join(outdir, "netpipe.tsv"), 6)
+
+    print("hca benchmark, %s, %s run, UCX %s; %s" % (
+        info.get("date", "?"), info.get("mode", "?"), info.get("ucx", "?"),
+        info.get("host", "?")))
+    print("load average at start: %s; ratio = hca / best built-in "
+          "(latency: lower is better, target <= ; bandwidth: higher is "
+          "better, target >=)" % info.get("loadavg", "?"))
+    print("these machines are noisy: compare ratios of interleaved runs, "
+          "absolute times are only indicative\n")
+    summary = []
+    perftest_tables(outdir, rows, results, machine, skipped, summary)
+    curves = netpipe_table(outdir, np_runs, machine, summary)
+    pngs = plots(outdir, curves, results, rows)
+
+    targets = [s for s in summary if s[4]]
+    if targets:
+        print("Target rows")
+        for level, label, size, ratio, target, res in targets:
+            print("  %-9s %-7s %-32s %5s  ratio %-5s  target %s" % (
+                res or "n/a", level, label, size,
+                "%.2f" % ratio if ratio is not None else "-", target))
+        npass = sum(1 for s in targets if s[5] == "PASS")
+        print("  %d of %d target rows PASS (informational)\n" % (
+            npass, len(targets)))
+    if "end" in machine:
+        print("machine state at the end: cache-line ping-pong raw_shm %s ns"
+              % machine["end"][0])
+    if pngs:
+        print("plots: " + ", ".join(os.path.basename(p) for p in pngs))
+    if "elapsed" in info:
+        print("elapsed: %s s, failed runs: %s" % (
+            info["elapsed"], info.get("failed_runs", "?")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,543 @@
+#!/bin/bash
+#
+# hca-bench.sh - compare hca with UCX's built-in shared-memory transports.
+#
+# usage: contrib/bench/hca-bench.sh [options]
+#
+#   --long           longer, steadier run: more runs per row, 4x the
+#                    iterations, extra sizes 4 KiB and 16 MiB, NetPIPE up
+#                    to 16 MiB
+#   -o, --out DIR    output directory (default: ./bench-out)
+#   --build DIR      hca build directory (default: <repo>/build, or
+#                    $HCA_BUILD_DIR)
+#   --levels LIST    comma-separated subset of uct,ucp,netpipe,sweep
+#                    (default: all four)
+#   --reps N         runs per target row (default 5, --long 7); the other
+#                    rows run once (--long: 3)
+#   --no-install     do not install missing packages
+#   -h, --help       this text
+#
+# What it runs (hca and the built-in transports interleaved back to back:
+# hca, built-in, hca, built-in, ...):
+#   uct      ucx_perftest UCT tests, hca0 against posix (short, bcopy,
+#            atomics) or cma (zcopy), whichever `ucx_info -d` says supports
+#            the operation and size
+#   ucp      ucx_perftest UCP tests, UCX_TLS=hca,self against
+#            UCX_TLS=posix,cma,self
+#   netpipe  NetPIPE (NPopenmpi) over OpenMPI's pml ucx with both sets
+#   sweep    size sweeps of UCP tag_lat/tag_bw and UCT put_bw zcopy (plots)
+# and a cache-line ping-pong (hca_pingpong_bench raw_shm) before each level
+# and at the end, so a reader can see the machine's state.
+#
+# Output: tables on stdout (also OUT/summary.txt), PNG plots in OUT, raw
+# logs in OUT/logs. Exit status 0 unless a benchmark failed to run.
+#
+# Environment: HCA_BUILD_DIR, HCA_BENCH_PORT (first TCP port of the
+# ucx_perftest runs, default 23000).
+#
+set -uo pipefail
+
+topdir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+benchdir=$topdir/contrib/bench
+builddir=${HCA_BUILD_DIR:-$topdir/build}
+outdir=$PWD/bench-out
+long=no
+levels=uct,ucp,netpipe,sweep
+reps_target=
+do_install=yes
+port=${HCA_BENCH_PORT:-23000}
+
+log() { echo "hca-bench: $*" >&2; }
+die() { echo "hca-bench: error: $*" >&2; exit 2; }
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    --long)        long=yes ;;
+    -o|--out)      outdir=${2:?}; shift ;;
+    --build)       builddir=${2:?}; shift ;;
+    --levels)      levels=${2:?}; shift ;;
+    --reps)        reps_target=${2:?}; shift ;;
+    --no-install)  do_install=no ;;
+    -h|--help)     sed -n '3,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *)             die "unknown option '$1' (see --help)" ;;
+    esac
+    shift
+done
+for l in ${levels//,/ }; do
+    case $l in uct|ucp|netpipe|sweep) ;; *) die "unknown level '$l'" ;; esac
+done
+case $outdir in /*) ;; *) outdir=$PWD/$outdir ;; esac
+case $builddir in /*) ;; *) builddir=$PWD/$builddir ;; esac
+
+# ---------------------------------------------------------------- settings
+KiB=1024
+MiB=$((1024 * 1024))
+if [ "$long" = yes ]; then
+    reps_target=${reps_target:-7}
+    reps_other=3
+    sizes=(8 $((4 * KiB)) $((64 * KiB)) "$MiB" $((16 * MiB)))
+    big_sizes=("$MiB" $((16 * MiB)))          # sizes of the bandwidth targets
+    iter_scale=4
+    run_timeout=240
+    np_upper=$((16 * MiB)); np_repeats=200; np_reps=7; np_timeout=900
+    sweep_sizes=(8 64 512 $((4 * KiB)) $((32 * KiB)) $((256 * KiB)) "$MiB"
+                 $((4 * MiB)) $((16 * MiB)))
+else
+    reps_target=${reps_target:-5}
+    reps_other=1
+    sizes=(8 $((64 * KiB)) "$MiB")
+    big_sizes=("$MiB")
+    iter_scale=1
+    run_timeout=60
+    np_upper=$MiB; np_repeats=200; np_reps=5; np_timeout=180
+    sweep_sizes=(8 64 512 $((4 * KiB)) $((32 * KiB)) $((256 * KiB)) "$MiB"
+                 $((4 * MiB)))
+fi
+
+module=$builddir/src/uct/hca/.libs/libuct_hca.so
+pingpong=$builddir/contrib/hca_pingpong_bench
+hca_env=(LD_PRELOAD="$module")
+ucp_hca_env=(LD_PRELOAD="$module" "UCX_TLS=hca,self")
+ucp_builtin_env=("UCX_TLS=posix,cma,self")
+
+# -------------------------------------------------------------- preparation
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run '$*'"
+    fi
+}
+
+pkg_installed() {
+    [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = \
+      "install ok installed" ]
+}
+
+install_missing() {
+    local missing=() p
+    for p in "$@"; do
+        pkg_installed "$p" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$do_install" = no ]; then
+        log "warning: missing packages (not installing): ${missing[*]}"
+        return 0
+    fi
+    log "installing: ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        "${missing[@]}" >&2 ||
+    {
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+            "${missing[@]}" >&2
+    } || die "could not install ${missing[*]}"
+}
+
+has_level() { case ",$levels," in *",$1,"*) return 0 ;; esac; return 1; }
+
+pkgs=(ucx-utils python3 iproute2 gnuplot-nox)
+has_level netpipe && pkgs+=(netpipe-openmpi openmpi-bin)
+install_missing "${pkgs[@]}"
+for c in ucx_perftest ucx_info python3 ss timeout; do
+    command -v $c >/dev/null 2>&1 || die "$c not found"
+done
+if has_level netpipe; then
+    for c in mpirun NPopenmpi; do
+        command -v $c >/dev/null 2>&1 || die "$c not found"
+    done
+fi
+
+if [ ! -f "$module" ]; then
+    log "$module missing: building (contrib/hca-setup.sh build)"
+    HCA_BUILD_DIR=$builddir "$topdir/contrib/hca-setup.sh" build >&2 ||
+        die "build failed"
+fi
+if [ ! -x "$pingpong" ]; then
+    log "building $pingpong"
+    make -C "$builddir/contrib" hca_pingpong_bench >&2 ||
+        die "could not build hca_pingpong_bench"
+fi
+
+mkdir -p "$outdir/logs" || die "cannot create $outdir"
+rm -f "$outdir"/logs/* "$outdir"/*.tsv "$outdir"/*.dat "$outdir"/*.png \
+      "$outdir"/*.gp "$outdir"/summary.txt
+results=$outdir/results.tsv     # level row kind tl rep value status note
+rows=$outdir/rows.tsv           # level row label size metric target
+machine=$outdir/machine.tsv     # when raw_shm_ns send_ns rdma_write_ns
+netpipe_tsv=$outdir/netpipe.tsv # kind tl rep file status note
+: >"$results"; : >"$rows"; : >"$machine"; : >"$netpipe_tsv"
+{
+    echo "date	$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host	$(uname -n) $(uname -r), $(nproc) cpus"
+    echo "mode	$([ "$long" = yes ] && echo long || echo default)"
+    echo "ucx	$(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -n 1)"
+    echo "module	$module"
+    echo "loadavg	$(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$outdir/info.tsv"
+
+# Processes started by this script, killed (by pid) on exit.
+bg_pids=()
+# shellcheck disable=SC2317  # called from the EXIT trap
+cleanup() {
+    local p
+    for p in "${bg_pids[@]}"; do
+        kill "$p" 2>/dev/null
+    done
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+t_start=$(date +%s)
+nfail=0
+
+# --------------------------------------------------------------- machine
+# raw_shm / send / rdma_write one-way medians (ns) of hca_pingpong_bench.
+machine_state() {
+    local when=$1 out
+    out=$(timeout 60 "$pingpong" -n $((20000 * iter_scale)) -w 2000 2>&1)
+    echo "$out" >"$outdir/logs/pingpong-$when.log"
+    echo "$out" | awk -v when="$when" '
+        $1 == "raw_shm" { r = $3 } $1 == "send" { s = $3 }
+        $1 == "rdma_write" { w = $3 }
+        END { printf "%s\t%s\t%s\t%s\n", when, r == "" ? "-" : r,
+                     s == "" ? "-" : s, w == "" ? "-" : w }' >>"$machine"
+    log "machine state ($when): cache-line ping-pong raw_shm $(tail -n 1 "$machine" | cut -f2) ns one-way"
+}
+
+# ------------------------------------------------------------ capabilities
+# caps[tl:op] = largest size of operation op (am_short, put_zcopy,
+# atomic_fadd, ...) on transport tl, from `ucx_info -d`.
+declare -A caps
+read_caps() {
+    local tl=$1 dev=$2 op max
+    shift 2
+    while read -r op max; do
+        caps[$tl:$op]=$max
+    done < <(env "$@" ucx_info -d -t "$tl" 2>/dev/null | awk -v dev="$dev" '
+        function bytes(s,   n, u) {
+            n = s; u = s; sub(/[^0-9]+$/, "", n); sub(/^[0-9]+/, "", u)
+            if (u == "K") n *= 1024; else if (u == "M") n *= 1048576
+            else if (u == "G") n *= 1073741824
+            return n
+        }
+        /Device:/ { indev = ($3 == dev) }
+        indev && /^# +[a-z_]+: / {
+            op = $2; sub(/:$/, "", op); sub(/,$/, "", $3)
+            if ($3 == "unlimited") print op, "4611686018427387904"
+            else if ($3 == "<=") {
+                v = $4; sub(/,$/, "", v); printf "%s %.0f\n", op, bytes(v)
+            } else if ($NF == "bit") print op, 8
+        }')
+}
+
+# op name of a UCT test + layout
+uct_op() {
+    case $1 in
+    am_lat|am_bw)   echo "am_$2" ;;
+    put_lat|put_bw) echo "put_$2" ;;
+    get)            echo "get_$2" ;;
+    fadd)           echo atomic_fadd ;;
+    cswap)          echo atomic_cswap ;;
+    *)              echo "$1_$2" ;;
+    esac
+}
+
+# ------------------------------------------------------------- perftest
+# iterations for a run: about 512 MiB of payload (x iter_scale), between
+# 30 and 100000 (latency) / 200000 (bandwidth) iterations.
+iters_for() {
+    local metric=$1 size=$2 n cap
+    cap=100000
+    [ "$metric" = bw ] && cap=200000
+    n=$((512 * MiB / size))
+    [ $n -gt $cap ] && n=$cap
+    [ $n -lt 30 ] && n=30
+    echo $((n * iter_scale))
+}
+
+free_port() {
+    while ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; do
+        port=$((port + 1))
+    done
+}
+
+runno=0
+last_value=
+last_note=
+# perftest ENVWORDS... -- ARGS... : run one server/client pair; sets
+# last_value (usec 50%ile or MB/s overall, per $metric) or returns 1 with
+# last_note = the error text.
+perftest() {
+    local envw=() args=() spid rc i line log
+    while [ "$1" != -- ]; do envw+=("$1"); shift; done
+    shift
+    args=("$@")
+    runno=$((runno + 1))
+    port=$((port + 1))
+    free_port
+    log=$outdir/logs/perftest-$(printf %03d $runno)
+    echo "env ${envw[*]} ucx_perftest ${args[*]} -p $port" >"$log.cmd"
+    timeout -k 5 $((run_timeout + 20)) env "${envw[@]}" \
+        ucx_perftest "${args[@]}" -p "$port" >"$log.server" 2>&1 &
+    spid=$!
+    bg_pids+=("$spid")
+    # wait for the server to listen (at most 20 s)
+    for ((i = 0; i < 400; i++)); do
+        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.05
+    done
+    rc=1
+    for ((i = 0; i < 3; i++)); do
+        timeout -k 5 "$run_timeout" env "${envw[@]}" \
+            ucx_perftest localhost "${args[@]}" -p "$port" >"$log.client" 2>&1
+        rc=$?
+        # retry only if the client could not connect
+        grep -q "connect.*refused\|Connection refused" "$log.client" || break
+        sleep 0.5
+    done
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    line=$(grep '^Final:' "$log.client" | tail -n 1)
+    if [ -n "$line" ]; then
+        if [ "$metric" = lat ]; then
+            last_value=$(echo "$line" | awk '{print $3}')
+        else
+            last_value=$(echo "$line" | awk '{print $7}')
+        fi
+        return 0
+    fi
+    last_value=-
+    last_note=$( (grep -ih 'error\|fail\|unsupported\|invalid\|abort' \
+                      "$log.client" "$log.server" | head -n 1;
+                  echo "(exit $rc)") | tr '\t\n' '  ')
+    [ $rc -eq 124 ] && last_note="timeout after ${run_timeout}s; $last_note"
+    last_note="$last_note [$log.*]"
+    return 1
+}
+
+record() {   # level row kind tl rep (uses last_value/last_note and $1 status)
+    local st=$1; shift
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" \
+        "$last_value" "$st" "${last_note:-}" >>"$results"
+}
+
+fmt_size() {
+    local s=$1
+    if [ $((s % MiB)) -eq 0 ]; then echo "$((s / MiB))M"
+    elif [ $((s % KiB)) -eq 0 ]; then echo "$((s / KiB))K"
+    else echo "$s"; fi
+}
+
+# One row: run hca and each built-in candidate, interleaved, reps times.
+#   run_row LEVEL ROWID LABEL SIZE METRIC TARGET REPS
+# with row_hca_name and arrays row_hca_env, row_hca_args (words),
+# row_builtins (names), row_builtin_env, row_builtin_args (one string of
+# blank-free words per built-in) set by the caller.
+run_row() {
+    local level=$1 row=$2 label=$3 size=$4 metric=$5 target=$6 reps=$7
+    local r i unit st
+    # perftest() reads $metric (bash locals are visible to callees)
+    unit=us; [ "$metric" = bw ] && unit=MB/s
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$level" "$row" "$label" "$size" \
+        "$metric" "$target" >>"$rows"
+    for ((r = 1; r <= reps; r++)); do
+        last_note=
+        if perftest "${row_hca_env[@]}" -- "${row_hca_args[@]}"; then st=ok
+        else st=FAIL; nfail=$((nfail + 1)); fi
+        record "$st" "$level" "$row" hca "$row_hca_name" "$r"
+        log "[$level] $label $(fmt_size "$size") $row_hca_name #$r: $last_value $unit $([ $st = ok ] || echo "FAIL: $last_note")"
+        for ((i = 0; i < ${#row_builtins[@]}; i++)); do
+            last_note=
+            # shellcheck disable=SC2086  # words without blanks
+            if perftest ${row_builtin_env[$i]} -- ${row_builtin_args[$i]}; then st=ok
+            else st=FAIL; nfail=$((nfail + 1)); fi
+            record "$st" "$level" "$row" builtin "${row_builtins[$i]}" "$r"
+            log "[$level] $label $(fmt_size "$size") ${row_builtins[$i]} #$r: $last_value $unit $([ $st = ok ] || echo "FAIL: $last_note")"
+        done
+    done
+}
+
+is_in() { local x=$1; shift; for y in "$@"; do [ "$x" = "$y" ] && return 0; done; return 1; }
+
+skipped=$outdir/skipped.tsv
+: >"$skipped"
+
+# uct_rows LEVEL TEST LAYOUT METRIC OUTSTANDING ALLOC TARGET TARGETSIZES -- SIZES
+#   ALLOC: "" (iface default) or "heap" (UCX_HCA_ALLOC=heap and, for the
+#   built-in, UCX_<TL>_ALLOC=heap)
+uct_rows() {
+    local level=$1 test=$2 layout=$3 metric=$4 outst=$5 alloc=$6 target=$7
+    local tsizes=$8 size op label reps tl dev n w i extra=() tgt
+    shift 9
+    op=$(uct_op "$test" "$layout")
+    label="$test $layout"
+    [ "$metric" = bw ] && [ "$test" = get ] && label="$label bw -O$outst"
+    [ "$metric" = lat ] && [ "$test" = get ] && label="$label lat"
+    [ -n "$alloc" ] && label="$label [$alloc]"
+    for size in "$@"; do
+        if [ "${caps[hca:$op]:-0}" -lt "$size" ]; then
+            printf '%s\t%s\t%s\n' "$level" "$label $(fmt_size "$size")" \
+                "hca $op max ${caps[hca:$op]:-unsupported}" >>"$skipped"
+            continue
+        fi
+        tgt=
+        # shellcheck disable=SC2086  # a list of sizes
+        is_in "$size" $tsizes && tgt=$target
+        reps=$reps_other
+        [ -n "$tgt" ] && reps=$reps_target
+        n=$(iters_for "$metric" "$size")
+        w=$((n / 10)); [ $w -lt 5 ] && w=5
+        extra=()
+        [ "$outst" -gt 0 ] && extra=(-O "$outst")
+        row_hca_name=hca
+        row_hca_env=("${hca_env[@]}")
+        [ -n "$alloc" ] && row_hca_env+=(UCX_HCA_ALLOC="$alloc")
+        row_hca_args=(-t "$test" -x hca -d hca0 -D "$layout" -s "$size"
+                      -n "$n" -w "$w" "${extra[@]}")
+        row_builtins=(); row_builtin_env=(); row_builtin_args=()
+        for tl in posix cma; do
+            dev=memory
+            if [ "${caps[$tl:$op]:-0}" -ge "$size" ]; then
+                row_builtins+=("$tl")
+                row_builtin_env+=("${alloc:+UCX_${tl^^}_ALLOC=$alloc}")
+                row_builtin_args+=("-t $test -x $tl -d $dev -D $layout -s $size -n $n -w $w ${extra[*]}")
+            fi
+        done
+        run_row "$level" "$level/$label/$size" "$label" "$size" "$metric" \
+            "$tgt" "$reps"
+    done
+}
+
+# ucp_rows LEVEL TEST METRIC OUTSTANDING TARGET TARGETSIZES -- SIZES
+ucp_rows() {
+    local level=$1 test=$2 metric=$3 outst=$4 target=$5 tsizes=$6
+    local size reps n w extra=() tgt label=$2
+    shift 7
+    [ "$outst" -gt 0 ] && label="$label -O$outst"
+    for size in "$@"; do
+        tgt=
+        # shellcheck disable=SC2086  # a list of sizes
+        is_in "$size" $tsizes && tgt=$target
+        reps=$reps_other
+        [ -n "$tgt" ] && reps=$reps_target
+        n=$(iters_for "$metric" "$size")
+        # UCP ping-pongs of large messages are slow (rendezvous): fewer
+        [ "$metric" = lat ] && [ "$size" -ge $MiB ] && n=$((n / 2))
+        [ "$n" -lt 30 ] && n=30
+        w=$((n / 10)); [ $w -lt 5 ] && w=5
+        extra=()
+        [ "$outst" -gt 0 ] && extra=(-O "$outst")
+        row_hca_name=hca,self
+        row_hca_env=("${ucp_hca_env[@]}")
+        row_hca_args=(-t "$test" -s "$size" -n "$n" -w "$w" "${extra[@]}")
+        row_builtins=("posix,cma,self")
+        row_builtin_env=("${ucp_builtin_env[*]}")
+        row_builtin_args=("${row_hca_args[*]}")
+        run_row "$level" "$level/$label/$size" "$label" "$size" "$metric" \
+            "$tgt" "$reps"
+    done
+}
+
+# --------------------------------------------------------------- levels
+if has_level uct; then
+    read_caps hca hca0 "${hca_env[@]}"
+    read_caps posix memory
+    read_caps cma memory
+    [ -n "${caps[hca:am_bcopy]:-}" ] ||
+        die "ucx_info does not list hca0 with LD_PRELOAD=$module"
+fi
+
+L='<=1.10'
+B95='>=0.95'
+if has_level uct; then
+    machine_state uct
+    lat_small=(8); [ "$long" = yes ] && lat_small=(8 $((4 * KiB)))
+    uct_rows uct am_lat  short lat 0  "" "$L" "8" -- 8
+    uct_rows uct am_lat  bcopy lat 0  "" ""   ""  -- "${lat_small[@]}"
+    uct_rows uct put_lat short lat 0  "" "$L" "8" -- 8
+    uct_rows uct get     bcopy lat 0  "" ""   ""  -- "${lat_small[@]}"
+    uct_rows uct get     bcopy bw  16 "" ""   ""  -- "${lat_small[@]}"
+    uct_rows uct get     zcopy lat 0  "" ""   ""  -- "${sizes[@]}"
+    uct_rows uct get     zcopy bw  16 "" "$B95" "${big_sizes[*]}" -- "${sizes[@]}"
+    uct_rows uct get     zcopy bw  16 heap "$B95" "${big_sizes[*]}" -- \
+        $((64 * KiB)) "${big_sizes[@]}"
+    uct_rows uct fadd    short lat 0  "" "$L" "8" -- 8
+    uct_rows uct cswap   short lat 0  "" ""   ""  -- 8
+    am_sizes=(8 $((8 * KiB))); [ "$long" = yes ] && am_sizes=(8 $((4 * KiB)) $((8 * KiB)))
+    uct_rows uct am_bw   bcopy bw  0  "" '>=0.90' "$((8 * KiB))" -- "${am_sizes[@]}"
+    uct_rows uct am_bw   zcopy bw  16 "" ""   ""  -- "${am_sizes[@]}"
+    uct_rows uct put_bw  zcopy bw  16 "" "$B95" "${big_sizes[*]}" -- "${sizes[@]}"
+    uct_rows uct put_bw  zcopy bw  16 heap "$B95" "${big_sizes[*]}" -- \
+        $((64 * KiB)) "${big_sizes[@]}"
+fi
+
+if has_level ucp; then
+    machine_state ucp
+    ucp_rows ucp tag_lat     lat 0 "$L" "8" -- "${sizes[@]}"
+    ucp_rows ucp tag_bw      bw  0 "$B95" "${big_sizes[*]}" -- "${sizes[@]}"
+    ucp_rows ucp ucp_put_lat lat 0 "" "" -- "${sizes[@]}"
+    ucp_rows ucp ucp_put_bw  bw  0 "" "" -- "${sizes[@]}"
+    ucp_rows ucp ucp_get     lat 0 "" "" -- "${sizes[@]}"
+    ucp_rows ucp ucp_fadd    lat 0 "" "" -- 8
+fi
+
+# NetPIPE over OpenMPI pml ucx.
+netpipe_run() {   # kind tl rep ENV...
+    local kind=$1 tl=$2 rep=$3 f log rc xs=() e note=
+    shift 3
+    for e in "$@"; do xs+=(-x "$e"); done
+    f=$outdir/logs/netpipe-$kind-$rep.out
+    log=$outdir/logs/netpipe-$kind-$rep.log
+    timeout -k 10 "$np_timeout" mpirun --allow-run-as-root --oversubscribe \
+        -np 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+        "${xs[@]}" NPopenmpi -u "$np_upper" -p 0 -n "$np_repeats" -o "$f" \
+        >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && [ -s "$f" ]; then
+        printf '%s\t%s\t%s\t%s\tok\t\n' "$kind" "$tl" "$rep" "$f" >>"$netpipe_tsv"
+        log "[netpipe] $tl #$rep: $(wc -l <"$f") sizes, $(tail -n 1 "$f" | awk '{printf "%.0f Mbps at %d B", $2, $1}')"
+    else
+        note="$(grep -i 'error\|fail\|abort' "$log" | head -n 1 | tr '\t' ' ') (exit $rc) [$log]"
+        [ $rc -eq 124 ] && note="timeout after ${np_timeout}s; $note"
+        printf '%s\t%s\t%s\t%s\tFAIL\t%s\n' "$kind" "$tl" "$rep" "$f" "$note" >>"$netpipe_tsv"
+        log "[netpipe] $tl #$rep: FAIL: $note"
+        nfail=$((nfail + 1))
+    fi
+}
+
+if has_level netpipe; then
+    machine_state netpipe
+    for ((r = 1; r <= np_reps; r++)); do
+        netpipe_run hca hca,self "$r" LD_PRELOAD="$module" UCX_TLS=hca,self
+        netpipe_run builtin posix,cma,self "$r" UCX_TLS=posix,cma,self
+    done
+fi
+
+if has_level sweep; then
+    machine_state sweep
+    ucp_rows sweep tag_lat lat 0 "" "" -- "${sweep_sizes[@]}"
+    ucp_rows sweep tag_bw  bw  0 "" "" -- "${sweep_sizes[@]}"
+    read_caps hca hca0 "${hca_env[@]}"
+    read_caps cma memory
+    uct_rows sweep put_bw zcopy bw 16 "" "" "" -- "${sweep_sizes[@]}"
+fi
+
+machine_state end
+t_end=$(date +%s)
+echo "elapsed	$((t_end - t_start))" >>"$outdir/info.tsv"
+echo "failed_runs	$nfail" >>"$outdir/info.tsv"
+
+python3 "$benchdir/hca-bench-summary.py" "$outdir" | tee "$outdir/summary.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { log "summary failed"; nfail=$((nfail + 1)); }
+
+log "done in $((t_end - t_start)) s; output in $outdir"
+[ $nfail -eq 0 ] || { log "$nfail benchmark run(s) failed"; exit 1; }
+exit 0

@@ -1,0 +1,306 @@
+#!/bin/bash
+#
+# run-apps.sh - run the MPI and OpenSHMEM test programs over hca.
+#
+# usage: test/apps/run-apps.sh [-q] [CASE...]
+#
+#   CASE   p2p coll rma rma_dynamic shmem failure (default: all)
+#   -q     quick: the programs' -q mode (fewer iterations, smaller sizes)
+#
+# Each case runs with 2 and 4 ranks (--oversubscribe) through hca-run
+# --verbose (UCX_TLS=hca,self unless UCX_TLS is set), bounded by timeout,
+# and must exit 0 with its "PASSED" line. The hca device counters that
+# every rank prints at exit (UCX_HCA_STATS) prove that hca carried the
+# traffic: every rank must have sent over hca, and the one-sided and
+# OpenSHMEM cases must show RDMA writes, reads and atomics on hca.
+#
+#   rma_dynamic  Debian's OpenMPI 4.1.4 crashes in MPI_Win_free of a dynamic
+#                window. If the hca run verified its data and then crashed,
+#                the same program runs with UCX_TLS=posix,self as a control:
+#                the case passes only if the control crashes the same way
+#                (same signal, same functions in the backtrace).
+#   failure      a rank calls exit(1) mid-communication: passes if mpirun
+#                exits non-zero well within the timeout (no hang).
+#
+# Prints PASS/FAIL/SKIP per case and rank count, then a summary; exits 1 if
+# anything failed.
+#
+# Environment:
+#   HCA_BUILD_DIR        build tree (default: <source>/build)
+#   HCA_RUN              launcher (default: $HCA_BUILD_DIR/contrib/hca-run)
+#   HCA_APPS_BIN         where the programs are; missing or out-of-date ones
+#                        are compiled there with $MPICC / $OSHCC
+#                        (default: $HCA_BUILD_DIR/test/apps)
+#   HCA_APPS_NP          rank counts (default: "2 4")
+#   HCA_APPS_TIMEOUT     seconds per run (default: 600; failure: 180)
+#   HCA_APPS_MPIRUN_ARGS extra mpirun/oshrun arguments (words)
+#   HCA_APPS_LOGDIR      logs (default: $HCA_APPS_BIN/logs)
+#   HCA_REQUIRE_STATS    1: missing hca counter lines fail the case;
+#                        0: they only warn; default: 1 if the module prints
+#                        them (probed with ucx_info), else 0
+#
+set -u
+
+srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+topsrc=$(cd "$srcdir/../.." && pwd)
+builddir=${HCA_BUILD_DIR:-$topsrc/build}
+hca_run=${HCA_RUN:-$builddir/contrib/hca-run}
+bindir=${HCA_APPS_BIN:-$builddir/test/apps}
+nps=${HCA_APPS_NP:-2 4}
+tmo=${HCA_APPS_TIMEOUT:-600}
+fail_tmo=${HCA_APPS_FAILURE_TIMEOUT:-180}
+[ "$fail_tmo" -gt "$tmo" ] && fail_tmo=$tmo
+read -r -a extra_args <<<"${HCA_APPS_MPIRUN_ARGS:-}"
+logdir=${HCA_APPS_LOGDIR:-$bindir/logs}
+MPICC=${MPICC:-mpicc}
+OSHCC=${OSHCC:-oshcc}
+app_cflags="-std=gnu11 -O2 -g -Wall -Wextra"
+
+all_cases="p2p coll rma rma_dynamic shmem failure"
+quick=()
+cases=()
+for a in "$@"; do
+    case $a in
+    -q) quick=(-q) ;;
+    -h|--help) sed -n '3,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+               exit 0 ;;
+    p2p|coll|rma|rma_dynamic|shmem|failure) cases+=("$a") ;;
+    *) echo "run-apps: unknown case '$a' (cases: $all_cases)" >&2; exit 2 ;;
+    esac
+done
+[ ${#cases[@]} -eq 0 ] && read -r -a cases <<<"$all_cases"
+
+npass=0 nfail=0 nskip=0
+failed=()
+say() { echo "run-apps: $*"; }
+result() {  # PASS|FAIL|SKIP name detail
+    printf '%-4s  %-20s %s\n' "$1" "$2" "$3"
+    case $1 in
+    PASS) npass=$((npass + 1)) ;;
+    FAIL) nfail=$((nfail + 1)); failed+=("$2") ;;
+    SKIP) nskip=$((nskip + 1)) ;;
+    esac
+}
+
+[ -x "$hca_run" ] || { say "error: $hca_run not found (build first, or set HCA_RUN)"; exit 2; }
+command -v timeout >/dev/null || { say "error: timeout(1) not found"; exit 2; }
+mkdir -p "$bindir" "$logdir" || exit 2
+
+# ------------------------------------------------------------ building
+
+# Compile $1 from $1.c with compiler $2 if missing or older than its
+# sources. Prints nothing on success.
+build_prog() {
+    local name=$1 cc=$2 src=$srcdir/$1.c bin=$bindir/$1
+    if [ -x "$bin" ] && [ "$bin" -nt "$src" ] && [ "$bin" -nt "$srcdir/apps_common.h" ]; then
+        return 0
+    fi
+    command -v "$cc" >/dev/null || return 1
+    # shellcheck disable=SC2086
+    "$cc" $app_cflags -o "$bin" "$src" >"$logdir/build-$name.log" 2>&1 || {
+        cat "$logdir/build-$name.log"
+        return 1
+    }
+}
+
+# ------------------------------------------------------------ stats probe
+
+tls=${UCX_TLS-hca,self}
+tls_has_hca=0
+case ",$tls," in *,hca,*) tls_has_hca=1 ;; esac
+if [ -z "${HCA_REQUIRE_STATS:-}" ]; then
+    if UCX_HCA_STATS=y timeout 60 "$hca_run" ucx_info -d 2>&1 >/dev/null |
+       grep -q 'hca: pid [0-9]'; then
+        require_stats=1
+    else
+        require_stats=0
+        say "WARNING: libuct_hca.so does not print its counters (UCX_HCA_STATS):"
+        say "         the transport cannot be proven; missing counters only warn"
+    fi
+else
+    require_stats=$HCA_REQUIRE_STATS
+fi
+say "launcher $hca_run; UCX_TLS=$tls; ranks: $nps; timeout ${tmo}s per run"
+[ $tls_has_hca = 0 ] && say "note: UCX_TLS has no hca: the hca counters are not checked"
+
+# ------------------------------------------------------------ checks
+
+# Sets $stats_msg; returns 1 if the hca counters in log $1 do not prove
+# that hca carried the traffic of $2 ranks, with opcodes $3 (regexes, all
+# required).
+check_stats() {
+    local log=$1 np=$2 need=$3 line procs active ops bytes op summary
+    stats_msg=""
+    [ $tls_has_hca = 0 ] && { stats_msg="(counters not checked)"; return 0; }
+    line=$(grep -o 'hca-run: hca traffic: .*' "$log" | tail -n 1)
+    procs=$(sed -n 's/.*processes=\([0-9]*\).*/\1/p' <<<"$line")
+    active=$(sed -n 's/.*active=\([0-9]*\).*/\1/p' <<<"$line")
+    ops=$(sed -n 's/.* ops=\([0-9]*\).*/\1/p' <<<"$line")
+    bytes=$(sed -n 's/.* bytes=\([0-9]*\).*/\1/p' <<<"$line")
+    if [ -z "$line" ] || [ "${procs:-0}" -eq 0 ]; then
+        stats_msg="no hca counter lines"
+        if [ "$require_stats" = 1 ]; then
+            return 1
+        fi
+        stats_msg="WARNING: $stats_msg (transport not proven)"
+        return 0
+    fi
+    summary=$(grep -E '^hca-run:   [A-Z_]+ +ops=' "$log" |
+              awk '{printf "%s%s=%s", (n++ ? " " : ""), $2, substr($3, 5)}')
+    stats_msg="hca: $active/$np ranks sent, ops=$ops bytes=$bytes [$summary]"
+    if [ "${active:-0}" -lt "$np" ]; then
+        stats_msg="only $active of $np ranks sent over hca; $stats_msg"
+        return 1
+    fi
+    for op in $need; do
+        if ! grep -qE "^hca-run:   ${op}[A-Z_]* +ops=[1-9]" "$log"; then
+            stats_msg="no $op operations on hca; $stats_msg"
+            return 1
+        fi
+    done
+    return 0
+}
+
+# The signal and the functions named in the backtraces of log $1 (a sorted
+# set: the backtraces of several ranks may interleave):
+# "signal 11: MPI_Win_free ompi_osc_ucx_free ucp_mem_unmap ..."
+crash_signature() {
+    local log=$1 sig funcs
+    sig=$(grep -o 'Caught signal [0-9]*\|Signal: [A-Za-z ]*([0-9]*)\|exited on signal [0-9]*' \
+          "$log" | head -n 1 | grep -o '[0-9][0-9]*' | head -n 1)
+    funcs=$(grep -o '(\([A-Za-z_][A-Za-z0-9_]*\)+0x[0-9a-f]*)' "$log" |
+            sed 's/^(\([A-Za-z0-9_]*\)+.*/\1/' |
+            grep -v '^ucs_handle_error$\|^ucs_debug\|^ucs_error_signal' |
+            sort -u | paste -sd' ' -)
+    [ -n "$sig" ] && echo "signal $sig: $funcs"
+}
+
+# Runs a case; log in $log, status in $rc, seconds in $secs.
+run_case() {  # launcher np prog args...
+    local launcher=$1 np=$2 prog=$3 t0 t1 limit=$tmo
+    shift 3
+    [ "$prog" = failure ] && limit=$fail_tmo
+    t0=$(date +%s.%N)
+    timeout -k 15 "$limit" "$hca_run" --verbose "$launcher" --oversubscribe \
+        -np "$np" ${extra_args[@]+"${extra_args[@]}"} "$bindir/$prog" "$@" \
+        >"$log" 2>&1 </dev/null
+    rc=$?
+    t1=$(date +%s.%N)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+}
+
+show_log() {
+    echo "      --- $1: failures, then the last lines ---"
+    grep -E 'FAILED at|Caught signal|Signal:|exited on signal|error' "$1" |
+        head -n 10 | sed 's/^/      ! /'
+    grep -v '^[[:space:]]*$' "$1" | tail -n 15 | sed 's/^/      | /'
+}
+
+# ------------------------------------------------------------ cases
+
+for c in "${cases[@]}"; do
+    launcher=mpirun cc=$MPICC need="SEND"
+    case $c in
+    rma)         need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
+    rma_dynamic) need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
+    shmem)       launcher=oshrun cc=$OSHCC need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
+    esac
+    if ! command -v "$launcher" >/dev/null || ! command -v "$cc" >/dev/null; then
+        for np in $nps; do
+            result SKIP "$c np=$np" "($launcher or $cc not found)"
+        done
+        continue
+    fi
+    if ! build_prog "$c" "$cc"; then
+        for np in $nps; do
+            result FAIL "$c np=$np" "cannot build $c (see $logdir/build-$c.log)"
+        done
+        continue
+    fi
+    args=()
+    case $c in
+    p2p|coll|rma) args=(${quick[@]+"${quick[@]}"}) ;;
+    esac
+
+    for np in $nps; do
+        name="$c np=$np"
+        log=$logdir/$c-np$np.log
+        run_case "$launcher" "$np" "$c" ${args[@]+"${args[@]}"}
+
+        case $c in
+        failure)
+            if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+                result FAIL "$name" "the job did not end within ${fail_tmo}s after a rank exited (hang)"
+                show_log "$log"
+            elif [ $rc -eq 0 ]; then
+                result FAIL "$name" "mpirun exited 0 although a rank called exit(1)"
+                show_log "$log"
+            elif grep -q 'FAILED at' "$log"; then
+                result FAIL "$name" "a surviving rank kept running without its peer"
+                show_log "$log"
+            elif ! grep -q 'exits with status 1' "$log"; then
+                result FAIL "$name" "exit status $rc before the rank's planned exit"
+                show_log "$log"
+            else
+                result PASS "$name" "job ended in ${secs}s, mpirun exit status $rc"
+            fi
+            ;;
+        rma_dynamic)
+            if [ $rc -eq 0 ] && grep -q 'PASSED on' "$log"; then
+                if check_stats "$log" "$np" "$need"; then
+                    result PASS "$name" "${secs}s; $stats_msg"
+                else
+                    result FAIL "$name" "$stats_msg"
+                fi
+                continue
+            fi
+            sig=$(crash_signature "$log")
+            if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+                result FAIL "$name" "timeout after ${tmo}s"
+                show_log "$log"
+            elif ! grep -q 'data verified, detached; calling MPI_Win_free' "$log"; then
+                result FAIL "$name" "exit status $rc before the data was verified"
+                show_log "$log"
+            elif [ -z "$sig" ] || ! grep -q 'ompi_osc_ucx_free' <<<"$sig"; then
+                result FAIL "$name" "exit status $rc after the data checks, not the known crash in MPI_Win_free ($sig)"
+                show_log "$log"
+            else
+                clog=$logdir/$c-np$np-control-posix.log
+                hlog=$log
+                log=$clog
+                UCX_TLS=posix,self run_case "$launcher" "$np" "$c"
+                csig=$(crash_signature "$clog")
+                if [ $rc -ne 0 ] && [ "$csig" = "$sig" ] &&
+                   grep -q 'data verified, detached; calling MPI_Win_free' "$clog"; then
+                    result PASS "$name" "data verified, then the stock OpenMPI 4.1.4 crash in MPI_Win_free, identical in the UCX_TLS=posix,self control ($sig); no hca counters (the ranks die before MPI_Finalize)"
+                else
+                    result FAIL "$name" "crash in MPI_Win_free over hca ($sig) differs from the posix,self control (exit $rc: ${csig:-no crash})"
+                    show_log "$hlog"
+                    show_log "$clog"
+                fi
+            fi
+            ;;
+        *)
+            if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+                result FAIL "$name" "timeout after ${tmo}s"
+                show_log "$log"
+            elif [ $rc -ne 0 ] || ! grep -q 'PASSED on' "$log"; then
+                result FAIL "$name" "exit status $rc"
+                show_log "$log"
+            elif ! check_stats "$log" "$np" "$need"; then
+                result FAIL "$name" "$stats_msg"
+                show_log "$log"
+            else
+                result PASS "$name" "${secs}s; $stats_msg"
+            fi
+            ;;
+        esac
+    done
+done
+
+say "$npass passed, $nfail failed, $nskip skipped (logs: $logdir)"
+if [ $nfail -ne 0 ]; then
+    say "FAILED: ${failed[*]}"
+    exit 1
+fi
+exit 0
