@@ -7,7 +7,8 @@
 #   deps   install the Debian packages hca needs (only what is missing) and
 #          the UCX source tree of the installed UCX version
 #   build  deps + autogen + configure (in build/) + make
-#   test   build + make check
+#   test   build + make check, then the googletest suites again built with
+#          AddressSanitizer (in <build>-asan; HCA_ASAN=0 skips that)
 #   demo   build + show hca working: the device, ucx_info, MPI and
 #          OpenSHMEM programs over UCX_TLS=hca,self with the transport
 #          proven (hca-run --verbose), a ucx_perftest comparison with
@@ -282,6 +283,34 @@ do_test() {
     fi
 }
 
+# The googletest suites again, built with AddressSanitizer in a second
+# build tree (<build>-asan).  gtest_uct runs stock UCX with the module
+# preloaded, so the ASan runtime is preloaded first; leak checking is off
+# there because UCX itself keeps allocations until exit.  HCA_ASAN=0 skips.
+do_test_asan() {
+    local asandir=${builddir}-asan libasan rc=0
+    [ "${HCA_ASAN:-1}" = 1 ] || return 0
+    log "AddressSanitizer build in $asandir"
+    HCA_BUILD_DIR=$asandir \
+    HCA_CONFIGURE_FLAGS="--enable-asan${HCA_CONFIGURE_FLAGS:+ $HCA_CONFIGURE_FLAGS}" \
+        "$topdir/contrib/hca-setup.sh" build
+    make -C "$asandir/test/gtest" -j"$jobs" gtest_hca gtest_uct
+    libasan=$(${CC:-gcc} -print-file-name=libasan.so)
+    log "gtest_hca under AddressSanitizer"
+    (cd "$asandir/test/gtest" &&
+        "$topdir/test/gtest/run-gtest.sh" ./gtest_hca) || rc=1
+    log "gtest_uct under AddressSanitizer"
+    (cd "$asandir/test/gtest" &&
+        ASAN_OPTIONS=detect_leaks=0 \
+        HCA_GTEST_RUNNER="env LD_PRELOAD=$libasan:$asandir/src/uct/hca/.libs/libuct_hca.so" \
+        "$topdir/test/gtest/run-gtest.sh" ./gtest_uct) || rc=1
+    if [ $rc -ne 0 ]; then
+        log "AddressSanitizer suites: FAILED"
+        exit 1
+    fi
+    log "AddressSanitizer suites: all tests passed"
+}
+
 # ------------------------------------------------------------ demo
 
 section() { printf '\n==== %s\n\n' "$*"; }
@@ -419,7 +448,7 @@ cmd=${1:-build}
 case $cmd in
 deps)  do_deps ;;
 build) do_deps; do_build ;;
-test)  do_deps; do_build; do_test ;;
+test)  do_deps; do_build; do_test; do_test_asan ;;
 demo)  do_deps; do_build; do_demo ;;
 -h|--help|help)
     sed -n '3,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
