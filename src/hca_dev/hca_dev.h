@@ -285,7 +285,12 @@ enum {
     HCA_SEND_SIGNALED = 1u << 0, /* produce a CQE (else only on error) */
     HCA_SEND_FENCE    = 1u << 1, /* wait for every earlier WR to complete */
     HCA_SEND_INLINE   = 1u << 2, /* copy SGE data into the WQE at post */
-    HCA_SEND_ATOMIC32 = 1u << 3  /* 32-bit atomic (default 64-bit) */
+    HCA_SEND_ATOMIC32 = 1u << 3, /* 32-bit atomic (default 64-bit) */
+    HCA_SEND_DEFER_SIGNAL = 1u << 4 /* signalled only if the WR has not
+                                       completed when hca_post_send returns:
+                                       if it completed successfully inside
+                                       the call, the flag is cleared in the
+                                       caller's WR and no CQE will come */
 };
 
 typedef struct hca_sge {

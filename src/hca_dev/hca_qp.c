@@ -443,6 +443,9 @@ static void hca_wqe_fill(hca_qp_t *qp, hca_wqe_t *wqe, uint64_t idx,
     wqe->state       = HCA_WQE_POSTED;
     wqe->flags       = (uint16_t)(wr->send_flags |
                                   (qp->sq_sig_all ? HCA_SEND_SIGNALED : 0));
+    if (wqe->flags & HCA_SEND_SIGNALED) {
+        wqe->flags &= (uint16_t)~HCA_SEND_DEFER_SIGNAL; /* plain signalled */
+    }
     wqe->status      = HCA_WC_SUCCESS;
     wqe->imm         = wr->imm_data;
     wqe->rkey        = wr->rdma.rkey;
@@ -521,6 +524,9 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
             /* as on verbs: accepted, and completed as flushed */
             wqe->state  = HCA_WQE_DONE;
             wqe->status = HCA_WC_WR_FLUSH_ERR;
+            if (wqe->flags & HCA_SEND_DEFER_SIGNAL) {
+                wqe->flags |= HCA_SEND_SIGNALED; /* its CQE must come */
+            }
             qp->sq_exec = qp->sq_head;
             continue;
         }
@@ -533,6 +539,14 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
             qp->cnt->ring_full++;
             rc = hca_qp_ring_full(qp);
             break;
+        }
+        if (wqe->flags & HCA_SEND_DEFER_SIGNAL) {
+            if ((qp->sq_tail > idx) && (wqe->status == HCA_WC_SUCCESS)) {
+                /* done inside the call, reported without a CQE */
+                wr->send_flags &= ~(unsigned)HCA_SEND_DEFER_SIGNAL;
+            } else if (qp->sq_tail <= idx) {
+                wqe->flags |= HCA_SEND_SIGNALED; /* a CQE will tell */
+            }
         }
     }
     if (rc != 0) {

@@ -74,26 +74,9 @@ uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
     return op;
 }
 
-/* Posts a signalled WR for op; releases op on failure. */
-static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_hca_ep_post_op(uct_hca_ep_t *ep, hca_send_wr_t *wr, uct_hca_op_t *op)
-{
-    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
-    ucs_status_t status;
-
-    wr->wr_id       = (uintptr_t)op;
-    wr->send_flags |= HCA_SEND_SIGNALED;
-    status          = uct_hca_ep_post(ep, wr);
-    if (ucs_unlikely(status != UCS_OK)) {
-        ucs_mpool_put_inline(op);
-        return status;
-    }
-    iface->tx_credits--;
-    return UCS_INPROGRESS;
-}
-
-void uct_hca_ep_complete_op(uct_hca_iface_t *iface, uct_hca_op_t *op,
-                            ucs_status_t status)
+/* What a finished op leaves behind: unpacked data, the fetched value. */
+static UCS_F_ALWAYS_INLINE void uct_hca_ep_finish_op(uct_hca_op_t *op,
+                                                     ucs_status_t status)
 {
     switch (op->type) {
     case UCT_HCA_OP_GET_BCOPY:
@@ -113,6 +96,36 @@ void uct_hca_ep_complete_op(uct_hca_iface_t *iface, uct_hca_op_t *op,
     default:
         break;
     }
+}
+
+/* Posts a signalled WR for op; releases op on failure. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_post_op(uct_hca_ep_t *ep, hca_send_wr_t *wr, uct_hca_op_t *op)
+{
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    ucs_status_t status;
+
+    wr->wr_id       = (uintptr_t)op;
+    wr->send_flags |= HCA_SEND_DEFER_SIGNAL;
+    status          = uct_hca_ep_post(ep, wr);
+    if (ucs_unlikely(status != UCS_OK)) {
+        ucs_mpool_put_inline(op);
+        return status;
+    }
+    if (!(wr->send_flags & HCA_SEND_DEFER_SIGNAL)) {
+        /* completed inside the post (intra-host paths): no CQE comes */
+        uct_hca_ep_finish_op(op, UCS_OK);
+        ucs_mpool_put_inline(op);
+        return UCS_OK;
+    }
+    iface->tx_credits--;
+    return UCS_INPROGRESS;
+}
+
+void uct_hca_ep_complete_op(uct_hca_iface_t *iface, uct_hca_op_t *op,
+                            ucs_status_t status)
+{
+    uct_hca_ep_finish_op(op, status);
     if (op->comp != NULL) {
         uct_invoke_completion(op->comp, status);
     }
