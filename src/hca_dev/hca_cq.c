@@ -112,6 +112,7 @@ int hca_cq_destroy(hca_cq_t *cq)
     close(cq->sock);
     hca_node_free(dev, cq->ring, sizeof(hca_cqe_t) * (cq->mask + 1));
     free(cq->send_qps);
+    free(cq->busy_qps);
     free(cq->rqs);
     free(cq->rq_refs);
     pthread_mutex_lock(&dev->lock);
@@ -150,16 +151,45 @@ int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc)
     return 0;
 }
 
+static int hca_qp_busy(const hca_qp_t *qp)
+{
+    return (qp->n_issued != 0) || (qp->sq_exec != qp->sq_head);
+}
+
+void hca_cq_mark_busy(hca_qp_t *qp)
+{
+    hca_cq_t *cq = qp->send_cq;
+
+    if (!qp->on_busy && hca_qp_busy(qp)) {
+        /* room for every attached QP was made at attach */
+        cq->busy_qps[cq->n_busy_qps++] = qp;
+        qp->on_busy                    = 1;
+    }
+}
+
+static void hca_cq_busy_del(hca_cq_t *cq, uint32_t i)
+{
+    cq->busy_qps[i]->on_busy = 0;
+    cq->busy_qps[i]          = cq->busy_qps[--cq->n_busy_qps];
+}
+
+/* Only QPs waiting for something are visited: an idle poll touches the
+ * receive rings and the CQ and nothing else. */
 static void hca_cq_progress(hca_cq_t *cq)
 {
-    for (uint32_t i = 0; i < cq->n_send_qps; ++i) {
-        hca_qp_t *qp = cq->send_qps[i];
-        if ((qp->sq_tail != qp->sq_head)) {
-            hca_req_progress(qp);
+    for (uint32_t i = 0; i < cq->n_busy_qps;) {
+        hca_qp_t *qp = cq->busy_qps[i];
+        hca_req_progress(qp);
+        if (!hca_qp_busy(qp)) {
+            hca_cq_busy_del(cq, i);
+        } else {
+            ++i;
         }
     }
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        hca_resp_progress(cq->rqs[i], 64);
+        if (!hca_ring_empty(&cq->rqs[i]->ring)) {
+            hca_resp_progress(cq->rqs[i], 64);
+        }
     }
 }
 
@@ -324,7 +354,15 @@ static void hca_ptr_array_del(void **array, uint32_t *n, void *item)
 
 int hca_cq_attach_qp(hca_cq_t *cq, hca_qp_t *qp)
 {
-    int rc = hca_ptr_array_add((void***)&cq->send_qps, &cq->n_send_qps, qp);
+    hca_qp_t **busy = realloc(cq->busy_qps,
+                              sizeof(*busy) * (cq->n_send_qps + 1));
+    int rc;
+
+    if (busy == NULL) {
+        return -ENOMEM;
+    }
+    cq->busy_qps = busy;
+    rc = hca_ptr_array_add((void***)&cq->send_qps, &cq->n_send_qps, qp);
     if (rc == 0) {
         cq->refs++;
     }
@@ -333,6 +371,12 @@ int hca_cq_attach_qp(hca_cq_t *cq, hca_qp_t *qp)
 
 void hca_cq_detach_qp(hca_cq_t *cq, hca_qp_t *qp)
 {
+    for (uint32_t i = 0; i < cq->n_busy_qps; ++i) {
+        if (cq->busy_qps[i] == qp) {
+            hca_cq_busy_del(cq, i);
+            break;
+        }
+    }
     hca_ptr_array_del((void**)cq->send_qps, &cq->n_send_qps, qp);
     cq->refs--;
 }

@@ -177,8 +177,11 @@ struct hca_cq {
     int              overflow_handled; /* its QPs were moved to ERR */
     int              sock;        /* bound AF_UNIX datagram socket */
     int              refs;
-    struct hca_qp  **send_qps;    /* engines progressed by poll */
+    struct hca_qp  **send_qps;    /* every QP sending to this CQ */
     uint32_t         n_send_qps;
+    struct hca_qp  **busy_qps;    /* those with issued or queued WQEs:
+                                     the only ones poll must progress */
+    uint32_t         n_busy_qps;
     struct hca_rq  **rqs;
     uint32_t        *rq_refs;     /* QPs of this CQ on each ring */
     uint32_t         n_rqs;
@@ -187,6 +190,9 @@ struct hca_cq {
 /* Producer (engine code of the owner): never overwrites. */
 int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc);
 int hca_cq_attach_qp(hca_cq_t *cq, struct hca_qp *qp);
+/* After the requester ran: put qp on its CQ's busy list if it has issued
+ * or queued WQEs (owner thread). */
+void hca_cq_mark_busy(struct hca_qp *qp);
 void hca_cq_detach_qp(hca_cq_t *cq, struct hca_qp *qp);
 int hca_cq_attach_rq(hca_cq_t *cq, struct hca_rq *rq);
 void hca_cq_detach_rq(hca_cq_t *cq, struct hca_rq *rq);
@@ -289,6 +295,7 @@ struct hca_qp {
     uint64_t          sq_exec;    /* next to execute */
     uint64_t          sq_tail;    /* oldest not reported */
     uint32_t          n_issued;   /* WQEs waiting for a response */
+    int               on_busy;    /* in send_cq->busy_qps */
     uint32_t          sq_held;    /* reported CQEs not yet polled: their
                                      slots stay taken, so a CQ as deep as
                                      the send queue cannot overflow */

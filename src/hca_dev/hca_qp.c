@@ -555,6 +555,7 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
         qp->full_since = 0;
     }
     hca_comp_report(qp);
+    hca_cq_mark_busy(qp); /* WRs queued behind others wait for a poll */
     return rc;
 }
 

@@ -74,6 +74,7 @@ int hca_req_progress(hca_qp_t *qp)
         qp->sq_exec++;
     }
     hca_comp_report(qp);
+    hca_cq_mark_busy(qp);
     if (qp->sq_tail != qp->sq_head) {
         hca_req_check_stall(qp, (qp->sq_tail != tail_before) ||
                                 (qp->sq_exec != exec_before));
