@@ -44,5 +44,9 @@ hca_map_t  *hca_peer_qobj(hca_device_t *dev, hca_peer_t *peer,
 hca_map_t  *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer,
                         uint32_t dm_id);
 int         hca_peer_alive(hca_peer_t *peer);
+/* The doorbell's fast path (see hca_fabric_shm.c): 1 if wr was executed
+ * completely inside the call and needs no WQE and no CQE. */
+int         hca_shm_post_direct(struct hca_qp *qp, hca_send_wr_t *wr,
+                                uint64_t length);
 
 #endif

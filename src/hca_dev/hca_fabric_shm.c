@@ -661,35 +661,55 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     return HCA_EXEC_ISSUED;
 }
 
+/* Checks an atomic's target and finds where it lands in this process:
+ * *target_p NULL means plain memory of another process (its responder
+ * executes it).  On success the MPT entry is pinned (*entry_p). */
+static hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                             uint32_t rkey, uint64_t raddr,
+                                             int size,
+                                             hca_mpt_entry_t **entry_p,
+                                             void **target_p)
+{
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+
+    *target_p = NULL;
+    if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    status = hca_mpt_acquire(qp->peer->mpt, qp->peer->hdr.max_mr, rkey,
+                             pub->pd_handle, HCA_ACCESS_REMOTE_ATOMIC, raddr,
+                             (uint64_t)size, (unsigned)size, &entry);
+    if (status != HCA_WC_SUCCESS) {
+        return status;
+    }
+    if (qp->peer->self) {
+        *target_p = (void*)(uintptr_t)raddr;
+    } else if (entry->dm_id != 0) {
+        hca_map_t *map = hca_peer_dm(qp->dev, qp->peer, entry->dm_id);
+        uint64_t off   = entry->dm_offset + (raddr - entry->addr);
+        if ((map != NULL) && (off + (uint64_t)size <= map->shm.length)) {
+            *target_p = (uint8_t*)map->shm.addr + off;
+        }
+    }
+    *entry_p = entry;
+    return HCA_WC_SUCCESS;
+}
+
 static hca_exec_t hca_shm_atomic(hca_qp_t *qp, hca_wqe_t *wqe,
                                  hca_qp_pub_t *pub)
 {
     int size = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
     hca_mpt_entry_t *entry;
     hca_wc_status_t status;
-    void *target = NULL;
+    void *target;
     uint64_t old;
 
-    if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
-        hca_wqe_done(qp, wqe, HCA_WC_REM_ACCESS_ERR);
-        return HCA_EXEC_DONE;
-    }
-    status = hca_mpt_acquire(qp->peer->mpt, qp->peer->hdr.max_mr, wqe->rkey,
-                             pub->pd_handle, HCA_ACCESS_REMOTE_ATOMIC,
-                             wqe->remote_addr, (uint64_t)size, (unsigned)size,
-                             &entry);
+    status = hca_shm_atomic_target(qp, pub, wqe->rkey, wqe->remote_addr, size,
+                                   &entry, &target);
     if (status != HCA_WC_SUCCESS) {
         hca_wqe_done(qp, wqe, status);
         return HCA_EXEC_DONE;
-    }
-    if (qp->peer->self) {
-        target = (void*)(uintptr_t)wqe->remote_addr;
-    } else if (entry->dm_id != 0) {
-        hca_map_t *map = hca_peer_dm(qp->dev, qp->peer, entry->dm_id);
-        uint64_t off   = entry->dm_offset + (wqe->remote_addr - entry->addr);
-        if ((map != NULL) && (off + (uint64_t)size <= map->shm.length)) {
-            target = (uint8_t*)map->shm.addr + off;
-        }
     }
     if (target == NULL) {
         /* plain memory of another process: its responder executes it */
@@ -755,8 +775,24 @@ static hca_exec_t hca_shm_rdma_chunked(hca_qp_t *qp, hca_wqe_t *wqe,
     return HCA_EXEC_PARTIAL;
 }
 
+/* What an RDMA WRITE/READ moves: local SGEs and the remote range. */
+typedef struct hca_xfer {
+    const hca_sge_t *sge;
+    uint32_t         num_sge;
+    uint32_t         rkey;
+    uint64_t         raddr;
+    uint64_t         length;
+} hca_xfer_t;
+
+static hca_xfer_t hca_wqe_xfer(const hca_wqe_t *wqe)
+{
+    hca_xfer_t x = {wqe->sge, wqe->num_sge, wqe->rkey, wqe->remote_addr,
+                    wqe->length};
+    return x;
+}
+
 /* Direct paths: 0 with the status, or 1 if the responder must do it. */
-static int hca_shm_rdma_direct(hca_qp_t *qp, hca_wqe_t *wqe,
+static int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
                                hca_qp_pub_t *pub, int write,
                                hca_wc_status_t *status_p)
 {
@@ -769,39 +805,39 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, hca_wqe_t *wqe,
         *status_p = HCA_WC_REM_ACCESS_ERR;
         return 0;
     }
-    status = hca_mpt_acquire(peer->mpt, peer->hdr.max_mr, wqe->rkey,
-                             pub->pd_handle, need, wqe->remote_addr,
-                             wqe->length, 1, &entry);
+    status = hca_mpt_acquire(peer->mpt, peer->hdr.max_mr, x->rkey,
+                             pub->pd_handle, need, x->raddr, x->length, 1,
+                             &entry);
     if (status != HCA_WC_SUCCESS) {
         *status_p = status;
         return 0;
     }
-    if ((wqe->length == 0) || peer->self) {
+    if ((x->length == 0) || peer->self) {
         /* our own memory, or nothing to move */
         if (write) {
-            hca_sge_gather(wqe->sge, wqe->num_sge, 0,
-                           (void*)(uintptr_t)wqe->remote_addr, wqe->length);
+            hca_sge_gather(x->sge, x->num_sge, 0,
+                           (void*)(uintptr_t)x->raddr, x->length);
         } else {
-            hca_sge_scatter(wqe->sge, wqe->num_sge, 0,
-                            (void*)(uintptr_t)wqe->remote_addr, wqe->length);
+            hca_sge_scatter(x->sge, x->num_sge, 0,
+                            (void*)(uintptr_t)x->raddr, x->length);
         }
         qp->cnt->mapped_ops++;
     } else if (entry->dm_id != 0) {
         hca_map_t *map = hca_peer_dm(qp->dev, peer, entry->dm_id);
-        uint64_t off   = entry->dm_offset + (wqe->remote_addr - entry->addr);
-        if ((map == NULL) || (off + wqe->length > map->shm.length)) {
+        uint64_t off   = entry->dm_offset + (x->raddr - entry->addr);
+        if ((map == NULL) || (off + x->length > map->shm.length)) {
             status = HCA_WC_REM_OP_ERR;
         } else if (write) {
-            hca_sge_gather(wqe->sge, wqe->num_sge, 0,
-                           (uint8_t*)map->shm.addr + off, wqe->length);
+            hca_sge_gather(x->sge, x->num_sge, 0,
+                           (uint8_t*)map->shm.addr + off, x->length);
         } else {
-            hca_sge_scatter(wqe->sge, wqe->num_sge, 0,
-                            (uint8_t*)map->shm.addr + off, wqe->length);
+            hca_sge_scatter(x->sge, x->num_sge, 0,
+                            (uint8_t*)map->shm.addr + off, x->length);
         }
         qp->cnt->mapped_ops++;
     } else if (peer->cma_ok) {
-        status = hca_cma_xfer(peer->addr.pid, write, wqe->sge, wqe->num_sge,
-                              wqe->remote_addr);
+        status = hca_cma_xfer(peer->addr.pid, write, x->sge, x->num_sge,
+                              x->raddr);
         qp->cnt->single_copy_ops++;
     } else {
         hca_mpt_release(entry);
@@ -820,7 +856,8 @@ static hca_exec_t hca_shm_rdma(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_exec_t res;
 
     if (wqe->state == HCA_WQE_POSTED) {
-        if (hca_shm_rdma_direct(qp, wqe, pub, write, &status) == 0) {
+        hca_xfer_t x = hca_wqe_xfer(wqe);
+        if (hca_shm_rdma_direct(qp, &x, pub, write, &status) == 0) {
             if ((status != HCA_WC_SUCCESS) || !imm) {
                 hca_wqe_done(qp, wqe, status);
                 return HCA_EXEC_DONE;
@@ -839,6 +876,106 @@ static hca_exec_t hca_shm_rdma(hca_qp_t *qp, hca_wqe_t *wqe,
         hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
     }
     return res;
+}
+
+/* ---------------------------------------------------------------- direct */
+
+/* The doorbell's fast path: a WR that needs no CQE, posted on an idle send
+ * queue, executed right here from the caller's WR - no WQE, no inline
+ * copy, no queue walk.  Every check runs before any side effect; if one
+ * fails, or the WR needs the peer's help, 0 sends it down the queue, which
+ * does the same checks again and reports the error. */
+int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
+{
+    const hca_opcode_info_t *info = &hca_opcode[wr->opcode];
+    int size = (wr->send_flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    hca_msg_hdr_t *msg;
+    hca_qp_pub_t *pub;
+    hca_ring_t *ring;
+    void *target;
+    uint64_t idx, old;
+
+    if (HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
+        return 0;
+    }
+    if (!(wr->send_flags & HCA_SEND_INLINE) && (wr->num_sge > 0) &&
+        (hca_sge_check(qp->dev, qp->pd->handle, wr->sg_list, wr->num_sge,
+                       (info->flags & (HCA_OPF_READ | HCA_OPF_FETCH)) ?
+                       HCA_ACCESS_LOCAL_WRITE : 0) != HCA_WC_SUCCESS)) {
+        return 0;
+    }
+
+    switch (wr->opcode) {
+    case HCA_WR_SEND:
+    case HCA_WR_SEND_WITH_IMM:
+        if (length > HCA_SLOT_PAYLOAD) {
+            return 0;
+        }
+        ring = hca_shm_target_ring(qp, pub);
+        if ((ring == NULL) || (hca_ring_claim(ring, &idx) != 0)) {
+            return 0;
+        }
+        msg          = hca_ring_slot(ring, idx);
+        msg->op      = HCA_MSG_SEND;
+        msg->flags   = HCA_MSG_FIRST | HCA_MSG_LAST |
+                       ((wr->opcode == HCA_WR_SEND_WITH_IMM) ?
+                        HCA_MSG_WITH_IMM : 0);
+        msg->num_iov = 0;
+        msg->src_pid = qp->dev->pid;
+        msg->src_ctx = qp->dev->ctx_id;
+        msg->src_qpn = qp->qpn;
+        msg->dst_qpn = qp->dest_qpn;
+        msg->imm     = wr->imm_data;
+        msg->length  = (uint32_t)length;
+        msg->msg_len = (uint32_t)length;
+        hca_sge_gather(wr->sg_list, (uint32_t)wr->num_sge, 0, msg + 1, length);
+        hca_ring_publish(ring, idx);
+        hca_shm_ring_notify(qp, ring);
+        break;
+    case HCA_WR_RDMA_WRITE:
+    case HCA_WR_RDMA_READ: {
+        hca_xfer_t x = {wr->sg_list, (uint32_t)wr->num_sge, wr->rdma.rkey,
+                        wr->rdma.remote_addr, length};
+        if ((hca_shm_rdma_direct(qp, &x, pub,
+                                 wr->opcode == HCA_WR_RDMA_WRITE,
+                                 &status) != 0) ||
+            (status != HCA_WC_SUCCESS)) {
+            return 0;
+        }
+        break;
+    }
+    default:
+        if (!(info->flags & HCA_OPF_ATOMIC) ||
+            (hca_shm_atomic_target(qp, pub, wr->rdma.rkey,
+                                   wr->rdma.remote_addr, size, &entry,
+                                   &target) != HCA_WC_SUCCESS)) {
+            return 0;
+        }
+        if (target == NULL) {
+            hca_mpt_release(entry);
+            return 0;
+        }
+        old = hca_atomic_apply((uint8_t)wr->opcode, target, size,
+                               wr->compare_add, wr->swap);
+        hca_mpt_release(entry);
+        if (info->flags & HCA_OPF_FETCH) {
+            if (size == 4) {
+                uint32_t v = (uint32_t)old;
+                memcpy((void*)(uintptr_t)wr->sg_list[0].addr, &v, sizeof(v));
+            } else {
+                memcpy((void*)(uintptr_t)wr->sg_list[0].addr, &old,
+                       sizeof(old));
+            }
+        }
+        qp->cnt->mapped_ops++;
+        length = (uint64_t)size;
+        break;
+    }
+    qp->cnt->tx_ops[wr->opcode]++;
+    qp->cnt->tx_bytes[wr->opcode] += length;
+    return 1;
 }
 
 /* ---------------------------------------------------------------- ops */

@@ -510,6 +510,13 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
         if (HCA_UNLIKELY(rc != 0)) {
             break;
         }
+        if (HCA_LIKELY(qp->state == HCA_QPS_RTS) &&
+            (qp->sq_exec == qp->sq_head) && !qp->sq_sig_all &&
+            !(wr->send_flags & (HCA_SEND_SIGNALED | HCA_SEND_FENCE)) &&
+            hca_shm_post_direct(qp, wr, length)) {
+            wr->send_flags &= ~(unsigned)HCA_SEND_DEFER_SIGNAL;
+            continue; /* done: nothing to queue, nothing to report */
+        }
         if (HCA_UNLIKELY(idx - qp->sq_tail + qp->sq_held > qp->sq_mask)) {
             hca_comp_report(qp); /* reclaim what completed */
             if (idx - qp->sq_tail + qp->sq_held > qp->sq_mask) {
