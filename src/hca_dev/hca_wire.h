@@ -21,7 +21,8 @@
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       256          /* slots per receive ring */
-#define HCA_RING_SLOT_SIZE   1024         /* bytes, header included */
+#define HCA_RING_SLOT_SIZE   (8192 + 64)  /* bytes, header included: an 8 KiB
+                                              message in one slot */
 #define HCA_SVC_SLOTS        256          /* service ring slots */
 #define HCA_BOUNCE_SIZE      (64u * 1024) /* per-QP staging (no CMA) */
 #define HCA_MAX_SGE          8

@@ -533,7 +533,11 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
     self->config.seg_size     = config->seg_size;
     self->config.rx_queue_len = config->rx_queue_len;
     self->config.tx_queue_len = config->tx_queue_len;
-    self->config.max_inline   = dattr.max_inline_data;
+    /* inline data is copied into every WQE's inline buffer: keep that
+     * small; larger AM/put bcopy still go out in one ring slot from the
+     * registered bounce buffer */
+    self->config.max_inline   = ucs_min(dattr.max_inline_data,
+                                        UCT_HCA_MAX_INLINE);
     self->tx_credits          = config->tx_cq_len;
     self->failed_eps          = 0;
     self->cq                  = NULL;
