@@ -28,9 +28,12 @@ void hca_comp_report(hca_qp_t *qp)
         if (wqe->state != HCA_WQE_DONE) {
             break;
         }
+        /* a deferred WR's caller waits for a CQE unless it succeeded inside
+         * the post, so its failure is always reported */
         if ((wqe->flags & HCA_SEND_SIGNALED) ||
             ((wqe->status != HCA_WC_SUCCESS) &&
-             !((wqe->status == HCA_WC_WR_FLUSH_ERR) && qp->quiet_flush))) {
+             (!((wqe->status == HCA_WC_WR_FLUSH_ERR) && qp->quiet_flush) ||
+              (wqe->flags & HCA_SEND_DEFER_SIGNAL)))) {
             hca_wc_t wc = {
                 .wr_id    = wqe->wr_id,
                 .status   = (hca_wc_status_t)wqe->status,

@@ -288,7 +288,8 @@ static void hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
 int hca_cq_arm(hca_cq_t *cq)
 {
     /* arm first, then look: a producer that published before the arm is
-     * seen here, one after it sees the flag (both seq_cst) */
+     * seen here, one after it sees the flag (our store is seq_cst, the
+     * producer fences between its publish and its load of the flag) */
     hca_cq_set_armed(cq, 1);
     if (hca_cq_pending(cq) || cq->overflow) {
         hca_cq_set_armed(cq, 0);

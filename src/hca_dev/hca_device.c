@@ -18,6 +18,15 @@
 #include <unistd.h>
 
 static _Atomic uint32_t hca_next_ctx_id = 0;
+static pthread_once_t   hca_self_clean  = PTHREAD_ONCE_INIT;
+
+/* Objects named with our pid belong to an earlier process that had it:
+ * removed once, before this process creates any (threads may open
+ * devices concurrently). */
+static void hca_reclaim_self(void)
+{
+    hca_shm_reclaim(hca_ns_inode("pid"), (uint32_t)getpid(), 1);
+}
 
 static int hca_num_devices(void)
 {
@@ -122,6 +131,7 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     dev->numa_node = (numa_available() >= 0) ? index : -1;
     dev->pid       = (uint32_t)getpid();
     dev->pidns     = hca_ns_inode("pid");
+    pthread_once(&hca_self_clean, hca_reclaim_self);
     ctx_id         = atomic_fetch_add(&hca_next_ctx_id, 1);
     dev->ctx_id    = ctx_id;
     dev->send_sock = -1;
@@ -146,7 +156,7 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
         (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     }
 
-    hca_shm_reclaim(dev->pidns, dev->pid, ctx_id == 0);
+    hca_shm_reclaim(dev->pidns, dev->pid, 0); /* dead owners' objects */
 
     dev->mpt_tag = calloc(HCA_MAX_MR, sizeof(*dev->mpt_tag));
     dev->mrs     = calloc(HCA_MAX_MR, sizeof(*dev->mrs));

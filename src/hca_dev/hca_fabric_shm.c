@@ -34,12 +34,17 @@ static int hca_peer_validate(const hca_ctx_hdr_t *hdr, size_t length,
         (hdr->max_cq == 0) || (hdr->max_cq > HCA_MAX_CQ)) {
         return -EPROTO;
     }
-    if ((hdr->mpt_offset + sizeof(hca_mpt_entry_t) * hdr->max_mr > length) ||
-        (hdr->qp_offset + sizeof(hca_qp_pub_t) * (hdr->max_qp + 1) >
-         length) ||
-        (hdr->notify_offset + sizeof(hca_notify_t) * hdr->max_cq > length) ||
-        (hdr->svc_offset +
-         hca_ring_bytes(HCA_SVC_SLOTS, sizeof(hca_svc_req_t)) > length)) {
+    /* off + n <= length, without overflow (the counts are bounded above) */
+    if ((hdr->mpt_offset > length) ||
+        (sizeof(hca_mpt_entry_t) * hdr->max_mr > length - hdr->mpt_offset) ||
+        (hdr->qp_offset > length) ||
+        (sizeof(hca_qp_pub_t) * (hdr->max_qp + 1) >
+         length - hdr->qp_offset) ||
+        (hdr->notify_offset > length) ||
+        (sizeof(hca_notify_t) * hdr->max_cq > length - hdr->notify_offset) ||
+        (hdr->svc_offset > length) ||
+        (hca_ring_bytes(HCA_SVC_SLOTS, sizeof(hca_svc_req_t)) >
+         length - hdr->svc_offset)) {
         return -EPROTO;
     }
     return 0;
@@ -212,16 +217,24 @@ static int hca_ring_map_check(hca_map_t *map)
 
 static int hca_qobj_map_check(hca_map_t *map)
 {
-    hca_qobj_hdr_t *hdr = map->shm.addr;
+    hca_qobj_hdr_t hdr;
 
-    if ((hdr->magic != HCA_WIRE_MAGIC) || (hdr->sq_depth == 0) ||
-        (hdr->sq_depth > HCA_MAX_QP_WR) ||
-        (hdr->resp_offset < sizeof(*hdr)) ||
-        (hdr->resp_offset + sizeof(hca_resp_slot_t) * hdr->sq_depth >
-         hdr->bounce_offset) ||
-        (hdr->bounce_offset + HCA_BOUNCE_SIZE > map->shm.length)) {
+    memcpy(&hdr, map->shm.addr, sizeof(hdr)); /* one read: the peer may
+                                                 change it under us */
+    if ((hdr.magic != HCA_WIRE_MAGIC) || (hdr.sq_depth == 0) ||
+        (hdr.sq_depth > HCA_MAX_QP_WR) ||
+        (hdr.resp_offset < sizeof(hdr)) ||
+        (hdr.bounce_offset > map->shm.length) ||
+        (hdr.resp_offset > hdr.bounce_offset) ||
+        (sizeof(hca_resp_slot_t) * hdr.sq_depth >
+         hdr.bounce_offset - hdr.resp_offset) ||
+        (HCA_BOUNCE_SIZE > map->shm.length - hdr.bounce_offset)) {
         return -EPROTO;
     }
+    map->resp     = (hca_resp_slot_t*)((uint8_t*)map->shm.addr +
+                                       hdr.resp_offset);
+    map->bounce   = (uint8_t*)map->shm.addr + hdr.bounce_offset;
+    map->sq_depth = hdr.sq_depth;
     return 0;
 }
 
@@ -357,11 +370,14 @@ static hca_wc_status_t hca_shm_target(hca_qp_t *qp, hca_qp_pub_t **pub_p)
         return HCA_WC_REM_INV_REQ_ERR;
     }
     pub   = &peer->qp_pub[idx];
+    /* qpn first (acquire: it is published last), then what it guards */
+    if (HCA_UNLIKELY(atomic_load_explicit(&pub->qpn, memory_order_acquire) !=
+                     qp->dest_qpn)) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
     state = atomic_load_explicit(&pub->state, memory_order_acquire);
     dq    = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);
     if (HCA_UNLIKELY(
-            (atomic_load_explicit(&pub->qpn, memory_order_relaxed) !=
-             qp->dest_qpn) ||
             ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
             ((dq != HCA_QPN_ANY) &&
              ((dq != qp->qpn) ||
@@ -388,10 +404,15 @@ static hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
     return &qp->tgt_ring->ring;
 }
 
+/* Producer side of arm/notify: the publish (a store) must be visible
+ * before `armed` is read, or producer and sleeping consumer can each miss
+ * the other's store (store buffer): a full fence, as on the consumer's
+ * seq_cst store of `armed`. */
 static void hca_shm_ring_notify(hca_qp_t *qp, hca_ring_t *ring)
 {
     hca_ring_hdr_t *hdr = ring->hdr;
 
+    atomic_thread_fence(memory_order_seq_cst);
     if (HCA_UNLIKELY(atomic_load(&hdr->armed)) &&
         atomic_exchange(&hdr->armed, 0)) {
         hca_notify_signal(qp->dev, qp->peer->pidns, qp->peer->addr.pid,
@@ -404,6 +425,7 @@ static void hca_shm_svc_notify(hca_device_t *dev, hca_peer_t *peer)
 {
     hca_ring_hdr_t *hdr = peer->svc.hdr;
 
+    atomic_thread_fence(memory_order_seq_cst); /* see hca_shm_ring_notify */
     if (atomic_load(&hdr->armed) && atomic_exchange(&hdr->armed, 0)) {
         hca_notify_signal(dev, peer->pidns, peer->addr.pid,
                           peer->addr.ctx_id, HCA_NOTIFY_SVC);
@@ -688,7 +710,8 @@ static hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
     } else if (entry->dm_id != 0) {
         hca_map_t *map = hca_peer_dm(qp->dev, qp->peer, entry->dm_id);
         uint64_t off   = entry->dm_offset + (raddr - entry->addr);
-        if ((map != NULL) && (off + (uint64_t)size <= map->shm.length)) {
+        if ((map != NULL) && (off <= map->shm.length) &&
+            ((uint64_t)size <= map->shm.length - off)) {
             *target_p = (uint8_t*)map->shm.addr + off;
         }
     }
@@ -825,7 +848,8 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
     } else if (entry->dm_id != 0) {
         hca_map_t *map = hca_peer_dm(qp->dev, peer, entry->dm_id);
         uint64_t off   = entry->dm_offset + (x->raddr - entry->addr);
-        if ((map == NULL) || (off + x->length > map->shm.length)) {
+        if ((map == NULL) || (off > map->shm.length) ||
+            (x->length > map->shm.length - off)) {
             status = HCA_WC_REM_OP_ERR;
         } else if (write) {
             hca_sge_gather(x->sge, x->num_sge, 0,
@@ -1056,15 +1080,24 @@ static hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe)
     return HCA_EXEC_DONE;
 }
 
+/* The peer process and its target QP: a QP destroyed under us (its ring
+ * discarded with our messages in it) would otherwise be waited for
+ * forever. */
 static int hca_shm_peer_alive(hca_qp_t *qp)
 {
+    uint32_t idx = HCA_QPN_INDEX(qp->dest_qpn);
+
     if (qp->peer == NULL) {
         qp->peer = hca_peer_get(qp->dev, &qp->dest);
         if (qp->peer == NULL) {
             return 0;
         }
     }
-    return hca_peer_alive(qp->peer);
+    if (!hca_peer_alive(qp->peer)) {
+        return 0;
+    }
+    return (idx != 0) && (idx < qp->peer->hdr.max_qp) &&
+           (atomic_load(&qp->peer->qp_pub[idx].qpn) == qp->dest_qpn);
 }
 
 const hca_fabric_ops_t hca_fabric_shm = {

@@ -68,6 +68,9 @@ typedef struct hca_map {
     uint64_t        id;
     hca_shm_t       shm;
     hca_ring_t      ring;     /* for rings */
+    hca_resp_slot_t *resp;    /* q objects: validated at map time, never */
+    uint8_t         *bounce;  /* re-read from the peer's header */
+    uint32_t        sq_depth;
 } hca_map_t;
 
 /* Another device context (usually another process) we talk to.  Lives

@@ -295,14 +295,24 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
     hca_comp_report(qp);
 
     hca_qp_flush_recv(qp);
-    hca_qp_free_partials(qp);
+    /* receives already matched to half-arrived messages: flushed too */
+    while (qp->partials != NULL) {
+        hca_partial_t *p = qp->partials;
+        hca_wc_t wc      = {.wr_id  = p->rwqe.wr_id,
+                            .status = HCA_WC_WR_FLUSH_ERR,
+                            .opcode = HCA_WC_RECV,
+                            .qp_num = qp->qpn};
+        qp->partials = p->next;
+        hca_cq_push(qp->recv_cq, &wc);
+        free(p);
+    }
     return 0;
 }
 
 static void hca_qp_reset(hca_qp_t *qp)
 {
+    /* sq_held stays: CQEs of before the reset may still be unpolled */
     qp->sq_head = qp->sq_exec = qp->sq_tail = 0;
-    qp->sq_held     = 0;
     qp->n_issued    = 0;
     qp->bounce_user = -1;
     if (qp->srq == NULL) {
@@ -381,6 +391,10 @@ int hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask)
         if (qp->dest_qpn != HCA_QPN_ANY) {
             rc = hca_qp_fabric(qp)->connect(qp);
             if (rc != 0) {
+                /* refused: nothing changes */
+                memset(&qp->dest, 0, sizeof(qp->dest));
+                qp->dest_qpn = 0;
+                qp->peer     = NULL;
                 return rc;
             }
         }
@@ -511,7 +525,8 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
             break;
         }
         if (HCA_LIKELY(qp->state == HCA_QPS_RTS) &&
-            (qp->sq_exec == qp->sq_head) && !qp->sq_sig_all &&
+            (qp->sq_exec == qp->sq_head) && (qp->n_issued == 0) &&
+            !qp->sq_sig_all &&
             !(wr->send_flags & (HCA_SEND_SIGNALED | HCA_SEND_FENCE)) &&
             hca_shm_post_direct(qp, wr, length)) {
             wr->send_flags &= ~(unsigned)HCA_SEND_DEFER_SIGNAL;
@@ -631,7 +646,8 @@ int hca_qp_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
         return -ENOENT;
     }
     map = hca_peer_dm(qp->dev, qp->peer, dm_id);
-    if ((map == NULL) || (offset + length > map->shm.length)) {
+    if ((map == NULL) || (offset > map->shm.length) ||
+        (length > map->shm.length - offset)) {
         return -EACCES;
     }
     *ptr_p = (uint8_t*)map->shm.addr + offset;

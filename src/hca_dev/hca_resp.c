@@ -66,7 +66,6 @@ static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
 {
     hca_peer_t *peer = hca_resp_peer(dev, hdr);
     uint32_t src_idx = hdr->src_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
-    hca_qobj_hdr_t *qhdr;
     hca_resp_slot_t *slot;
     hca_notify_t *notify;
     hca_map_t *map;
@@ -79,16 +78,15 @@ static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
     if (map == NULL) {
         return;
     }
-    qhdr = map->shm.addr;
-    if (hdr->resp_idx >= qhdr->sq_depth) {
+    if (hdr->resp_idx >= map->sq_depth) {
         return;
     }
-    slot         = (hca_resp_slot_t*)((uint8_t*)qhdr + qhdr->resp_offset) +
-                   hdr->resp_idx;
+    slot         = &map->resp[hdr->resp_idx];
     slot->status = status;
     slot->value  = 0;
     atomic_store_explicit(&slot->stamp, hdr->resp_stamp,
                           memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
 
     if ((src_idx == 0) || (src_idx >= peer->hdr.max_qp)) {
         return;

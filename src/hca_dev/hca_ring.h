@@ -70,6 +70,12 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p)
     for (;;) {
         uint64_t tail = atomic_load_explicit(&ring->hdr->tail,
                                              memory_order_acquire);
+        if ((int64_t)(head - tail) < 0) {
+            /* our head is older than the tail others moved: reload */
+            head = atomic_load_explicit(&ring->hdr->head,
+                                        memory_order_relaxed);
+            continue;
+        }
         if (head - tail > ring->mask) {
             return -EAGAIN;
         }

@@ -86,7 +86,6 @@ static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
     uint32_t src_idx = req->src_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
     hca_wc_status_t status;
     hca_port_addr_t addr;
-    hca_qobj_hdr_t *qhdr;
     hca_resp_slot_t *slot;
     hca_notify_t *notify;
     uint64_t value = 0;
@@ -106,13 +105,10 @@ static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
     if (map == NULL) {
         return;
     }
-    qhdr = map->shm.addr;
-    if (req->resp_idx >= qhdr->sq_depth) {
+    if (req->resp_idx >= map->sq_depth) {
         return;
     }
-    status = hca_svc_execute(dev, req,
-                             (uint8_t*)map->shm.addr + qhdr->bounce_offset,
-                             &value);
+    status = hca_svc_execute(dev, req, map->bounce, &value);
     __atomic_fetch_add(&dev->svc_cnt->responder_ops, 1, __ATOMIC_RELAXED);
     if (status == HCA_WC_SUCCESS) {
         __atomic_fetch_add(&dev->svc_cnt->rx_ops[req->opcode], 1,
@@ -122,12 +118,12 @@ static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
                            req->size : req->length, __ATOMIC_RELAXED);
     }
 
-    slot         = (hca_resp_slot_t*)((uint8_t*)qhdr + qhdr->resp_offset) +
-                   req->resp_idx;
+    slot         = &map->resp[req->resp_idx];
     slot->status = status;
     slot->value  = value;
     atomic_store_explicit(&slot->stamp, req->resp_stamp,
                           memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
 
     cq_idx = peer->qp_pub[src_idx].send_cq_idx;
     if (cq_idx < peer->hdr.max_cq) {
