@@ -223,12 +223,33 @@ typedef struct uct_hca_rmap {
     unsigned             refs;
 } uct_hca_rmap_t;
 
+/* Mapped on the first rkey_ptr only: UCP unpacks an rkey for every
+ * rendezvous, and mapping there (shm_open + mmap + munmap) cost ~30 us. */
 typedef struct uct_hca_rkey_handle {
-    uct_hca_rmap_t *map;
-    uint64_t        dm_base;
+    uct_hca_rmap_t        *map;     /* NULL until rkey_ptr needs it */
+    uct_hca_packed_rkey_t  packed;
 } uct_hca_rkey_handle_t;
 
 static pthread_mutex_t uct_hca_rmap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* This host's identity hash, read once (rkey_unpack is on UCP's
+ * rendezvous path). */
+static uint64_t       uct_hca_host_hash_val;
+static pthread_once_t uct_hca_host_hash_once = PTHREAD_ONCE_INIT;
+
+static void uct_hca_host_hash_init(void)
+{
+    hca_host_id_t host;
+
+    uct_hca_host_hash_val = (hca_host_id_get(&host) == 0) ?
+                            uct_hca_host_hash(&host) : 0;
+}
+
+static uint64_t uct_hca_local_hash(void)
+{
+    pthread_once(&uct_hca_host_hash_once, uct_hca_host_hash_init);
+    return uct_hca_host_hash_val;
+}
 static uct_hca_rmap_t *uct_hca_rmaps     = NULL;
 
 static uct_hca_rmap_t *uct_hca_rmap_get(const uct_hca_packed_rkey_t *rkey)
@@ -290,20 +311,12 @@ static ucs_status_t uct_hca_rkey_unpack(uct_component_t *component,
 {
     const uct_hca_packed_rkey_t *packed = rkey_buffer;
     uct_hca_rkey_handle_t *handle       = NULL;
-    hca_host_id_t host;
-    uct_hca_rmap_t *map;
 
-    if ((packed->dm_id != 0) && (hca_host_id_get(&host) == 0) &&
-        (uct_hca_host_hash(&host) == packed->host_hash)) {
-        map = uct_hca_rmap_get(packed);
-        if (map != NULL) {
-            handle = ucs_malloc(sizeof(*handle), "hca_rkey_handle");
-            if (handle == NULL) {
-                uct_hca_rmap_put(map);
-            } else {
-                handle->map     = map;
-                handle->dm_base = packed->dm_base;
-            }
+    if ((packed->dm_id != 0) && (packed->host_hash == uct_hca_local_hash())) {
+        handle = ucs_malloc(sizeof(*handle), "hca_rkey_handle");
+        if (handle != NULL) {
+            handle->map    = NULL;
+            handle->packed = *packed;
         }
     }
     *rkey_p   = packed->rkey;
@@ -322,8 +335,15 @@ static ucs_status_t uct_hca_rkey_ptr(uct_component_t *component,
     if (handle == NULL) {
         return UCS_ERR_UNREACHABLE; /* not device memory of this host */
     }
-    offset = remote_addr - handle->dm_base;
-    if ((remote_addr < handle->dm_base) || (offset >= handle->map->length)) {
+    if (handle->map == NULL) {
+        handle->map = uct_hca_rmap_get(&handle->packed);
+        if (handle->map == NULL) {
+            return UCS_ERR_UNREACHABLE; /* its owner freed it or exited */
+        }
+    }
+    offset = remote_addr - handle->packed.dm_base;
+    if ((remote_addr < handle->packed.dm_base) ||
+        (offset >= handle->map->length)) {
         return UCS_ERR_INVALID_ADDR;
     }
     *local_addr_p = UCS_PTR_BYTE_OFFSET(handle->map->base, offset);
@@ -336,7 +356,9 @@ static ucs_status_t uct_hca_rkey_release(uct_component_t *component,
     uct_hca_rkey_handle_t *handle = tl_handle;
 
     if (handle != NULL) {
-        uct_hca_rmap_put(handle->map);
+        if (handle->map != NULL) {
+            uct_hca_rmap_put(handle->map);
+        }
         ucs_free(handle);
     }
     return UCS_OK;
