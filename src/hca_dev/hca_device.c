@@ -315,26 +315,34 @@ int hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr)
     return hca_host_id_equal(&dev->host, &addr->host);
 }
 
+/* The abstract socket address of consumer idx (a CQ, or HCA_NOTIFY_SVC)
+ * of context (pidns, pid, ctx). */
+static socklen_t hca_notify_addr(struct sockaddr_un *sa, uint32_t pidns,
+                                 uint32_t pid, uint32_t ctx, uint32_t idx)
+{
+    int n;
+
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    if (idx == HCA_NOTIFY_SVC) {
+        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1,
+                     "hca.%u.%u.%u.svc", pidns, pid, ctx);
+    } else {
+        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1,
+                     "hca.%u.%u.%u.cq%u", pidns, pid, ctx, idx);
+    }
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
 /* Any thread: wakes the consumer (pid, ctx, idx) of this host.  A full
  * socket buffer means a wakeup is already pending, so EAGAIN is fine. */
 void hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
                        uint32_t ctx, uint32_t idx)
 {
     struct sockaddr_un sa;
-    socklen_t len;
-    char byte = 1;
-    int n;
+    socklen_t len = hca_notify_addr(&sa, pidns, pid, ctx, idx);
+    char byte     = 1;
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (idx == HCA_NOTIFY_SVC) {
-        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
-                     "hca.%u.%u.%u.svc", pidns, pid, ctx);
-    } else {
-        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
-                     "hca.%u.%u.%u.cq%u", pidns, pid, ctx, idx);
-    }
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
     (void)sendto(dev->send_sock, &byte, 1, MSG_DONTWAIT,
                  (struct sockaddr*)&sa, len);
     __atomic_fetch_add(&dev->svc_cnt->wakeups_sent, 1, __ATOMIC_RELAXED);
@@ -344,24 +352,14 @@ void hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
 int hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p)
 {
     struct sockaddr_un sa;
-    socklen_t len;
-    int fd, n, rc;
+    socklen_t len = hca_notify_addr(&sa, dev->pidns, dev->pid, dev->ctx_id,
+                                    idx);
+    int fd, rc;
 
     fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         return -errno;
     }
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (idx == HCA_NOTIFY_SVC) {
-        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
-                     "hca.%u.%u.%u.svc", dev->pidns, dev->pid, dev->ctx_id);
-    } else {
-        n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
-                     "hca.%u.%u.%u.cq%u", dev->pidns, dev->pid,
-                     dev->ctx_id, idx);
-    }
-    len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
     if (bind(fd, (struct sockaddr*)&sa, len) != 0) {
         rc = -errno;
         close(fd);

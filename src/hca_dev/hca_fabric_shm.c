@@ -15,7 +15,6 @@
 #include "hca_priv.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>

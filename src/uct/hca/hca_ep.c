@@ -359,27 +359,38 @@ ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
     return UCS_STATUS_IS_ERR(status) ? (ssize_t)status : (ssize_t)length;
 }
 
-ucs_status_t uct_hca_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
-                                  size_t iovcnt, uint64_t remote_addr,
-                                  uct_rkey_t rkey, uct_completion_t *comp)
+/* put_zcopy and get_zcopy: one RDMA WRITE/READ over the iov. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_rdma_zcopy(uct_ep_h tl_ep, hca_wr_opcode_t opcode,
+                      const uct_iov_t *iov, size_t iovcnt,
+                      uint64_t remote_addr, uct_rkey_t rkey,
+                      uct_completion_t *comp)
 {
     uct_hca_ep_t *ep = ucs_derived_of(tl_ep, uct_hca_ep_t);
     hca_sge_t sge[UCT_HCA_MAX_IOV];
     size_t length    = 0;
     hca_send_wr_t wr = {
         .sg_list = sge,
-        .opcode  = HCA_WR_RDMA_WRITE,
+        .opcode  = opcode,
         .rdma    = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
     };
     uct_hca_op_t *op;
 
-    UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "put_zcopy");
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "rdma_zcopy");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
     if (ucs_unlikely(op == NULL)) {
         return UCS_ERR_NO_RESOURCE;
     }
     return uct_hca_ep_post_op(ep, &wr, op);
+}
+
+ucs_status_t uct_hca_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                  size_t iovcnt, uint64_t remote_addr,
+                                  uct_rkey_t rkey, uct_completion_t *comp)
+{
+    return uct_hca_ep_rdma_zcopy(tl_ep, HCA_WR_RDMA_WRITE, iov, iovcnt,
+                                 remote_addr, rkey, comp);
 }
 
 ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
@@ -416,23 +427,8 @@ ucs_status_t uct_hca_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
                                   size_t iovcnt, uint64_t remote_addr,
                                   uct_rkey_t rkey, uct_completion_t *comp)
 {
-    uct_hca_ep_t *ep = ucs_derived_of(tl_ep, uct_hca_ep_t);
-    hca_sge_t sge[UCT_HCA_MAX_IOV];
-    size_t length    = 0;
-    hca_send_wr_t wr = {
-        .sg_list = sge,
-        .opcode  = HCA_WR_RDMA_READ,
-        .rdma    = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
-    };
-    uct_hca_op_t *op;
-
-    UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "get_zcopy");
-    wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
-    op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
-    if (ucs_unlikely(op == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
-    }
-    return uct_hca_ep_post_op(ep, &wr, op);
+    return uct_hca_ep_rdma_zcopy(tl_ep, HCA_WR_RDMA_READ, iov, iovcnt,
+                                 remote_addr, rkey, comp);
 }
 
 /* ---------------------------------------------------------------- atomics */
