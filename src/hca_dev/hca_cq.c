@@ -273,25 +273,34 @@ static int hca_cq_pending(hca_cq_t *cq)
     return 0;
 }
 
-static void hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
+/* -EAGAIN if a ring already holds something (claimed or published). */
+static int hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
 {
+    int rc = 0;
+
     atomic_store(&cq->dev->notify[cq->idx].armed, armed);
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        hca_ring_hdr_t *hdr = cq->rqs[i]->ring.hdr;
+        hca_ring_t *ring = &cq->rqs[i]->ring;
         if (armed) {
-            atomic_store(&hdr->notify_idx, cq->idx);
+            atomic_store(&ring->hdr->notify_idx, cq->idx);
+            if (hca_ring_arm(ring) != 0) {
+                rc = -EAGAIN;
+            }
+        } else {
+            hca_ring_disarm(ring);
         }
-        atomic_store(&hdr->armed, armed);
     }
+    return rc;
 }
 
 int hca_cq_arm(hca_cq_t *cq)
 {
     /* arm first, then look: a producer that published before the arm is
-     * seen here, one after it sees the flag (our store is seq_cst, the
-     * producer fences between its publish and its load of the flag) */
-    hca_cq_set_armed(cq, 1);
-    if (hca_cq_pending(cq) || cq->overflow) {
+     * seen here; one that claims a ring slot after it finds the armed bit
+     * in the ring's head (and its CQE/response producers see the notify
+     * flag: our store is seq_cst, they fence before loading it) */
+    if ((hca_cq_set_armed(cq, 1) != 0) || hca_cq_pending(cq) ||
+        cq->overflow) {
         hca_cq_set_armed(cq, 0);
         return -EAGAIN;
     }

@@ -336,7 +336,15 @@ typedef struct hca_qp_init_attr {
     int        sq_sig_all;
     int        quiet_flush;    /* flushed unsignalled WRs make no CQE
                                   (errors other than flush always do) */
+    unsigned   create_flags;   /* HCA_QP_CREATE_* */
 } hca_qp_init_attr_t;
+
+enum {
+    HCA_QP_CREATE_RECV_INPLACE = 1u << 0 /* own RQ only: single-slot SENDs
+                                            are read in place with
+                                            hca_recv_peek() instead of
+                                            consuming posted receives */
+};
 
 #define HCA_QPN_ANY 0xffffffffu    /* RTR: accept any source (DC target) */
 
@@ -387,6 +395,68 @@ int  hca_qp_check_peer(hca_qp_t *qp);
 /* Send queue slots in use: WRs not yet completed, plus completed ones
  * whose CQE has not been polled yet. */
 uint32_t hca_qp_outstanding(const hca_qp_t *qp);
+
+
+/* ------------------------------------------- direct send, in-place receive */
+
+/* A transport's small-message fast path, one copy end to end: the sender
+ * writes the payload straight into a slot of the target's receive ring,
+ * and the receiver reads it there (like a NIC's inline WQE and a
+ * receive ring in host memory).
+ *
+ * Direct send: hca_send_reserve() claims a slot of the target QP's ring;
+ * the caller writes up to max_length bytes at data, then
+ * hca_send_commit() publishes it as a SEND / SEND_WITH_IMM, which is then
+ * complete (no CQE; as an unsignalled hca_post_send would be).  Only on an
+ * idle send queue (nothing queued or waiting for a response) of a QP in
+ * RTS without sq_sig_all, so it never overtakes a WR: every earlier WR has
+ * completed, so a fence is satisfied too.  -EAGAIN otherwise, or when the
+ * ring is full or the target refuses: post a WR instead, which queues,
+ * waits or reports the error.  Between reserve and commit the ring is
+ * held: commit (or cancel) at once, and post nothing on the QP in
+ * between. */
+typedef struct hca_send_slot {
+    void     *data;        /* write the payload here */
+    uint32_t  max_length;  /* bytes available at data */
+    uint8_t   data_off;    /* opaque */
+    uint8_t   wake;        /* opaque */
+    uint16_t  reserved;
+    uint64_t  index;       /* opaque: the ring index */
+    void     *ring;        /* opaque */
+} hca_send_slot_t;
+
+/* length_hint: the payload size if known (a small one shares the
+ * header's cache line), else the largest expected (data is then cache-line
+ * aligned for fast copies); max_length says what really fits. */
+int  hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+                      hca_send_slot_t *slot);
+/* opcode HCA_WR_SEND or HCA_WR_SEND_WITH_IMM; -EINVAL (and the slot is
+ * cancelled) if length > max_length or the opcode is not a SEND. */
+int  hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
+                     hca_wr_opcode_t opcode, uint32_t imm_data);
+/* Gives the slot back: the target skips it. */
+void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
+
+/* In-place receive, for a QP created with HCA_QP_CREATE_RECV_INPLACE:
+ * hca_recv_peek() returns 1 and describes the next message if it is a
+ * SEND that fits one ring slot; data stays valid until
+ * hca_recv_release(), which must come before the next peek.  It returns
+ * 0 when the ring is empty, when the next message needs a posted receive
+ * (a larger SEND, an RDMA WRITE with immediate; hca_cq_poll() places
+ * those and reports them as CQEs, and stops at the next in-place one), or
+ * while the receive CQ holds entries, so that messages are seen in the
+ * order they arrived when the caller drains the CQ between peeks. */
+typedef struct hca_recv_msg {
+    const void *data;
+    uint32_t    byte_len;
+    uint32_t    imm_data;
+    uint32_t    wc_flags;   /* HCA_WC_WITH_IMM */
+    uint32_t    src_qp;
+    uint64_t    index;      /* opaque: the ring index */
+} hca_recv_msg_t;
+
+int  hca_recv_peek(hca_qp_t *qp, hca_recv_msg_t *msg);
+void hca_recv_release(hca_qp_t *qp, const hca_recv_msg_t *msg);
 
 
 /* ---------------------------------------------------------------- rkey_ptr */

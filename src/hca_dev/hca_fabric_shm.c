@@ -348,7 +348,8 @@ static hca_wc_status_t hca_cma_xfer(uint32_t pid, int write,
 
 /* ---------------------------------------------------------------- target */
 
-static hca_wc_status_t hca_shm_target(hca_qp_t *qp, hca_qp_pub_t **pub_p)
+HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
+                                          hca_qp_pub_t **pub_p)
 {
     hca_peer_t *peer = qp->peer;
     uint32_t idx     = HCA_QPN_INDEX(qp->dest_qpn);
@@ -403,31 +404,14 @@ static hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
     return &qp->tgt_ring->ring;
 }
 
-/* Producer side of arm/notify: the publish (a store) must be visible
- * before `armed` is read, or producer and sleeping consumer can each miss
- * the other's store (store buffer): a full fence, as on the consumer's
- * seq_cst store of `armed`. */
-static void hca_shm_ring_notify(hca_qp_t *qp, hca_ring_t *ring)
+/* Producer side of arm/notify: the claim that cleared the consumer's
+ * armed bit (hca_ring_claim's *wake_p) wakes it, after its publish. */
+static void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake)
 {
-    hca_ring_hdr_t *hdr = ring->hdr;
-
-    atomic_thread_fence(memory_order_seq_cst);
-    if (HCA_UNLIKELY(atomic_load(&hdr->armed)) &&
-        atomic_exchange(&hdr->armed, 0)) {
+    if (HCA_UNLIKELY(wake)) {
         hca_notify_signal(qp->dev, qp->peer->pidns, qp->peer->addr.pid,
                           qp->peer->addr.ctx_id,
-                          atomic_load(&hdr->notify_idx));
-    }
-}
-
-static void hca_shm_svc_notify(hca_device_t *dev, hca_peer_t *peer)
-{
-    hca_ring_hdr_t *hdr = peer->svc.hdr;
-
-    atomic_thread_fence(memory_order_seq_cst); /* see hca_shm_ring_notify */
-    if (atomic_load(&hdr->armed) && atomic_exchange(&hdr->armed, 0)) {
-        hca_notify_signal(dev, peer->pidns, peer->addr.pid,
-                          peer->addr.ctx_id, HCA_NOTIFY_SVC);
+                          atomic_load(&ring->hdr->notify_idx));
     }
 }
 
@@ -437,6 +421,7 @@ static void hca_msg_fill(hca_qp_t *qp, hca_msg_hdr_t *msg, uint8_t op,
     msg->op       = op;
     msg->flags    = flags;
     msg->num_iov  = 0;
+    msg->data_off = (uint8_t)HCA_MSG_DATA_NEAR;
     msg->src_pid  = qp->dev->pid;
     msg->src_ctx  = qp->dev->ctx_id;
     msg->src_qpn  = qp->qpn;
@@ -466,6 +451,7 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_ring_t *ring = hca_shm_target_ring(qp, pub);
     hca_msg_hdr_t *msg;
     uint64_t idx;
+    int wake = 0;
 
     if (HCA_UNLIKELY(ring == NULL)) {
         hca_wqe_done(qp, wqe, HCA_WC_RETRY_EXC_ERR);
@@ -473,16 +459,18 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
     }
 
     if (HCA_LIKELY(wqe->length <= HCA_SLOT_PAYLOAD)) {
-        if (hca_ring_claim(ring, &idx) != 0) {
+        if (hca_ring_claim(ring, &idx, &wake) != 0) {
             return HCA_EXEC_BUSY;
         }
         msg = hca_ring_slot(ring, idx);
         hca_msg_fill(qp, msg, HCA_MSG_SEND, HCA_MSG_FIRST | HCA_MSG_LAST,
                      wqe);
-        msg->length = (uint32_t)wqe->length;
-        hca_sge_gather(wqe->sge, wqe->num_sge, 0, msg + 1, wqe->length);
+        msg->length   = (uint32_t)wqe->length;
+        msg->data_off = (uint8_t)hca_msg_data_off(wqe->length);
+        hca_sge_gather(wqe->sge, wqe->num_sge, 0,
+                       (uint8_t*)msg + msg->data_off, wqe->length);
         hca_ring_publish(ring, idx);
-        hca_shm_ring_notify(qp, ring);
+        hca_shm_ring_wake(qp, ring, wake);
         hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
         return HCA_EXEC_DONE;
     }
@@ -490,24 +478,26 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
     if (qp->peer->cma_ok) {
         /* one slot describes the message; the target reads it from our
          * memory into the receive buffer and answers in our q object */
+        hca_pull_hdr_t *pull;
         hca_wire_iov_t *iov;
-        if (hca_ring_claim(ring, &idx) != 0) {
+        if (hca_ring_claim(ring, &idx, &wake) != 0) {
             return HCA_EXEC_BUSY;
         }
         msg = hca_ring_slot(ring, idx);
         hca_msg_fill(qp, msg, HCA_MSG_SEND_PULL,
                      HCA_MSG_FIRST | HCA_MSG_LAST, wqe);
-        iov = (hca_wire_iov_t*)(msg + 1);
+        pull = (hca_pull_hdr_t*)(msg + 1);
+        iov  = (hca_wire_iov_t*)(pull + 1);
         for (uint32_t i = 0; i < wqe->num_sge; ++i) {
             iov[i].addr   = wqe->sge[i].addr;
             iov[i].length = wqe->sge[i].length;
         }
-        msg->num_iov    = (uint16_t)wqe->num_sge;
-        wqe->resp_stamp = hca_next_stamp(qp);
-        msg->resp_idx   = (uint32_t)(wqe - qp->sq);
-        msg->resp_stamp = wqe->resp_stamp;
+        msg->num_iov     = (uint8_t)wqe->num_sge;
+        wqe->resp_stamp  = hca_next_stamp(qp);
+        pull->resp_idx   = (uint32_t)(wqe - qp->sq);
+        pull->resp_stamp = wqe->resp_stamp;
         hca_ring_publish(ring, idx);
-        hca_shm_ring_notify(qp, ring);
+        hca_shm_ring_wake(qp, ring, wake);
         return HCA_EXEC_ISSUED;
     }
 
@@ -515,12 +505,13 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
     while (wqe->done < wqe->length) {
         uint64_t n = wqe->length - wqe->done;
         uint8_t flags = 0;
+        int w;
 
-        if (hca_ring_claim(ring, &idx) != 0) {
+        if (hca_ring_claim(ring, &idx, &w) != 0) {
             if (wqe->done == 0) {
                 return HCA_EXEC_BUSY;
             }
-            hca_shm_ring_notify(qp, ring);
+            hca_shm_ring_wake(qp, ring, wake);
             wqe->state = HCA_WQE_PARTIAL;
             return HCA_EXEC_PARTIAL;
         }
@@ -529,12 +520,15 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
         flags |= (wqe->done + n == wqe->length) ? HCA_MSG_LAST : 0;
         msg    = hca_ring_slot(ring, idx);
         hca_msg_fill(qp, msg, HCA_MSG_SEND, flags, wqe);
-        msg->length = (uint32_t)n;
-        hca_sge_gather(wqe->sge, wqe->num_sge, wqe->done, msg + 1, n);
+        msg->length   = (uint32_t)n;
+        msg->data_off = (uint8_t)hca_msg_data_off(n);
+        hca_sge_gather(wqe->sge, wqe->num_sge, wqe->done,
+                       (uint8_t*)msg + msg->data_off, n);
         hca_ring_publish(ring, idx);
         wqe->done += n;
+        wake      |= w;
     }
-    hca_shm_ring_notify(qp, ring);
+    hca_shm_ring_wake(qp, ring, wake);
     hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
     return HCA_EXEC_DONE;
 }
@@ -546,12 +540,13 @@ static hca_exec_t hca_shm_write_imm_notice(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_ring_t *ring = hca_shm_target_ring(qp, pub);
     hca_msg_hdr_t *msg;
     uint64_t idx;
+    int wake = 0;
 
     if (ring == NULL) {
         hca_wqe_done(qp, wqe, HCA_WC_RETRY_EXC_ERR);
         return HCA_EXEC_DONE;
     }
-    if (hca_ring_claim(ring, &idx) != 0) {
+    if (hca_ring_claim(ring, &idx, &wake) != 0) {
         wqe->state = HCA_WQE_PARTIAL;
         return HCA_EXEC_PARTIAL; /* data is placed: not "nothing done" */
     }
@@ -559,7 +554,7 @@ static hca_exec_t hca_shm_write_imm_notice(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_msg_fill(qp, msg, HCA_MSG_WRITE_IMM, HCA_MSG_FIRST | HCA_MSG_LAST,
                  wqe);
     hca_ring_publish(ring, idx);
-    hca_shm_ring_notify(qp, ring);
+    hca_shm_ring_wake(qp, ring, wake);
     hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
     return HCA_EXEC_DONE;
 }
@@ -657,8 +652,9 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_peer_t *peer = qp->peer;
     hca_svc_req_t *req;
     uint64_t idx;
+    int wake = 0;
 
-    if (hca_ring_claim(&peer->svc, &idx) != 0) {
+    if (hca_ring_claim(&peer->svc, &idx, &wake) != 0) {
         return HCA_EXEC_BUSY;
     }
     req              = hca_ring_slot(&peer->svc, idx);
@@ -677,7 +673,10 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     req->operand     = wqe->compare_add;
     req->swap        = wqe->swap;
     hca_ring_publish(&peer->svc, idx);
-    hca_shm_svc_notify(qp->dev, peer);
+    if (HCA_UNLIKELY(wake)) {
+        hca_notify_signal(qp->dev, peer->pidns, peer->addr.pid,
+                          peer->addr.ctx_id, HCA_NOTIFY_SVC);
+    }
     qp->cnt->responder_ops++;
     return HCA_EXEC_ISSUED;
 }
@@ -919,6 +918,7 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
     hca_ring_t *ring;
     void *target;
     uint64_t idx, old;
+    int wake = 0;
 
     if (HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
         return 0;
@@ -937,7 +937,7 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
             return 0;
         }
         ring = hca_shm_target_ring(qp, pub);
-        if ((ring == NULL) || (hca_ring_claim(ring, &idx) != 0)) {
+        if ((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0)) {
             return 0;
         }
         msg          = hca_ring_slot(ring, idx);
@@ -946,6 +946,7 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
                        ((wr->opcode == HCA_WR_SEND_WITH_IMM) ?
                         HCA_MSG_WITH_IMM : 0);
         msg->num_iov = 0;
+        msg->data_off = (uint8_t)hca_msg_data_off(length);
         msg->src_pid = qp->dev->pid;
         msg->src_ctx = qp->dev->ctx_id;
         msg->src_qpn = qp->qpn;
@@ -953,9 +954,10 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
         msg->imm     = wr->imm_data;
         msg->length  = (uint32_t)length;
         msg->msg_len = (uint32_t)length;
-        hca_sge_gather(wr->sg_list, (uint32_t)wr->num_sge, 0, msg + 1, length);
+        hca_sge_gather(wr->sg_list, (uint32_t)wr->num_sge, 0,
+                       (uint8_t*)msg + msg->data_off, length);
         hca_ring_publish(ring, idx);
-        hca_shm_ring_notify(qp, ring);
+        hca_shm_ring_wake(qp, ring, wake);
         break;
     case HCA_WR_RDMA_WRITE:
     case HCA_WR_RDMA_READ: {
@@ -999,6 +1001,85 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
     qp->cnt->tx_ops[wr->opcode]++;
     qp->cnt->tx_bytes[wr->opcode] += length;
     return 1;
+}
+
+/* ---------------------------------------------------------------- reserve */
+
+int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+                     hca_send_slot_t *slot)
+{
+    hca_qp_pub_t *pub;
+    hca_ring_t *ring;
+    uint32_t off;
+    uint64_t idx;
+    int wake = 0;
+
+    /* what hca_post_send's direct path requires: an idle send queue, so
+     * nothing is overtaken and no CQE is owed */
+    if (HCA_UNLIKELY((qp->state != HCA_QPS_RTS) ||
+                     (qp->sq_exec != qp->sq_head) || (qp->n_issued != 0) ||
+                     qp->sq_sig_all) ||
+        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
+        return -EAGAIN;
+    }
+    ring = hca_shm_target_ring(qp, pub);
+    if (HCA_UNLIKELY((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0))) {
+        return -EAGAIN;
+    }
+    off              = hca_msg_data_off(length_hint);
+    slot->data       = (uint8_t*)hca_ring_slot(ring, idx) + off;
+    slot->max_length = hca_msg_room(off);
+    slot->data_off   = (uint8_t)off;
+    slot->index      = idx;
+    slot->ring       = ring;
+    slot->wake       = (uint32_t)wake;
+    return 0;
+}
+
+static void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
+                                  uint8_t op, uint8_t flags, uint32_t length,
+                                  uint32_t imm)
+{
+    hca_ring_t *ring   = slot->ring;
+    hca_msg_hdr_t *msg = hca_ring_slot(ring, slot->index);
+
+    msg->op      = op;
+    msg->flags   = flags;
+    msg->num_iov  = 0;
+    msg->data_off = slot->data_off;
+    msg->src_pid  = qp->dev->pid;
+    msg->src_ctx = qp->dev->ctx_id;
+    msg->src_qpn = qp->qpn;
+    msg->dst_qpn = qp->dest_qpn;
+    msg->imm     = imm;
+    msg->length  = length;
+    msg->msg_len = length;
+    hca_ring_publish(ring, slot->index);
+    hca_shm_ring_wake(qp, ring, (int)slot->wake);
+}
+
+int hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
+                    hca_wr_opcode_t opcode, uint32_t imm_data)
+{
+    if (HCA_UNLIKELY((length > slot->max_length) ||
+                     ((opcode != HCA_WR_SEND) &&
+                      (opcode != HCA_WR_SEND_WITH_IMM)))) {
+        hca_send_cancel(qp, slot);
+        return -EINVAL;
+    }
+    hca_send_slot_publish(qp, slot, HCA_MSG_SEND,
+                          HCA_MSG_FIRST | HCA_MSG_LAST |
+                          ((opcode == HCA_WR_SEND_WITH_IMM) ?
+                           HCA_MSG_WITH_IMM : 0),
+                          length, imm_data);
+    qp->cnt->tx_ops[opcode]++;
+    qp->cnt->tx_bytes[opcode] += length;
+    return 0;
+}
+
+void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
+{
+    hca_send_slot_publish(qp, slot, HCA_MSG_NOP, 0, 0, 0);
 }
 
 /* ---------------------------------------------------------------- ops */

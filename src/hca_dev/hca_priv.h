@@ -19,6 +19,7 @@
 
 #define HCA_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HCA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HCA_INLINE      static inline __attribute__((always_inline))
 #define HCA_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Device limits (per opened context) */
@@ -231,6 +232,7 @@ typedef struct hca_rq {
     uint64_t      head;           /* posted */
     uint64_t      tail;           /* consumed */
     int           is_srq;
+    int           inplace;        /* HCA_QP_CREATE_RECV_INPLACE */
     struct hca_qp *owner;         /* own RQ: its QP */
 } hca_rq_t;
 
@@ -245,6 +247,7 @@ void hca_rq_cleanup(hca_rq_t *rq);
 int  hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr);
 /* Responder: consumes up to budget messages of the ring. */
 int  hca_resp_progress(hca_rq_t *rq, int budget);
+
 
 /* ---------------------------------------------------------------- QP */
 

@@ -37,7 +37,10 @@ static int hca_qp_init_check(hca_pd_t *pd, const hca_qp_init_attr_t *attr)
         (attr->max_inline_data > HCA_SLOT_PAYLOAD) ||
         ((attr->srq == NULL) &&
          ((attr->max_recv_wr == 0) || (attr->max_recv_wr > HCA_MAX_QP_WR))) ||
-        ((attr->srq != NULL) && (attr->srq->rq.pd != pd))) {
+        ((attr->srq != NULL) && (attr->srq->rq.pd != pd)) ||
+        (attr->create_flags & ~(unsigned)HCA_QP_CREATE_RECV_INPLACE) ||
+        ((attr->create_flags & HCA_QP_CREATE_RECV_INPLACE) &&
+         (attr->srq != NULL))) {
         return -EINVAL;
     }
     return 0;
@@ -138,8 +141,10 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
         if (rc != 0) {
             goto err_release;
         }
-        qp->rq           = &qp->own_rq;
-        qp->own_rq.owner = qp;
+        qp->rq             = &qp->own_rq;
+        qp->own_rq.owner   = qp;
+        qp->own_rq.inplace = !!(attr->create_flags &
+                                HCA_QP_CREATE_RECV_INPLACE);
     }
 
     rc = hca_qp_qobj_create(qp);

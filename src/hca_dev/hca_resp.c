@@ -25,21 +25,24 @@ static int hca_resp_validate(const hca_msg_hdr_t *hdr)
 {
     switch (hdr->op) {
     case HCA_MSG_SEND:
-        return (hdr->length <= HCA_SLOT_PAYLOAD) &&
+        return (hdr->length <= hca_msg_room(hdr->data_off)) &&
                (hdr->msg_len <= HCA_MAX_MSG) &&
                (hdr->length <= hdr->msg_len);
     case HCA_MSG_SEND_PULL:
         return (hdr->num_iov <= HCA_MAX_SGE) &&
-               (hdr->num_iov * sizeof(hca_wire_iov_t) <= HCA_SLOT_PAYLOAD) &&
+               (sizeof(hca_pull_hdr_t) +
+                hdr->num_iov * sizeof(hca_wire_iov_t) <=
+                hca_msg_room(hdr->data_off)) &&
                (hdr->msg_len <= HCA_MAX_MSG);
     case HCA_MSG_WRITE_IMM:
+    case HCA_MSG_NOP:
         return 1;
     default:
         return 0;
     }
 }
 
-static int hca_resp_source_ok(const hca_qp_t *qp, const hca_msg_hdr_t *hdr)
+HCA_INLINE int hca_resp_source_ok(const hca_qp_t *qp, const hca_msg_hdr_t *hdr)
 {
     if ((qp->state != HCA_QPS_RTR) && (qp->state != HCA_QPS_RTS)) {
         return 0;
@@ -62,15 +65,17 @@ static hca_peer_t *hca_resp_peer(hca_device_t *dev, const hca_msg_hdr_t *hdr)
 
 /* Answers a SEND_PULL in the sender's q object and wakes it if armed. */
 static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
-                            hca_wc_status_t status)
+                            const uint8_t *payload, hca_wc_status_t status)
 {
     hca_peer_t *peer = hca_resp_peer(dev, hdr);
     uint32_t src_idx = hdr->src_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
     hca_resp_slot_t *slot;
     hca_notify_t *notify;
+    hca_pull_hdr_t pull;
     hca_map_t *map;
     uint32_t cq_idx;
 
+    memcpy(&pull, payload, sizeof(pull)); /* once: shared with the sender */
     if (peer == NULL) {
         return;
     }
@@ -78,13 +83,13 @@ static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
     if (map == NULL) {
         return;
     }
-    if (hdr->resp_idx >= map->sq_depth) {
+    if (pull.resp_idx >= map->sq_depth) {
         return;
     }
-    slot         = &map->resp[hdr->resp_idx];
+    slot         = &map->resp[pull.resp_idx];
     slot->status = status;
     slot->value  = 0;
-    atomic_store_explicit(&slot->stamp, hdr->resp_stamp,
+    atomic_store_explicit(&slot->stamp, pull.resp_stamp,
                           memory_order_release);
     atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
 
@@ -251,9 +256,12 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
     hca_partial_t *partial;
     hca_rwqe_t *rwqe;
 
+    if (hdr->op == HCA_MSG_NOP) {
+        return 0; /* a cancelled direct send */
+    }
     if ((qp == NULL) || (qp->rq != rq) || !hca_resp_source_ok(qp, hdr)) {
         if (hdr->op == HCA_MSG_SEND_PULL) {
-            hca_resp_answer(dev, hdr, HCA_WC_REM_INV_REQ_ERR);
+            hca_resp_answer(dev, hdr, payload, HCA_WC_REM_INV_REQ_ERR);
         }
         __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_REM_INV_REQ_ERR], 1,
                            __ATOMIC_RELAXED);
@@ -276,8 +284,9 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
             return -EAGAIN;
         }
         status = hca_resp_pull(dev, rwqe, hdr,
-                               (const hca_wire_iov_t*)payload);
-        hca_resp_answer(dev, hdr, (status == HCA_WC_LOC_LEN_ERR) ?
+                               (const hca_wire_iov_t*)
+                               (payload + sizeof(hca_pull_hdr_t)));
+        hca_resp_answer(dev, hdr, payload, (status == HCA_WC_LOC_LEN_ERR) ?
                         HCA_WC_REM_INV_REQ_ERR : status);
         hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
         return 0;
@@ -329,6 +338,23 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
     return 0;
 }
 
+/* 1 if the message at the head of rq is for hca_recv_peek(): the
+ * responder leaves it in the ring. */
+HCA_INLINE int hca_resp_inplace(const hca_rq_t *rq, const hca_msg_hdr_t *hdr)
+{
+    const hca_qp_t *qp = rq->owner;
+
+    /* exactly the messages the responder would place whole into one
+     * receive: the reader and the responder never disagree, or the head
+     * of the ring would wait forever */
+    return (hdr->op == HCA_MSG_SEND) &&
+           ((hdr->flags & (HCA_MSG_FIRST | HCA_MSG_LAST)) ==
+            (HCA_MSG_FIRST | HCA_MSG_LAST)) &&
+           (hdr->length == hdr->msg_len) &&
+           (hdr->length <= hca_msg_room(hdr->data_off)) && (qp != NULL) &&
+           (hdr->dst_qpn == qp->qpn) && hca_resp_source_ok(qp, hdr);
+}
+
 int hca_resp_progress(hca_rq_t *rq, int budget)
 {
     int count = 0;
@@ -342,14 +368,61 @@ int hca_resp_progress(hca_rq_t *rq, int budget)
             break;
         }
         memcpy(&hdr, slot, sizeof(hdr));
+        if (rq->inplace && hca_resp_inplace(rq, &hdr)) {
+            break; /* hca_recv_peek() delivers it, in order */
+        }
         if (!hca_resp_validate(&hdr)) {
             __atomic_fetch_add(&rq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
                                1, __ATOMIC_RELAXED);
-        } else if (hca_resp_handle(rq, &hdr, slot + sizeof(hdr)) != 0) {
+        } else if (hca_resp_handle(rq, &hdr, slot + hdr.data_off) != 0) {
             break; /* RNR: keep it until a receive is posted */
         }
         hca_ring_release(&rq->ring, idx);
         ++count;
     }
     return count;
+}
+
+/* ---------------------------------------------------------------- in place */
+
+int hca_recv_peek(hca_qp_t *qp, hca_recv_msg_t *msg)
+{
+    hca_rq_t *rq = qp->rq;
+    hca_msg_hdr_t hdr;
+    uint64_t idx;
+    uint8_t *slot;
+
+    if (HCA_UNLIKELY(!rq->inplace)) {
+        return 0;
+    }
+    for (;;) {
+        slot = hca_ring_peek(&rq->ring, &idx);
+        if (slot == NULL) {
+            return 0;
+        }
+        /* one read of the header: the slot is shared with the sender */
+        memcpy(&hdr, slot, sizeof(hdr));
+        if (hdr.op != HCA_MSG_NOP) {
+            break;
+        }
+        hca_ring_release(&rq->ring, idx); /* a cancelled direct send */
+    }
+    if ((qp->recv_cq->prod != qp->recv_cq->cons) ||
+        !hca_resp_inplace(rq, &hdr)) {
+        return 0; /* the CQ first, or the responder's (hca_cq_poll) */
+    }
+    msg->data     = slot + hdr.data_off;
+    msg->byte_len = hdr.length;
+    msg->imm_data = hdr.imm;
+    msg->wc_flags = (hdr.flags & HCA_MSG_WITH_IMM) ? HCA_WC_WITH_IMM : 0;
+    msg->src_qp   = hdr.src_qpn;
+    msg->index    = idx;
+    return 1;
+}
+
+void hca_recv_release(hca_qp_t *qp, const hca_recv_msg_t *msg)
+{
+    qp->cnt->rx_ops[HCA_WR_SEND]++;
+    qp->cnt->rx_bytes[HCA_WR_SEND] += msg->byte_len;
+    hca_ring_release(&qp->rq->ring, msg->index);
 }

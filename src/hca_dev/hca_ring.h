@@ -16,13 +16,23 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* A consumer that is about to sleep sets this bit of head (only while
+ * head == tail: nothing claimed and not consumed).  The producer whose
+ * claim clears it wakes the consumer after publishing: the claim itself
+ * tells it, so the send path needs no fence and no extra shared load. */
+#define HCA_RING_ARMED (1ull << 63)
+
 /* A local view of a ring; geometry copied from the validated header so a
  * peer cannot change it under us. */
 typedef struct hca_ring {
-    hca_ring_hdr_t *hdr;
-    uint8_t        *slots;      /* first slot */
-    uint32_t        mask;       /* slots - 1 */
-    uint32_t        slot_size;
+    hca_ring_hdr_t  *hdr;
+    uint8_t         *slots;       /* first slot */
+    uint32_t         mask;        /* slots - 1 */
+    uint32_t         slot_size;
+    _Atomic uint64_t cached_tail; /* producers: a tail seen earlier; tail
+                                     only grows, so while head stays below
+                                     it + slots the consumer's tail line
+                                     need not be read (mm's cached tail) */
 } hca_ring_t;
 
 static inline void hca_ring_attach(hca_ring_t *ring, void *base,
@@ -32,6 +42,7 @@ static inline void hca_ring_attach(hca_ring_t *ring, void *base,
     ring->slots     = (uint8_t*)base + sizeof(hca_ring_hdr_t);
     ring->mask      = slots - 1;
     ring->slot_size = slot_size;
+    atomic_init(&ring->cached_tail, 0);
 }
 
 static inline size_t hca_ring_bytes(uint32_t slots, uint32_t slot_size)
@@ -50,7 +61,6 @@ static inline void hca_ring_init(hca_ring_t *ring, void *base,
     ring->hdr->slots      = slots;
     ring->hdr->slot_size  = slot_size;
     atomic_init(&ring->hdr->notify_idx, notify_idx);
-    atomic_init(&ring->hdr->armed, 0);
     atomic_init(&ring->hdr->head, 0);
     atomic_init(&ring->hdr->tail, 0);
 }
@@ -61,31 +71,70 @@ static inline void *hca_ring_slot(const hca_ring_t *ring, uint64_t idx)
 }
 
 /* Producer (any process): claims one slot.  Returns 0 with *idx_p, or
- * -EAGAIN when the ring is full.  The CAS orders claims; the acquire load
- * of tail pairs with the consumer's release in hca_ring_release(). */
-static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p)
+ * -EAGAIN when the ring is full; *wake_p is set when the consumer sleeps
+ * and this producer must wake it after publishing.  The CAS orders
+ * claims; the acquire load of tail pairs with the consumer's release in
+ * hca_ring_release() (the cached copy is passed on with release/acquire
+ * between threads of this process). */
+static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
+                                 int *wake_p)
 {
     uint64_t head = atomic_load_explicit(&ring->hdr->head,
                                          memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->cached_tail,
+                                         memory_order_acquire);
     for (;;) {
-        uint64_t tail = atomic_load_explicit(&ring->hdr->tail,
-                                             memory_order_acquire);
-        if ((int64_t)(head - tail) < 0) {
-            /* our head is older than the tail others moved: reload */
-            head = atomic_load_explicit(&ring->hdr->head,
-                                        memory_order_relaxed);
-            continue;
-        }
-        if (head - tail > ring->mask) {
-            return -EAGAIN;
+        uint64_t h = head & ~HCA_RING_ARMED;
+        if (h - tail > ring->mask) {
+            /* looks full (or tail is stale): read the real one */
+            tail = atomic_load_explicit(&ring->hdr->tail,
+                                        memory_order_acquire);
+            atomic_store_explicit(&ring->cached_tail, tail,
+                                  memory_order_release);
+            if ((int64_t)(h - tail) < 0) {
+                /* our head is older than the tail others moved: reload */
+                head = atomic_load_explicit(&ring->hdr->head,
+                                            memory_order_relaxed);
+                continue;
+            }
+            if (h - tail > ring->mask) {
+                return -EAGAIN;
+            }
         }
         if (atomic_compare_exchange_weak_explicit(&ring->hdr->head, &head,
-                                                  head + 1,
-                                                  memory_order_relaxed,
+                                                  h + 1,
+                                                  memory_order_seq_cst,
                                                   memory_order_relaxed)) {
-            *idx_p = head;
+            *idx_p  = h;
+            *wake_p = (head & HCA_RING_ARMED) != 0;
             return 0;
         }
+    }
+}
+
+/* Consumer: about to sleep.  0 when armed (the next claim wakes it),
+ * -EAGAIN when something is claimed or published and not consumed. */
+static inline int hca_ring_arm(hca_ring_t *ring)
+{
+    uint64_t tail   = atomic_load_explicit(&ring->hdr->tail,
+                                           memory_order_relaxed);
+    uint64_t expect = tail;
+
+    if (atomic_compare_exchange_strong(&ring->hdr->head, &expect,
+                                       tail | HCA_RING_ARMED)) {
+        return 0;
+    }
+    return (expect == (tail | HCA_RING_ARMED)) ? 0 : -EAGAIN;
+}
+
+/* Consumer: awake again (a producer may have cleared the bit already). */
+static inline void hca_ring_disarm(hca_ring_t *ring)
+{
+    uint64_t head = atomic_load(&ring->hdr->head);
+
+    while ((head & HCA_RING_ARMED) &&
+           !atomic_compare_exchange_weak(&ring->hdr->head, &head,
+                                         head & ~HCA_RING_ARMED)) {
     }
 }
 

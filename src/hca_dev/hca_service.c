@@ -162,17 +162,15 @@ static void *hca_svc_thread(void *arg)
         if (hca_svc_drain(dev) > 0) {
             continue;
         }
-        /* arm, then look again: a request published before the arm is
-         * seen now, one published after it finds the flag set */
-        atomic_store(&dev->svc.hdr->armed, 1);
-        if (!hca_ring_empty(&dev->svc)) {
-            atomic_store(&dev->svc.hdr->armed, 0);
+        /* arm only while nothing is claimed: a request claimed after the
+         * arm finds the bit in head and wakes us */
+        if (hca_ring_arm(&dev->svc) != 0) {
             continue;
         }
         (void)poll(&pfd, 1, 1000);
         while (recv(dev->svc_sock, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
         }
-        atomic_store(&dev->svc.hdr->armed, 0);
+        hca_ring_disarm(&dev->svc);
     }
     return NULL;
 }

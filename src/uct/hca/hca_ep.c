@@ -52,6 +52,24 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
     return ep->status;
 }
 
+/* The direct send path may be tried: not failed, and not overtaking the
+ * pending queue. */
+static UCS_F_ALWAYS_INLINE int uct_hca_ep_direct_ok(uct_hca_ep_t *ep)
+{
+    return ucs_likely(ep->status == UCS_OK) &&
+           (ucs_arbiter_group_is_empty(&ep->arb_group) || ep->in_pending);
+}
+
+/* Publishes a reserved ring slot as the AM; the send is then complete
+ * (an idle send queue also satisfies a pending fence). */
+static UCS_F_ALWAYS_INLINE void
+uct_hca_ep_am_commit(uct_hca_ep_t *ep, hca_send_slot_t *slot, uint8_t id,
+                     size_t length)
+{
+    hca_send_commit(ep->qp, slot, (uint32_t)length, HCA_WR_SEND_WITH_IMM, id);
+    ep->send_flags = 0;
+}
+
 /* A signalled operation descriptor, or NULL if none may be in flight. */
 static UCS_F_ALWAYS_INLINE uct_hca_op_t *
 uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
@@ -161,11 +179,11 @@ uct_hca_ep_iov_to_sge(const uct_iov_t *iov, size_t iovcnt, hca_sge_t *sge,
 
 /* ---------------------------------------------------------------- AM */
 
-ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
-                                 const void *payload, unsigned length)
+/* am_short through a WR: the send queue is busy or the ring is full. */
+static UCS_F_NOINLINE ucs_status_t
+uct_hca_ep_am_short_wr(uct_hca_ep_t *ep, uint8_t id, uint64_t header,
+                       const void *payload, unsigned length)
 {
-    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
-    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
     hca_sge_t sge[2]       = {
         {.addr = (uintptr_t)&header, .length = sizeof(header)},
         {.addr = (uintptr_t)payload, .length = length},
@@ -178,12 +196,31 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
         .imm_data   = id,
     };
 
+    return uct_hca_ep_post(ep, &wr);
+}
+
+ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                                 const void *payload, unsigned length)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+    hca_send_slot_t slot;
+
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(length + sizeof(header), 0, iface->config.max_inline,
                      "am_short");
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, payload,
                        length, "TX: AM_SHORT");
-    return uct_hca_ep_post(ep, &wr);
+    if (uct_hca_ep_direct_ok(ep) &&
+        (hca_send_reserve(ep->qp, length + sizeof(header), &slot) == 0)) {
+        /* header and payload straight into the target's ring */
+        memcpy(slot.data, &header, sizeof(header));
+        memcpy(UCS_PTR_BYTE_OFFSET(slot.data, sizeof(header)), payload,
+               length);
+        uct_hca_ep_am_commit(ep, &slot, id, length + sizeof(header));
+        return UCS_OK;
+    }
+    return uct_hca_ep_am_short_wr(ep, id, header, payload, length);
 }
 
 ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
@@ -200,10 +237,22 @@ ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
         .imm_data   = id,
     };
 
+    hca_send_slot_t slot;
+
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_short_iov");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "am_short_iov");
+    if (uct_hca_ep_direct_ok(ep) &&
+        (hca_send_reserve(ep->qp, (uint32_t)length, &slot) == 0)) {
+        uint8_t *p = slot.data;
+        for (int i = 0; i < wr.num_sge; ++i) {
+            memcpy(p, (void*)(uintptr_t)sge[i].addr, sge[i].length);
+            p += sge[i].length;
+        }
+        uct_hca_ep_am_commit(ep, &slot, id, length);
+        return UCS_OK;
+    }
     return uct_hca_ep_post(ep, &wr);
 }
 
@@ -223,6 +272,7 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
     hca_send_wr_t wr       = {.opcode = HCA_WR_SEND_WITH_IMM, .imm_data = id};
     ucs_status_t status;
+    hca_send_slot_t slot;
     uct_hca_op_t *op;
     hca_sge_t sge;
     size_t length;
@@ -231,6 +281,25 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     if (ucs_unlikely(flags & UCT_SEND_FLAG_PEER_CHECK)) {
         /* a store into a dead peer's ring would still "succeed" */
         uct_hca_ep_peer_check(ep);
+    }
+    if (iface->config.bcopy_in_slot && uct_hca_ep_direct_ok(ep) &&
+        (hca_send_reserve(ep->qp, (uint32_t)iface->config.seg_size,
+                          &slot) == 0)) {
+        if (ucs_likely(slot.max_length >= iface->config.seg_size)) {
+            /* packed straight into the target's ring */
+            length = pack_cb(slot.data, arg);
+            if (ucs_unlikely(length > iface->config.seg_size)) {
+                hca_send_cancel(ep->qp, &slot);
+                ucs_error("am_bcopy: packed %zu bytes, above seg_size %zu",
+                          length, iface->config.seg_size);
+                return UCS_ERR_INVALID_PARAM;
+            }
+            uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                               slot.data, length, "TX: AM_BCOPY");
+            uct_hca_ep_am_commit(ep, &slot, id, length);
+            return (ssize_t)length;
+        }
+        hca_send_cancel(ep->qp, &slot); /* seg_size above the slot */
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
     if (ucs_unlikely(op == NULL)) {

@@ -299,14 +299,36 @@ static void uct_hca_iface_report_errors(uct_hca_iface_t *iface)
     }
 }
 
+/* AMs read in the target's ring: no descriptor, so the handler gets no
+ * UCT_CB_PARAM_FLAG_DESC and copies what it keeps. */
+static UCS_F_ALWAYS_INLINE unsigned
+uct_hca_iface_poll_inplace(uct_hca_iface_t *iface)
+{
+    unsigned count = 0;
+    hca_recv_msg_t msg;
+
+    while ((count < UCT_HCA_POLL_BATCH) &&
+           hca_recv_peek(iface->tgt_qp, &msg)) {
+        uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV,
+                           (uint8_t)msg.imm_data, (void*)msg.data,
+                           msg.byte_len, "RX");
+        uct_iface_invoke_am(&iface->super, (uint8_t)msg.imm_data,
+                            (void*)msg.data, msg.byte_len, 0);
+        hca_recv_release(iface->tgt_qp, &msg);
+        ++count;
+    }
+    return count;
+}
+
 unsigned uct_hca_iface_progress(uct_iface_h tl_iface)
 {
     uct_hca_iface_t *iface = ucs_derived_of(tl_iface, uct_hca_iface_t);
     hca_wc_t wc[UCT_HCA_POLL_BATCH];
-    unsigned count = 0;
+    unsigned count;
     uct_hca_ep_t *ep, *tmp;
     int n;
 
+    count = uct_hca_iface_poll_inplace(iface);
     n = hca_cq_poll(iface->cq, UCT_HCA_POLL_BATCH, wc);
     if (ucs_unlikely(n < 0)) {
         ucs_fatal("hca: completion queue overflow on %s",
@@ -475,6 +497,9 @@ static ucs_status_t uct_hca_iface_create_qps(uct_hca_iface_t *iface,
     qp_attr.max_recv_wr  = config->rx_queue_len;
     qp_attr.max_send_sge = 1;
     qp_attr.max_recv_sge = 1;
+    /* AMs that fit a ring slot are handled where they landed (one copy
+     * end to end); posted descriptors take the larger ones */
+    qp_attr.create_flags = HCA_QP_CREATE_RECV_INPLACE;
     rc = hca_qp_create(iface->md->pd, &qp_attr, &iface->tgt_qp);
     if (rc != 0) {
         return UCS_ERR_NO_RESOURCE;
@@ -540,6 +565,8 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
      * registered bounce buffer */
     self->config.max_inline   = ucs_min(dattr.max_inline_data,
                                         UCT_HCA_MAX_INLINE);
+    self->config.bcopy_in_slot = (config->seg_size <=
+                                  dattr.max_inline_data);
     self->tx_credits          = config->tx_cq_len;
     self->failed_eps          = 0;
     self->cq                  = NULL;

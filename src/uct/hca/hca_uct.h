@@ -148,6 +148,8 @@ typedef struct uct_hca_iface {
         unsigned          rx_queue_len;
         unsigned          tx_queue_len;
         unsigned          max_inline;
+        int               bcopy_in_slot; /* seg_size fits a ring slot:
+                                            bcopy packs straight into it */
     } config;
 } uct_hca_iface_t;
 
