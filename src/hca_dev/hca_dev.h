@@ -437,6 +437,18 @@ int  hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
 /* Gives the slot back: the target skips it. */
 void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
 
+/* Direct RDMA WRITE and atomics: executed inside the call when the target
+ * MR is device memory of a peer on this host (which this process maps)
+ * and the send queue is idle, as for hca_send_reserve(); 0 when done
+ * (complete, no CQE; *old_p gets a fetching atomic's old value), else
+ * -EAGAIN: post a WR instead (which also reports a bad key or range). */
+int  hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
+                      uint64_t remote_addr, uint32_t rkey);
+/* opcode: any HCA_WR_ATOMIC_*; size 4 or 8 (remote_addr aligned to it). */
+int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
+                       uint64_t remote_addr, uint32_t rkey,
+                       uint64_t compare_add, uint64_t swap, uint64_t *old_p);
+
 /* In-place receive, for a QP created with HCA_QP_CREATE_RECV_INPLACE:
  * hca_recv_peek() returns 1 and describes the next message if it is a
  * SEND that fits one ring slot; data stays valid until

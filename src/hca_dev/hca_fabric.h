@@ -48,5 +48,7 @@ int         hca_peer_alive(hca_peer_t *peer);
  * completely inside the call and needs no WQE and no CQE. */
 int         hca_shm_post_direct(struct hca_qp *qp, hca_send_wr_t *wr,
                                 uint64_t length);
+/* Empties the direct path's MPT cache (new connection). */
+void        hca_direct_forget(struct hca_qp *qp);
 
 #endif

@@ -12,14 +12,12 @@
  * a descriptor that the target pulls by single copy, else fragments.
  * The requester checks the target QP and MPT itself before any access.
  */
-#include "hca_priv.h"
+#include "hca_shm_target.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-
-#define HCA_QPN_INDEX(_qpn) ((_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
 
 /* ---------------------------------------------------------------- peers */
 
@@ -348,48 +346,7 @@ static hca_wc_status_t hca_cma_xfer(uint32_t pid, int write,
 
 /* ---------------------------------------------------------------- target */
 
-HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
-                                          hca_qp_pub_t **pub_p)
-{
-    hca_peer_t *peer = qp->peer;
-    uint32_t idx     = HCA_QPN_INDEX(qp->dest_qpn);
-    hca_qp_pub_t *pub;
-    uint32_t state, dq;
-
-    if (HCA_UNLIKELY(peer == NULL)) {
-        peer = qp->peer = hca_peer_get(qp->dev, &qp->dest);
-        if (peer == NULL) {
-            return HCA_WC_RETRY_EXC_ERR;
-        }
-    }
-    if (HCA_UNLIKELY(atomic_load_explicit(&peer->dead,
-                                          memory_order_relaxed))) {
-        return HCA_WC_RETRY_EXC_ERR;
-    }
-    if (HCA_UNLIKELY((idx == 0) || (idx >= peer->hdr.max_qp))) {
-        return HCA_WC_REM_INV_REQ_ERR;
-    }
-    pub   = &peer->qp_pub[idx];
-    /* qpn first (acquire: it is published last), then what it guards */
-    if (HCA_UNLIKELY(atomic_load_explicit(&pub->qpn, memory_order_acquire) !=
-                     qp->dest_qpn)) {
-        return HCA_WC_REM_INV_REQ_ERR;
-    }
-    state = atomic_load_explicit(&pub->state, memory_order_acquire);
-    dq    = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);
-    if (HCA_UNLIKELY(
-            ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
-            ((dq != HCA_QPN_ANY) &&
-             ((dq != qp->qpn) ||
-              (atomic_load(&pub->dest_pid) != qp->dev->pid) ||
-              (atomic_load(&pub->dest_ctx) != qp->dev->ctx_id))))) {
-        return HCA_WC_REM_INV_REQ_ERR;
-    }
-    *pub_p = pub;
-    return HCA_WC_SUCCESS;
-}
-
-static hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
+hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
 {
     uint32_t ring_id = pub->ring_id;
 
@@ -406,7 +363,7 @@ static hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
 
 /* Producer side of arm/notify: the claim that cleared the consumer's
  * armed bit (hca_ring_claim's *wake_p) wakes it, after its publish. */
-static void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake)
+void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake)
 {
     if (HCA_UNLIKELY(wake)) {
         hca_notify_signal(qp->dev, qp->peer->pidns, qp->peer->addr.pid,
@@ -560,70 +517,6 @@ static hca_exec_t hca_shm_write_imm_notice(hca_qp_t *qp, hca_wqe_t *wqe,
 }
 
 /* ---------------------------------------------------------------- atomics */
-
-static uint64_t hca_atomic_apply(uint8_t opcode, void *addr, int size,
-                                 uint64_t operand, uint64_t swap)
-{
-    if (size == 4) {
-        uint32_t *p = addr, v = (uint32_t)operand, old = 0;
-        switch (opcode) {
-        case HCA_WR_ATOMIC_FETCH_ADD:
-        case HCA_WR_ATOMIC_ADD:
-            old = __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_FETCH_AND:
-        case HCA_WR_ATOMIC_AND:
-            old = __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_FETCH_OR:
-        case HCA_WR_ATOMIC_OR:
-            old = __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_FETCH_XOR:
-        case HCA_WR_ATOMIC_XOR:
-            old = __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_SWAP:
-            old = __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_CMP_SWP:
-            old = v;
-            __atomic_compare_exchange_n(p, &old, (uint32_t)swap, 0,
-                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-            break;
-        }
-        return old;
-    } else {
-        uint64_t *p = addr, old = 0;
-        switch (opcode) {
-        case HCA_WR_ATOMIC_FETCH_ADD:
-        case HCA_WR_ATOMIC_ADD:
-            old = __atomic_fetch_add(p, operand, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_FETCH_AND:
-        case HCA_WR_ATOMIC_AND:
-            old = __atomic_fetch_and(p, operand, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_FETCH_OR:
-        case HCA_WR_ATOMIC_OR:
-            old = __atomic_fetch_or(p, operand, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_FETCH_XOR:
-        case HCA_WR_ATOMIC_XOR:
-            old = __atomic_fetch_xor(p, operand, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_SWAP:
-            old = __atomic_exchange_n(p, operand, __ATOMIC_SEQ_CST);
-            break;
-        case HCA_WR_ATOMIC_CMP_SWP:
-            old = operand;
-            __atomic_compare_exchange_n(p, &old, swap, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST);
-            break;
-        }
-        return old;
-    }
-}
 
 /* Shared with the responder thread (hca_service.c). */
 uint64_t hca_shm_atomic_apply(uint8_t opcode, void *addr, int size,
@@ -1003,85 +896,6 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
     return 1;
 }
 
-/* ---------------------------------------------------------------- reserve */
-
-int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
-                     hca_send_slot_t *slot)
-{
-    hca_qp_pub_t *pub;
-    hca_ring_t *ring;
-    uint32_t off;
-    uint64_t idx;
-    int wake = 0;
-
-    /* what hca_post_send's direct path requires: an idle send queue, so
-     * nothing is overtaken and no CQE is owed */
-    if (HCA_UNLIKELY((qp->state != HCA_QPS_RTS) ||
-                     (qp->sq_exec != qp->sq_head) || (qp->n_issued != 0) ||
-                     qp->sq_sig_all) ||
-        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
-        return -EAGAIN;
-    }
-    ring = hca_shm_target_ring(qp, pub);
-    if (HCA_UNLIKELY((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0))) {
-        return -EAGAIN;
-    }
-    off              = hca_msg_data_off(length_hint);
-    slot->data       = (uint8_t*)hca_ring_slot(ring, idx) + off;
-    slot->max_length = hca_msg_room(off);
-    slot->data_off   = (uint8_t)off;
-    slot->index      = idx;
-    slot->ring       = ring;
-    slot->wake       = (uint32_t)wake;
-    return 0;
-}
-
-static void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
-                                  uint8_t op, uint8_t flags, uint32_t length,
-                                  uint32_t imm)
-{
-    hca_ring_t *ring   = slot->ring;
-    hca_msg_hdr_t *msg = hca_ring_slot(ring, slot->index);
-
-    msg->op      = op;
-    msg->flags   = flags;
-    msg->num_iov  = 0;
-    msg->data_off = slot->data_off;
-    msg->src_pid  = qp->dev->pid;
-    msg->src_ctx = qp->dev->ctx_id;
-    msg->src_qpn = qp->qpn;
-    msg->dst_qpn = qp->dest_qpn;
-    msg->imm     = imm;
-    msg->length  = length;
-    msg->msg_len = length;
-    hca_ring_publish(ring, slot->index);
-    hca_shm_ring_wake(qp, ring, (int)slot->wake);
-}
-
-int hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
-                    hca_wr_opcode_t opcode, uint32_t imm_data)
-{
-    if (HCA_UNLIKELY((length > slot->max_length) ||
-                     ((opcode != HCA_WR_SEND) &&
-                      (opcode != HCA_WR_SEND_WITH_IMM)))) {
-        hca_send_cancel(qp, slot);
-        return -EINVAL;
-    }
-    hca_send_slot_publish(qp, slot, HCA_MSG_SEND,
-                          HCA_MSG_FIRST | HCA_MSG_LAST |
-                          ((opcode == HCA_WR_SEND_WITH_IMM) ?
-                           HCA_MSG_WITH_IMM : 0),
-                          length, imm_data);
-    qp->cnt->tx_ops[opcode]++;
-    qp->cnt->tx_bytes[opcode] += length;
-    return 0;
-}
-
-void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
-{
-    hca_send_slot_publish(qp, slot, HCA_MSG_NOP, 0, 0, 0);
-}
-
 /* ---------------------------------------------------------------- ops */
 
 static int hca_shm_connect(hca_qp_t *qp)
@@ -1093,6 +907,7 @@ static int hca_shm_connect(hca_qp_t *qp)
     }
     qp->peer     = hca_peer_get(qp->dev, &qp->dest);
     qp->tgt_ring = NULL;
+    hca_direct_forget(qp);
     return 0;
 }
 

@@ -318,6 +318,14 @@ struct hca_qp {
     hca_peer_t       *peer;
     hca_map_t        *tgt_ring;   /* cached target ring mapping */
     uint32_t          tgt_ring_id;
+    struct {                      /* direct path: the last peer MR used */
+        uint32_t          rkey;   /* 0: empty */
+        uint32_t          access;
+        hca_mpt_entry_t  *entry;
+        uint8_t          *base;   /* our mapping of its addr */
+        uint64_t          addr;
+        uint64_t          length;
+    } dcache;
     hca_partial_t    *partials;   /* fragmented SENDs being received */
     hca_counters_t   *cnt;        /* in the q object: hca_devinfo reads it */
 };

@@ -373,12 +373,12 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
 
 /* ---------------------------------------------------------------- RMA */
 
-ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
-                                  unsigned length, uint64_t remote_addr,
-                                  uct_rkey_t rkey)
+/* put_short through a WR: busy send queue, or memory we do not map. */
+static UCS_F_NOINLINE ucs_status_t
+uct_hca_ep_put_short_wr(uct_hca_ep_t *ep, const void *buffer,
+                        unsigned length, uint64_t remote_addr,
+                        uct_rkey_t rkey)
 {
-    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
-    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
     hca_sge_t sge          = {.addr = (uintptr_t)buffer, .length = length};
     hca_send_wr_t wr       = {
         .sg_list    = &sge,
@@ -388,8 +388,24 @@ ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
         .rdma       = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
     };
 
-    UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "put_short");
     return uct_hca_ep_post(ep, &wr);
+}
+
+ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                  unsigned length, uint64_t remote_addr,
+                                  uct_rkey_t rkey)
+{
+    uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
+
+    UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "put_short");
+    if (uct_hca_ep_direct_ok(ep) &&
+        (hca_write_direct(ep->qp, buffer, length, remote_addr,
+                          (uint32_t)rkey) == 0)) {
+        ep->send_flags = 0; /* idle queue: the fence is satisfied */
+        return UCS_OK;
+    }
+    return uct_hca_ep_put_short_wr(ep, buffer, length, remote_addr, rkey);
 }
 
 ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
@@ -520,29 +536,12 @@ static UCS_F_ALWAYS_INLINE int uct_hca_atomic_opcode(unsigned op, int fetch)
     }
 }
 
-static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_hca_ep_atomic_post(uct_hca_ep_t *ep, unsigned opcode, uint64_t value,
-                       uint64_t remote_addr, uct_rkey_t rkey, unsigned size)
-{
-    int op           = uct_hca_atomic_opcode(opcode, 0);
-    hca_send_wr_t wr = {
-        .opcode      = (hca_wr_opcode_t)op,
-        .send_flags  = (size == 4) ? HCA_SEND_ATOMIC32 : 0,
-        .rdma        = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
-        .compare_add = value,
-    };
-
-    if (ucs_unlikely(op < 0)) {
-        return UCS_ERR_UNSUPPORTED;
-    }
-    return uct_hca_ep_post(ep, &wr);
-}
-
-static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_hca_ep_atomic_fetch(uct_hca_ep_t *ep, int op, uint64_t value,
-                        uint64_t swap, void *result, uint64_t remote_addr,
-                        uct_rkey_t rkey, unsigned size,
-                        uct_completion_t *comp)
+/* Atomics through a WR: busy send queue, or memory we do not map.  A
+ * fetching one completes from the CQE unless it completed in the post. */
+static UCS_F_NOINLINE ucs_status_t
+uct_hca_ep_atomic_wr(uct_hca_ep_t *ep, int op, uint64_t value, uint64_t swap,
+                     void *result, uint64_t remote_addr, uct_rkey_t rkey,
+                     unsigned size, uct_completion_t *comp)
 {
     hca_send_wr_t wr = {
         .opcode      = (hca_wr_opcode_t)op,
@@ -554,8 +553,8 @@ uct_hca_ep_atomic_fetch(uct_hca_ep_t *ep, int op, uint64_t value,
     uct_hca_op_t *hop;
     hca_sge_t sge;
 
-    if (ucs_unlikely(op < 0)) {
-        return UCS_ERR_UNSUPPORTED;
+    if (result == NULL) {
+        return uct_hca_ep_post(ep, &wr); /* a post: nothing comes back */
     }
     hop = uct_hca_ep_op_get(ep, UCT_HCA_OP_FETCH, comp);
     if (ucs_unlikely(hop == NULL)) {
@@ -572,20 +571,51 @@ uct_hca_ep_atomic_fetch(uct_hca_ep_t *ep, int op, uint64_t value,
     return uct_hca_ep_post_op(ep, &wr, hop);
 }
 
+/* result NULL: a post (no fetch).  The direct path first: one CPU atomic
+ * on the peer's mapped device memory. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_atomic(uct_hca_ep_t *ep, int op, uint64_t value, uint64_t swap,
+                  void *result, uint64_t remote_addr, uct_rkey_t rkey,
+                  unsigned size, uct_completion_t *comp)
+{
+    uint64_t old;
+
+    if (ucs_unlikely(op < 0)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if (uct_hca_ep_direct_ok(ep) &&
+        (hca_atomic_direct(ep->qp, (hca_wr_opcode_t)op, size, remote_addr,
+                           (uint32_t)rkey, value, swap, &old) == 0)) {
+        if (result != NULL) {
+            if (size == sizeof(uint32_t)) {
+                *(uint32_t*)result = (uint32_t)old;
+            } else {
+                *(uint64_t*)result = old;
+            }
+        }
+        ep->send_flags = 0; /* idle queue: the fence is satisfied */
+        return UCS_OK;
+    }
+    return uct_hca_ep_atomic_wr(ep, op, value, swap, result, remote_addr,
+                                rkey, size, comp);
+}
+
 ucs_status_t uct_hca_ep_atomic32_post(uct_ep_h tl_ep, unsigned opcode,
                                       uint32_t value, uint64_t remote_addr,
                                       uct_rkey_t rkey)
 {
-    return uct_hca_ep_atomic_post(ucs_derived_of(tl_ep, uct_hca_ep_t), opcode,
-                                  value, remote_addr, rkey, 4);
+    return uct_hca_ep_atomic(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                             uct_hca_atomic_opcode(opcode, 0), value, 0, NULL,
+                             remote_addr, rkey, 4, NULL);
 }
 
 ucs_status_t uct_hca_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
                                       uint64_t value, uint64_t remote_addr,
                                       uct_rkey_t rkey)
 {
-    return uct_hca_ep_atomic_post(ucs_derived_of(tl_ep, uct_hca_ep_t), opcode,
-                                  value, remote_addr, rkey, 8);
+    return uct_hca_ep_atomic(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                             uct_hca_atomic_opcode(opcode, 0), value, 0, NULL,
+                             remote_addr, rkey, 8, NULL);
 }
 
 ucs_status_t uct_hca_ep_atomic32_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
@@ -593,9 +623,9 @@ ucs_status_t uct_hca_ep_atomic32_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
                                        uint64_t remote_addr, uct_rkey_t rkey,
                                        uct_completion_t *comp)
 {
-    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
-                                   uct_hca_atomic_opcode(opcode, 1), value, 0,
-                                   result, remote_addr, rkey, 4, comp);
+    return uct_hca_ep_atomic(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                             uct_hca_atomic_opcode(opcode, 1), value, 0,
+                             result, remote_addr, rkey, 4, comp);
 }
 
 ucs_status_t uct_hca_ep_atomic64_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
@@ -603,9 +633,9 @@ ucs_status_t uct_hca_ep_atomic64_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
                                        uint64_t remote_addr, uct_rkey_t rkey,
                                        uct_completion_t *comp)
 {
-    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
-                                   uct_hca_atomic_opcode(opcode, 1), value, 0,
-                                   result, remote_addr, rkey, 8, comp);
+    return uct_hca_ep_atomic(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                             uct_hca_atomic_opcode(opcode, 1), value, 0,
+                             result, remote_addr, rkey, 8, comp);
 }
 
 ucs_status_t uct_hca_ep_atomic_cswap32(uct_ep_h tl_ep, uint32_t compare,
@@ -613,9 +643,9 @@ ucs_status_t uct_hca_ep_atomic_cswap32(uct_ep_h tl_ep, uint32_t compare,
                                        uct_rkey_t rkey, uint32_t *result,
                                        uct_completion_t *comp)
 {
-    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
-                                   HCA_WR_ATOMIC_CMP_SWP, compare, swap,
-                                   result, remote_addr, rkey, 4, comp);
+    return uct_hca_ep_atomic(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                             HCA_WR_ATOMIC_CMP_SWP, compare, swap, result,
+                             remote_addr, rkey, 4, comp);
 }
 
 ucs_status_t uct_hca_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
@@ -623,9 +653,9 @@ ucs_status_t uct_hca_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
                                        uct_rkey_t rkey, uint64_t *result,
                                        uct_completion_t *comp)
 {
-    return uct_hca_ep_atomic_fetch(ucs_derived_of(tl_ep, uct_hca_ep_t),
-                                   HCA_WR_ATOMIC_CMP_SWP, compare, swap,
-                                   result, remote_addr, rkey, 8, comp);
+    return uct_hca_ep_atomic(ucs_derived_of(tl_ep, uct_hca_ep_t),
+                             HCA_WR_ATOMIC_CMP_SWP, compare, swap, result,
+                             remote_addr, rkey, 8, comp);
 }
 
 /* ---------------------------------------------------------------- flush */

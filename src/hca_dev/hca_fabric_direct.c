@@ -1,0 +1,247 @@
+/*
+ * hca_fabric_direct.c - the shm fabric's direct paths: operations a
+ * transport issues on an idle send queue that complete inside the call,
+ * with no work request, no WQE and no CQE.
+ *
+ *   - direct send: the caller writes the payload straight into a claimed
+ *     slot of the target's receive ring (hca_send_reserve/commit);
+ *   - direct RDMA WRITE and atomics on a peer's device memory, which this
+ *     process maps: a memcpy or one CPU atomic.  The QP caches the last
+ *     MPT entry it used, so the key check is two loads of a line that
+ *     stays in our cache.
+ *
+ * Anything else returns -EAGAIN and the caller posts a WR, whose path
+ * checks everything again and reports the error, if any.
+ */
+#include "hca_shm_target.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* What every direct path requires: nothing queued or waiting for a
+ * response (so nothing is overtaken and a fence is satisfied), no
+ * sq_sig_all (no CQE owed), and the connection in RTS. */
+HCA_INLINE int hca_direct_idle(const hca_qp_t *qp)
+{
+    return HCA_LIKELY(qp->state == HCA_QPS_RTS) &&
+           (qp->sq_exec == qp->sq_head) && (qp->n_issued == 0) &&
+           !qp->sq_sig_all;
+}
+
+/* ---------------------------------------------------------------- reserve */
+
+int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+                     hca_send_slot_t *slot)
+{
+    hca_qp_pub_t *pub;
+    hca_ring_t *ring;
+    uint32_t off;
+    uint64_t idx;
+    int wake = 0;
+
+    if (HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
+        return -EAGAIN;
+    }
+    ring = hca_shm_target_ring(qp, pub);
+    if (HCA_UNLIKELY((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0))) {
+        return -EAGAIN;
+    }
+    off              = hca_msg_data_off(length_hint);
+    slot->data       = (uint8_t*)hca_ring_slot(ring, idx) + off;
+    slot->max_length = hca_msg_room(off);
+    slot->data_off   = (uint8_t)off;
+    slot->index      = idx;
+    slot->ring       = ring;
+    slot->wake       = (uint32_t)wake;
+    return 0;
+}
+
+static void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
+                                  uint8_t op, uint8_t flags, uint32_t length,
+                                  uint32_t imm)
+{
+    hca_ring_t *ring   = slot->ring;
+    hca_msg_hdr_t *msg = hca_ring_slot(ring, slot->index);
+
+    msg->op      = op;
+    msg->flags   = flags;
+    msg->num_iov  = 0;
+    msg->data_off = slot->data_off;
+    msg->src_pid  = qp->dev->pid;
+    msg->src_ctx = qp->dev->ctx_id;
+    msg->src_qpn = qp->qpn;
+    msg->dst_qpn = qp->dest_qpn;
+    msg->imm     = imm;
+    msg->length  = length;
+    msg->msg_len = length;
+    hca_ring_publish(ring, slot->index);
+    hca_shm_ring_wake(qp, ring, (int)slot->wake);
+}
+
+int hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
+                    hca_wr_opcode_t opcode, uint32_t imm_data)
+{
+    if (HCA_UNLIKELY((length > slot->max_length) ||
+                     ((opcode != HCA_WR_SEND) &&
+                      (opcode != HCA_WR_SEND_WITH_IMM)))) {
+        hca_send_cancel(qp, slot);
+        return -EINVAL;
+    }
+    hca_send_slot_publish(qp, slot, HCA_MSG_SEND,
+                          HCA_MSG_FIRST | HCA_MSG_LAST |
+                          ((opcode == HCA_WR_SEND_WITH_IMM) ?
+                           HCA_MSG_WITH_IMM : 0),
+                          length, imm_data);
+    qp->cnt->tx_ops[opcode]++;
+    qp->cnt->tx_bytes[opcode] += length;
+    return 0;
+}
+
+void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
+{
+    hca_send_slot_publish(qp, slot, HCA_MSG_NOP, 0, 0, 0);
+}
+
+/* ---------------------------------------------------------------- RDMA */
+
+void hca_direct_forget(hca_qp_t *qp)
+{
+    memset(&qp->dcache, 0, sizeof(qp->dcache));
+}
+
+/* Looks rkey up in the peer's MPT and caches it: only a valid MR of the
+ * target QP's PD inside device memory we can map. */
+static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
+{
+    hca_peer_t *peer = qp->peer;
+    uint32_t index   = rkey >> 8;
+    hca_mpt_entry_t *entry;
+    uint64_t addr, length, dm_off;
+    uint32_t access, dm_id, pd;
+    hca_map_t *map;
+
+    hca_direct_forget(qp);
+    if ((index == 0) || (index >= peer->hdr.max_mr)) {
+        return -EINVAL;
+    }
+    entry = &peer->mpt[index];
+    if ((atomic_load_explicit(&entry->state, memory_order_acquire) !=
+         HCA_MPT_VALID) ||
+        (atomic_load_explicit(&entry->key, memory_order_acquire) != rkey)) {
+        return -EINVAL;
+    }
+    /* each field read once: the owner may change them under us */
+    addr   = entry->addr;
+    length = entry->length;
+    dm_off = entry->dm_offset;
+    access = entry->access;
+    dm_id  = entry->dm_id;
+    pd     = entry->pd_handle;
+    if ((dm_id == 0) || (pd != pub->pd_handle)) {
+        return -EINVAL; /* plain memory: CMA or the responder */
+    }
+    map = hca_peer_dm(qp->dev, peer, dm_id);
+    if ((map == NULL) || (dm_off > map->shm.length) ||
+        (length > map->shm.length - dm_off)) {
+        return -EINVAL;
+    }
+    qp->dcache.base   = (uint8_t*)map->shm.addr + dm_off;
+    qp->dcache.entry  = entry;
+    qp->dcache.addr   = addr;
+    qp->dcache.length = length;
+    qp->dcache.access = access;
+    qp->dcache.rkey   = rkey;
+    return 0;
+}
+
+/* Our mapping of [raddr, raddr+length) of the MR rkey, or NULL.
+ * Not pinned: device memory stays mapped by us whatever its owner does,
+ * so a deregistration racing with this access can at worst let it land
+ * in that device memory (documented in docs/DEVICE.md). */
+HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                      uint32_t rkey, uint64_t raddr,
+                                      uint64_t length, unsigned access,
+                                      unsigned align)
+{
+    hca_mpt_entry_t *entry;
+    uint64_t off;
+
+    if (HCA_UNLIKELY((qp->dcache.rkey != rkey) || (rkey == 0)) &&
+        (hca_direct_fill(qp, pub, rkey) != 0)) {
+        return NULL;
+    }
+    entry = qp->dcache.entry;
+    if (HCA_UNLIKELY((atomic_load_explicit(&entry->state,
+                                           memory_order_acquire) !=
+                      HCA_MPT_VALID) ||
+                     (atomic_load_explicit(&entry->key,
+                                           memory_order_relaxed) != rkey))) {
+        hca_direct_forget(qp); /* deregistered (or reused) */
+        return NULL;
+    }
+    off = raddr - qp->dcache.addr;
+    if (HCA_UNLIKELY(((qp->dcache.access & access) != access) ||
+                     (raddr < qp->dcache.addr) ||
+                     (off > qp->dcache.length) ||
+                     (length > qp->dcache.length - off) ||
+                     (raddr & (align - 1)))) {
+        return NULL;
+    }
+    return qp->dcache.base + off;
+}
+
+int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
+                     uint64_t remote_addr, uint32_t rkey)
+{
+    hca_qp_pub_t *pub;
+    uint8_t *dst;
+
+    if (HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
+        HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_WRITE))) {
+        return -EAGAIN;
+    }
+    dst = hca_direct_target(qp, pub, rkey, remote_addr, length,
+                            HCA_ACCESS_REMOTE_WRITE, 1);
+    if (HCA_UNLIKELY(dst == NULL)) {
+        return -EAGAIN;
+    }
+    memcpy(dst, buf, length);
+    qp->cnt->tx_ops[HCA_WR_RDMA_WRITE]++;
+    qp->cnt->tx_bytes[HCA_WR_RDMA_WRITE] += length;
+    qp->cnt->mapped_ops++;
+    return 0;
+}
+
+int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
+                      uint64_t remote_addr, uint32_t rkey,
+                      uint64_t compare_add, uint64_t swap, uint64_t *old_p)
+{
+    hca_qp_pub_t *pub;
+    uint8_t *target;
+    uint64_t old;
+
+    if (HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+        HCA_UNLIKELY((unsigned)opcode >= HCA_WR_OPCODE_LAST) ||
+        HCA_UNLIKELY(!(hca_opcode[opcode].flags & HCA_OPF_ATOMIC)) ||
+        HCA_UNLIKELY((size != 4) && (size != 8)) ||
+        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
+        HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_ATOMIC))) {
+        return -EAGAIN;
+    }
+    target = hca_direct_target(qp, pub, rkey, remote_addr, size,
+                               HCA_ACCESS_REMOTE_ATOMIC, size);
+    if (HCA_UNLIKELY(target == NULL)) {
+        return -EAGAIN;
+    }
+    old = hca_atomic_apply((uint8_t)opcode, target, (int)size, compare_add,
+                           swap);
+    if (old_p != NULL) {
+        *old_p = old;
+    }
+    qp->cnt->tx_ops[opcode]++;
+    qp->cnt->tx_bytes[opcode] += size;
+    qp->cnt->mapped_ops++;
+    return 0;
+}

@@ -1,0 +1,126 @@
+/*
+ * hca_shm_target.h - what every requester path of the shm fabric checks
+ * before touching a peer (its target QP), and the CPU atomics; inline
+ * because the direct paths (hca_fabric_direct.c) run them on every call.
+ */
+#ifndef HCA_SHM_TARGET_H
+#define HCA_SHM_TARGET_H
+
+#include "hca_priv.h"
+
+#define HCA_QPN_INDEX(_qpn) ((_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
+
+/* The connected target QP: the peer is there, the QP exists, is in RTR or
+ * RTS and accepts us.  On success *pub_p is its public entry. */
+HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
+                                          hca_qp_pub_t **pub_p)
+{
+    hca_peer_t *peer = qp->peer;
+    uint32_t idx     = HCA_QPN_INDEX(qp->dest_qpn);
+    hca_qp_pub_t *pub;
+    uint32_t state, dq;
+
+    if (HCA_UNLIKELY(peer == NULL)) {
+        peer = qp->peer = hca_peer_get(qp->dev, &qp->dest);
+        if (peer == NULL) {
+            return HCA_WC_RETRY_EXC_ERR;
+        }
+    }
+    if (HCA_UNLIKELY(atomic_load_explicit(&peer->dead,
+                                          memory_order_relaxed))) {
+        return HCA_WC_RETRY_EXC_ERR;
+    }
+    if (HCA_UNLIKELY((idx == 0) || (idx >= peer->hdr.max_qp))) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    pub   = &peer->qp_pub[idx];
+    /* qpn first (acquire: it is published last), then what it guards */
+    if (HCA_UNLIKELY(atomic_load_explicit(&pub->qpn, memory_order_acquire) !=
+                     qp->dest_qpn)) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    state = atomic_load_explicit(&pub->state, memory_order_acquire);
+    dq    = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);
+    if (HCA_UNLIKELY(
+            ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
+            ((dq != HCA_QPN_ANY) &&
+             ((dq != qp->qpn) ||
+              (atomic_load(&pub->dest_pid) != qp->dev->pid) ||
+              (atomic_load(&pub->dest_ctx) != qp->dev->ctx_id))))) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    *pub_p = pub;
+    return HCA_WC_SUCCESS;
+}
+
+/* The target QP's receive ring (mapped on first use). */
+hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub);
+/* Wakes the ring's consumer if the claim said so (after the publish). */
+void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake);
+
+/* Applies an atomic opcode to addr (size 4 or 8); returns the old value. */
+HCA_INLINE uint64_t hca_atomic_apply(uint8_t opcode, void *addr, int size,
+                                 uint64_t operand, uint64_t swap)
+{
+    if (size == 4) {
+        uint32_t *p = addr, v = (uint32_t)operand, old = 0;
+        switch (opcode) {
+        case HCA_WR_ATOMIC_FETCH_ADD:
+        case HCA_WR_ATOMIC_ADD:
+            old = __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_AND:
+        case HCA_WR_ATOMIC_AND:
+            old = __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_OR:
+        case HCA_WR_ATOMIC_OR:
+            old = __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_XOR:
+        case HCA_WR_ATOMIC_XOR:
+            old = __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_SWAP:
+            old = __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_CMP_SWP:
+            old = v;
+            __atomic_compare_exchange_n(p, &old, (uint32_t)swap, 0,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+            break;
+        }
+        return old;
+    } else {
+        uint64_t *p = addr, old = 0;
+        switch (opcode) {
+        case HCA_WR_ATOMIC_FETCH_ADD:
+        case HCA_WR_ATOMIC_ADD:
+            old = __atomic_fetch_add(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_AND:
+        case HCA_WR_ATOMIC_AND:
+            old = __atomic_fetch_and(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_OR:
+        case HCA_WR_ATOMIC_OR:
+            old = __atomic_fetch_or(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_FETCH_XOR:
+        case HCA_WR_ATOMIC_XOR:
+            old = __atomic_fetch_xor(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_SWAP:
+            old = __atomic_exchange_n(p, operand, __ATOMIC_SEQ_CST);
+            break;
+        case HCA_WR_ATOMIC_CMP_SWP:
+            old = operand;
+            __atomic_compare_exchange_n(p, &old, swap, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST);
+            break;
+        }
+        return old;
+    }
+}
+
+#endif
