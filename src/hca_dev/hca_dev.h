@@ -440,14 +440,22 @@ void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
 /* Direct RDMA WRITE and atomics: executed inside the call when the target
  * MR is device memory of a peer on this host (which this process maps)
  * and the send queue is idle, as for hca_send_reserve(); 0 when done
- * (complete, no CQE; *old_p gets a fetching atomic's old value), else
+ * (complete, no CQE; a fetching atomic stores the old value, size bytes,
+ * at result unless it is NULL), else
  * -EAGAIN: post a WR instead (which also reports a bad key or range). */
 int  hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
                       uint64_t remote_addr, uint32_t rkey);
+/* The same check without the copy, for a caller that moves the data
+ * itself (scatter/gather, an unpack callback): our mapping of
+ * [remote_addr, remote_addr + length) for access HCA_ACCESS_REMOTE_READ or
+ * _WRITE, counted as that RDMA op; use it at once (the send queue must
+ * stay idle: post nothing before).  NULL: post a WR instead. */
+void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                     size_t length, unsigned access);
 /* opcode: any HCA_WR_ATOMIC_*; size 4 or 8 (remote_addr aligned to it). */
 int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
                        uint64_t remote_addr, uint32_t rkey,
-                       uint64_t compare_add, uint64_t swap, uint64_t *old_p);
+                       uint64_t compare_add, uint64_t swap, void *result);
 
 /* In-place receive, for a QP created with HCA_QP_CREATE_RECV_INPLACE:
  * hca_recv_peek() returns 1 and describes the next message if it is a

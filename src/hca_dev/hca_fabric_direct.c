@@ -191,6 +191,31 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
     return qp->dcache.base + off;
 }
 
+void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                     size_t length, unsigned access)
+{
+    hca_wr_opcode_t op = (access == HCA_ACCESS_REMOTE_READ) ?
+                         HCA_WR_RDMA_READ : HCA_WR_RDMA_WRITE;
+    hca_qp_pub_t *pub;
+    uint8_t *p;
+
+    if (HCA_UNLIKELY((access != HCA_ACCESS_REMOTE_READ) &&
+                     (access != HCA_ACCESS_REMOTE_WRITE)) ||
+        HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
+        HCA_UNLIKELY(!(pub->access & access))) {
+        return NULL;
+    }
+    p = hca_direct_target(qp, pub, rkey, remote_addr, length, access, 1);
+    if (HCA_LIKELY(p != NULL)) {
+        /* the caller moves the data now: count it as that RDMA op */
+        qp->cnt->tx_ops[op]++;
+        qp->cnt->tx_bytes[op] += length;
+        qp->cnt->mapped_ops++;
+    }
+    return p;
+}
+
 int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
                      uint64_t remote_addr, uint32_t rkey)
 {
@@ -216,7 +241,7 @@ int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
 
 int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
                       uint64_t remote_addr, uint32_t rkey,
-                      uint64_t compare_add, uint64_t swap, uint64_t *old_p)
+                      uint64_t compare_add, uint64_t swap, void *result)
 {
     hca_qp_pub_t *pub;
     uint8_t *target;
@@ -237,8 +262,12 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
     }
     old = hca_atomic_apply((uint8_t)opcode, target, (int)size, compare_add,
                            swap);
-    if (old_p != NULL) {
-        *old_p = old;
+    if (result != NULL) {
+        if (size == 4) {
+            *(uint32_t*)result = (uint32_t)old;
+        } else {
+            *(uint64_t*)result = old;
+        }
     }
     qp->cnt->tx_ops[opcode]++;
     qp->cnt->tx_bytes[opcode] += size;

@@ -20,7 +20,7 @@
 #define HCA_WIRE_VERSION     2
 #define HCA_CACHE_LINE       64
 
-#define HCA_RING_SLOTS       256          /* slots per receive ring */
+#define HCA_RING_SLOTS       64           /* slots per receive ring */
 #define HCA_RING_SLOT_SIZE   (8192 + 64)  /* bytes, header included: an 8 KiB
                                               message in one slot */
 #define HCA_SVC_SLOTS        256          /* service ring slots */

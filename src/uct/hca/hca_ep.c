@@ -491,8 +491,20 @@ ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
     };
     uct_hca_op_t *op;
     hca_sge_t sge;
+    void *src;
 
     UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "get_bcopy");
+    if (uct_hca_ep_direct_ok(ep)) {
+        /* the peer's device memory is mapped here: unpack straight from
+         * it, no bounce buffer */
+        src = hca_direct_ptr(ep->qp, remote_addr, (uint32_t)rkey, length,
+                             HCA_ACCESS_REMOTE_READ);
+        if (src != NULL) {
+            unpack_cb(arg, src, length);
+            ep->send_flags = 0;
+            return UCS_OK;
+        }
+    }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_GET_BCOPY, comp);
     if (ucs_unlikely(op == NULL)) {
         return UCS_ERR_NO_RESOURCE;
@@ -578,21 +590,12 @@ uct_hca_ep_atomic(uct_hca_ep_t *ep, int op, uint64_t value, uint64_t swap,
                   void *result, uint64_t remote_addr, uct_rkey_t rkey,
                   unsigned size, uct_completion_t *comp)
 {
-    uint64_t old;
-
     if (ucs_unlikely(op < 0)) {
         return UCS_ERR_UNSUPPORTED;
     }
     if (uct_hca_ep_direct_ok(ep) &&
         (hca_atomic_direct(ep->qp, (hca_wr_opcode_t)op, size, remote_addr,
-                           (uint32_t)rkey, value, swap, &old) == 0)) {
-        if (result != NULL) {
-            if (size == sizeof(uint32_t)) {
-                *(uint32_t*)result = (uint32_t)old;
-            } else {
-                *(uint64_t*)result = old;
-            }
-        }
+                           (uint32_t)rkey, value, swap, result) == 0)) {
         ep->send_flags = 0; /* idle queue: the fence is satisfied */
         return UCS_OK;
     }
