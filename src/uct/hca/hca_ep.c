@@ -832,7 +832,7 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
     devaddr = (const uct_hca_device_addr_t*)params->dev_addr;
 
     init.send_cq         = iface->cq;
-    init.recv_cq         = iface->cq;
+    init.recv_cq         = iface->ep_rx_cq;
     init.srq             = iface->ep_srq;
     init.max_send_wr     = iface->config.tx_queue_len;
     init.max_send_sge    = UCT_HCA_MAX_IOV + 1;

@@ -487,6 +487,10 @@ static ucs_status_t uct_hca_iface_create_qps(uct_hca_iface_t *iface,
     if (rc != 0) {
         return UCS_ERR_NO_RESOURCE;
     }
+    rc = hca_cq_create(iface->md->dev, 1, &iface->ep_rx_cq);
+    if (rc != 0) {
+        return UCS_ERR_NO_RESOURCE;
+    }
     rc = hca_srq_create(iface->md->pd, &srq_attr, &iface->ep_srq);
     if (rc != 0) {
         return UCS_ERR_NO_RESOURCE;
@@ -526,6 +530,9 @@ static void uct_hca_iface_destroy_qps(uct_hca_iface_t *iface)
     }
     if (iface->ep_srq != NULL) {
         hca_srq_destroy(iface->ep_srq);
+    }
+    if (iface->ep_rx_cq != NULL) {
+        hca_cq_destroy(iface->ep_rx_cq);
     }
     if (iface->cq != NULL) {
         hca_cq_destroy(iface->cq);
@@ -571,6 +578,7 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
     self->failed_eps          = 0;
     self->cq                  = NULL;
     self->ep_srq              = NULL;
+    self->ep_rx_cq            = NULL;
     self->tgt_qp              = NULL;
     self->release_desc.cb     = uct_hca_iface_release_desc;
     ucs_list_head_init(&self->ep_list);

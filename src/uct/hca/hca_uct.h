@@ -132,6 +132,8 @@ typedef struct uct_hca_iface {
     uct_hca_md_t         *md;
     hca_cq_t             *cq;
     hca_srq_t            *ep_srq;
+    hca_cq_t             *ep_rx_cq;   /* ep QPs' receive side: they never
+                                         receive, so it is never polled */
     hca_qp_t             *tgt_qp;
     ucs_mpool_t           rx_mp;
     ucs_mpool_t           tx_mp;
