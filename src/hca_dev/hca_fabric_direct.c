@@ -57,9 +57,9 @@ int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
     return 0;
 }
 
-static void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
-                                  uint8_t op, uint8_t flags, uint32_t length,
-                                  uint32_t imm)
+HCA_INLINE void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
+                                      uint8_t op, uint8_t flags,
+                                      uint32_t length, uint32_t imm)
 {
     hca_ring_t *ring   = slot->ring;
     hca_msg_hdr_t *msg = hca_ring_slot(ring, slot->index);

@@ -346,32 +346,6 @@ static hca_wc_status_t hca_cma_xfer(uint32_t pid, int write,
 
 /* ---------------------------------------------------------------- target */
 
-hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
-{
-    uint32_t ring_id = pub->ring_id;
-
-    if (HCA_UNLIKELY((qp->tgt_ring == NULL) ||
-                     (qp->tgt_ring_id != ring_id))) {
-        qp->tgt_ring = hca_peer_ring(qp->dev, qp->peer, ring_id);
-        if (qp->tgt_ring == NULL) {
-            return NULL;
-        }
-        qp->tgt_ring_id = ring_id;
-    }
-    return &qp->tgt_ring->ring;
-}
-
-/* Producer side of arm/notify: the claim that cleared the consumer's
- * armed bit (hca_ring_claim's *wake_p) wakes it, after its publish. */
-void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake)
-{
-    if (HCA_UNLIKELY(wake)) {
-        hca_notify_signal(qp->dev, qp->peer->pidns, qp->peer->addr.pid,
-                          qp->peer->addr.ctx_id,
-                          atomic_load(&ring->hdr->notify_idx));
-    }
-}
-
 static void hca_msg_fill(hca_qp_t *qp, hca_msg_hdr_t *msg, uint8_t op,
                          uint8_t flags, const hca_wqe_t *wqe)
 {
