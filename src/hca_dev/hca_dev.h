@@ -410,11 +410,15 @@ uint32_t hca_qp_outstanding(const hca_qp_t *qp);
  * complete (no CQE; as an unsignalled hca_post_send would be).  Only on an
  * idle send queue (nothing queued or waiting for a response) of a QP in
  * RTS without sq_sig_all, so it never overtakes a WR: every earlier WR has
- * completed, so a fence is satisfied too.  -EAGAIN otherwise, or when the
- * ring is full or the target refuses: post a WR instead, which queues,
- * waits or reports the error.  Between reserve and commit the ring is
- * held: commit (or cancel) at once, and post nothing on the QP in
- * between. */
+ * completed, so a fence is satisfied too.  Returns 0, or
+ *   -EAGAIN      the target's ring is full (retry later, as for
+ *                hca_post_send; nothing was sent);
+ *   -ECONNRESET  it stayed full and its owner is gone (the QP is in ERR);
+ *   -EBUSY       the direct path does not apply (queue not idle, QP not
+ *                in RTS, target refuses): post a WR instead, which
+ *                queues, waits or reports the error.
+ * Between reserve and commit the ring is held: commit (or cancel) at
+ * once, and post nothing on the QP in between. */
 typedef struct hca_send_slot {
     void     *data;        /* write the payload here */
     uint32_t  max_length;  /* bytes available at data */

@@ -41,12 +41,18 @@ int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
 
     if (HCA_UNLIKELY(!hca_direct_idle(qp)) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
-        return -EAGAIN;
+        return -EBUSY;
     }
     ring = hca_shm_target_ring(qp, pub);
-    if (HCA_UNLIKELY((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0))) {
-        return -EAGAIN;
+    if (HCA_UNLIKELY(ring == NULL)) {
+        return -EBUSY;
     }
+    if (HCA_UNLIKELY(hca_ring_claim(ring, &idx, &wake) != 0)) {
+        /* as hca_post_send would answer, without building a WR first */
+        qp->cnt->ring_full++;
+        return hca_qp_ring_full(qp);
+    }
+    qp->full_since = 0;
     off              = hca_msg_data_off(length_hint);
     slot->data       = (uint8_t*)hca_ring_slot(ring, idx) + off;
     slot->max_length = hca_msg_room(off);

@@ -331,6 +331,9 @@ struct hca_qp {
 };
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
+/* The target ring was full: -EAGAIN, or -ECONNRESET once it stayed full
+ * and its owner is gone (the QP is then in ERR). */
+int  hca_qp_ring_full(hca_qp_t *qp);
 hca_qp_t *hca_qp_lookup(hca_device_t *dev, uint32_t qpn);
 
 /* Requester and completer */

@@ -497,7 +497,7 @@ static void hca_wqe_fill(hca_qp_t *qp, hca_wqe_t *wqe, uint64_t idx,
  * (a store into a dead peer's ring still succeeds until it fills): check
  * liveness at most every HCA_PEER_CHECK_NS.  -EAGAIN, or -ECONNRESET once
  * the peer is found gone (the QP is then in ERR). */
-static int hca_qp_ring_full(hca_qp_t *qp)
+int hca_qp_ring_full(hca_qp_t *qp)
 {
     uint64_t now = hca_now_ns();
 

@@ -19,7 +19,23 @@ static UCS_F_ALWAYS_INLINE uct_hca_iface_t *uct_hca_ep_iface(uct_hca_ep_t *ep)
     return ucs_derived_of(ep->super.super.iface, uct_hca_iface_t);
 }
 
-/* Posts one WR; the only place a device error becomes a UCS status. */
+/* The only place a device error of a post becomes a UCS status. */
+static UCS_F_NOINLINE ucs_status_t uct_hca_ep_post_error(uct_hca_ep_t *ep,
+                                                         int rc)
+{
+    if ((rc == -EAGAIN) || (rc == -ENOMEM)) {
+        ep->no_resource = 1;
+        return UCS_ERR_NO_RESOURCE;
+    }
+    /* the QP left RTS (peer gone, or an earlier WR failed): make sure the
+     * error reaches UCX from progress */
+    uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep,
+                               (rc == -ECONNRESET) ? UCS_ERR_ENDPOINT_TIMEOUT :
+                                                     UCS_ERR_CONNECTION_RESET);
+    return ep->status;
+}
+
+/* Posts one WR. */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
 {
@@ -40,16 +56,7 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
         ep->send_flags = 0;
         return UCS_OK;
     }
-    if ((rc == -EAGAIN) || (rc == -ENOMEM)) {
-        ep->no_resource = 1;
-        return UCS_ERR_NO_RESOURCE;
-    }
-    /* the QP left RTS (peer gone, or an earlier WR failed): make sure the
-     * error reaches UCX from progress */
-    uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep,
-                               (rc == -ECONNRESET) ? UCS_ERR_ENDPOINT_TIMEOUT :
-                                                     UCS_ERR_CONNECTION_RESET);
-    return ep->status;
+    return uct_hca_ep_post_error(ep, rc);
 }
 
 /* The direct send path may be tried: not failed, and not overtaking the
@@ -205,20 +212,26 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
     hca_send_slot_t slot;
+    int rc;
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(length + sizeof(header), 0, iface->config.max_inline,
                      "am_short");
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, payload,
                        length, "TX: AM_SHORT");
-    if (uct_hca_ep_direct_ok(ep) &&
-        (hca_send_reserve(ep->qp, length + sizeof(header), &slot) == 0)) {
-        /* header and payload straight into the target's ring */
-        memcpy(slot.data, &header, sizeof(header));
-        memcpy(UCS_PTR_BYTE_OFFSET(slot.data, sizeof(header)), payload,
-               length);
-        uct_hca_ep_am_commit(ep, &slot, id, length + sizeof(header));
-        return UCS_OK;
+    if (uct_hca_ep_direct_ok(ep)) {
+        rc = hca_send_reserve(ep->qp, length + sizeof(header), &slot);
+        if (ucs_likely(rc == 0)) {
+            /* header and payload straight into the target's ring */
+            memcpy(slot.data, &header, sizeof(header));
+            memcpy(UCS_PTR_BYTE_OFFSET(slot.data, sizeof(header)), payload,
+                   length);
+            uct_hca_ep_am_commit(ep, &slot, id, length + sizeof(header));
+            return UCS_OK;
+        }
+        if (rc != -EBUSY) {
+            return uct_hca_ep_post_error(ep, rc); /* ring full, peer gone */
+        }
     }
     return uct_hca_ep_am_short_wr(ep, id, header, payload, length);
 }
@@ -243,15 +256,20 @@ ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_short_iov");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "am_short_iov");
-    if (uct_hca_ep_direct_ok(ep) &&
-        (hca_send_reserve(ep->qp, (uint32_t)length, &slot) == 0)) {
-        uint8_t *p = slot.data;
-        for (int i = 0; i < wr.num_sge; ++i) {
-            memcpy(p, (void*)(uintptr_t)sge[i].addr, sge[i].length);
-            p += sge[i].length;
+    if (uct_hca_ep_direct_ok(ep)) {
+        int rc = hca_send_reserve(ep->qp, (uint32_t)length, &slot);
+        if (ucs_likely(rc == 0)) {
+            uint8_t *p = slot.data;
+            for (int i = 0; i < wr.num_sge; ++i) {
+                memcpy(p, (void*)(uintptr_t)sge[i].addr, sge[i].length);
+                p += sge[i].length;
+            }
+            uct_hca_ep_am_commit(ep, &slot, id, length);
+            return UCS_OK;
         }
-        uct_hca_ep_am_commit(ep, &slot, id, length);
-        return UCS_OK;
+        if (rc != -EBUSY) {
+            return uct_hca_ep_post_error(ep, rc);
+        }
     }
     return uct_hca_ep_post(ep, &wr);
 }
@@ -276,30 +294,37 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     uct_hca_op_t *op;
     hca_sge_t sge;
     size_t length;
+    int rc;
 
     UCT_CHECK_AM_ID(id);
     if (ucs_unlikely(flags & UCT_SEND_FLAG_PEER_CHECK)) {
         /* a store into a dead peer's ring would still "succeed" */
         uct_hca_ep_peer_check(ep);
     }
-    if (iface->config.bcopy_in_slot && uct_hca_ep_direct_ok(ep) &&
-        (hca_send_reserve(ep->qp, (uint32_t)iface->config.seg_size,
-                          &slot) == 0)) {
-        if (ucs_likely(slot.max_length >= iface->config.seg_size)) {
-            /* packed straight into the target's ring */
+    if (iface->config.bcopy_in_slot && uct_hca_ep_direct_ok(ep)) {
+        /* packed straight into the target's ring (seg_size fits a slot) */
+        rc = hca_send_reserve(ep->qp, (uint32_t)iface->config.seg_size,
+                              &slot);
+        if (ucs_likely(rc == 0)) {
             length = pack_cb(slot.data, arg);
+            if (ucs_unlikely(length > slot.max_length)) {
+                ucs_fatal("am_bcopy: packed %zu bytes, above seg_size %zu",
+                          length, iface->config.seg_size);
+            }
+            uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                               slot.data, length, "TX: AM_BCOPY");
             if (ucs_unlikely(length > iface->config.seg_size)) {
                 hca_send_cancel(ep->qp, &slot);
                 ucs_error("am_bcopy: packed %zu bytes, above seg_size %zu",
                           length, iface->config.seg_size);
                 return UCS_ERR_INVALID_PARAM;
             }
-            uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
-                               slot.data, length, "TX: AM_BCOPY");
             uct_hca_ep_am_commit(ep, &slot, id, length);
             return (ssize_t)length;
         }
-        hca_send_cancel(ep->qp, &slot); /* seg_size above the slot */
+        if (rc != -EBUSY) {
+            return (ssize_t)uct_hca_ep_post_error(ep, rc);
+        }
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
     if (ucs_unlikely(op == NULL)) {
