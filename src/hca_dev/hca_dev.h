@@ -111,9 +111,12 @@ int  hca_get_device_list(char (*names)[HCA_DEVNAME_MAX], int max);
 
 /* Open flags */
 enum {
-    HCA_OPEN_NO_SINGLE_COPY = 1u << 0  /* never use CMA (process_vm_*):
+    HCA_OPEN_NO_SINGLE_COPY = 1u << 0, /* never use CMA (process_vm_*):
                                           move data through the rings and
                                           the responder instead */
+    HCA_OPEN_NO_MEMBARRIER  = 1u << 1  /* do not use membarrier(2): direct
+                                          accesses pin MPT entries (what
+                                          happens where it is missing) */
 };
 
 int  hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p);
@@ -452,10 +455,12 @@ int  hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
 /* The same check without the copy, for a caller that moves the data
  * itself (scatter/gather, an unpack callback): our mapping of
  * [remote_addr, remote_addr + length) for access HCA_ACCESS_REMOTE_READ or
- * _WRITE, counted as that RDMA op; use it at once (the send queue must
- * stay idle: post nothing before).  NULL: post a WR instead. */
+ * _WRITE, counted as that RDMA op.  Move the data at once, then call
+ * hca_direct_done() (a deregistration of the MR waits until then); post
+ * nothing on the QP in between.  NULL: post a WR instead. */
 void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                      size_t length, unsigned access);
+void  hca_direct_done(hca_qp_t *qp);
 /* opcode: any HCA_WR_ATOMIC_*; size 4 or 8 (remote_addr aligned to it). */
 int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
                        uint64_t remote_addr, uint32_t rkey,

@@ -55,7 +55,8 @@ static size_t hca_align_up(size_t v)
 static int hca_ctx_create(hca_device_t *dev)
 {
     size_t off = hca_align_up(sizeof(hca_ctx_hdr_t));
-    size_t mpt_off, qp_off, notify_off, svc_off, cnt_off, total;
+    size_t mpt_off, qp_off, notify_off, svc_off, cnt_off, map_off, busy_off;
+    size_t total;
     char name[96];
     int rc;
 
@@ -70,7 +71,11 @@ static int hca_ctx_create(hca_device_t *dev)
     off        = hca_align_up(off + hca_ring_bytes(HCA_SVC_SLOTS,
                                                    sizeof(hca_svc_req_t)));
     cnt_off    = off;
-    total      = off + sizeof(hca_counters_t);
+    off        = hca_align_up(off + sizeof(hca_counters_t));
+    map_off    = off;
+    off        = hca_align_up(off + sizeof(hca_mapper_t) * HCA_MAX_MAPPERS);
+    busy_off   = off;
+    total      = off + sizeof(hca_busy_t) * (HCA_MAX_QP + 1);
 
     hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
                  "ctx", 0);
@@ -84,6 +89,8 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->qp_pub = (hca_qp_pub_t*)((uint8_t*)dev->ctx.addr + qp_off);
     dev->notify = (hca_notify_t*)((uint8_t*)dev->ctx.addr + notify_off);
     dev->svc_cnt = (hca_counters_t*)((uint8_t*)dev->ctx.addr + cnt_off);
+    dev->mappers = (hca_mapper_t*)((uint8_t*)dev->ctx.addr + map_off);
+    dev->busy    = (hca_busy_t*)((uint8_t*)dev->ctx.addr + busy_off);
     hca_ring_init(&dev->svc, (uint8_t*)dev->ctx.addr + svc_off,
                   HCA_SVC_SLOTS, sizeof(hca_svc_req_t), HCA_NOTIFY_SVC);
 
@@ -102,6 +109,9 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->hdr->notify_offset = notify_off;
     dev->hdr->svc_offset  = svc_off;
     dev->hdr->counters_offset = cnt_off;
+    dev->hdr->mappers_offset  = map_off;
+    dev->hdr->busy_offset     = busy_off;
+    dev->hdr->direct_fence    = (uint32_t)hca_direct_fence_init(dev);
     dev->hdr->single_copy = (uint32_t)dev->single_copy;
     dev->hdr->probe_addr  = (uint64_t)(uintptr_t)&dev->probe_value;
     dev->hdr->probe_value = dev->probe_value;

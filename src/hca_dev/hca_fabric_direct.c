@@ -8,7 +8,8 @@
  *   - direct RDMA WRITE and atomics on a peer's device memory, which this
  *     process maps: a memcpy or one CPU atomic.  The QP caches the last
  *     MPT entry it used, so the key check is two loads of a line that
- *     stays in our cache.
+ *     stays in our cache; deregistration is kept safe by the QP's busy
+ *     word (hca_direct_fence.c) or, failing that, by pinning the entry.
  *
  * Anything else returns -EAGAIN and the caller posts a WR, whose path
  * checks everything again and reports the error, if any.
@@ -152,6 +153,7 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
         (length > map->shm.length - dm_off)) {
         return -EINVAL;
     }
+    qp->dcache.mode   = hca_direct_mode(qp->dev, peer);
     qp->dcache.base   = (uint8_t*)map->shm.addr + dm_off;
     qp->dcache.entry  = entry;
     qp->dcache.addr   = addr;
@@ -161,10 +163,20 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     return 0;
 }
 
-/* Our mapping of [raddr, raddr+length) of the MR rkey, or NULL.
- * Not pinned: device memory stays mapped by us whatever its owner does,
- * so a deregistration racing with this access can at worst let it land
- * in that device memory (documented in docs/DEVICE.md). */
+/* Ends a direct access begun by hca_direct_target(). */
+HCA_INLINE void hca_direct_end(hca_qp_t *qp)
+{
+    if (HCA_LIKELY(qp->dcache.mode == HCA_DIRECT_BUSY)) {
+        atomic_store_explicit(&qp->dev->busy[qp->index].busy, 0,
+                              memory_order_release);
+    } else {
+        hca_mpt_release(qp->dcache.entry);
+    }
+}
+
+/* Begins a direct access: our mapping of [raddr, raddr+length) of the MR
+ * rkey, or NULL.  Until hca_direct_end() a deregistration of that MR
+ * waits for us (see hca_direct_fence.c). */
 HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
                                       uint32_t rkey, uint64_t raddr,
                                       uint64_t length, unsigned access,
@@ -178,11 +190,21 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
         return NULL;
     }
     entry = qp->dcache.entry;
+    /* announce, then check: the owner invalidates, then looks (its
+     * membarrier orders our plain store before our load for it) */
+    if (HCA_LIKELY(qp->dcache.mode == HCA_DIRECT_BUSY)) {
+        atomic_store_explicit(&qp->dev->busy[qp->index].busy, 1,
+                              memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+    } else {
+        atomic_fetch_add(&entry->inflight, 1);
+    }
     if (HCA_UNLIKELY((atomic_load_explicit(&entry->state,
                                            memory_order_acquire) !=
                       HCA_MPT_VALID) ||
                      (atomic_load_explicit(&entry->key,
                                            memory_order_relaxed) != rkey))) {
+        hca_direct_end(qp);
         hca_direct_forget(qp); /* deregistered (or reused) */
         return NULL;
     }
@@ -192,6 +214,7 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
                      (off > qp->dcache.length) ||
                      (length > qp->dcache.length - off) ||
                      (raddr & (align - 1)))) {
+        hca_direct_end(qp);
         return NULL;
     }
     return qp->dcache.base + off;
@@ -214,7 +237,8 @@ void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
     }
     p = hca_direct_target(qp, pub, rkey, remote_addr, length, access, 1);
     if (HCA_LIKELY(p != NULL)) {
-        /* the caller moves the data now: count it as that RDMA op */
+        /* the caller moves the data now, then calls hca_direct_done():
+         * count it as that RDMA op */
         qp->cnt->tx_ops[op]++;
         qp->cnt->tx_bytes[op] += length;
         qp->cnt->mapped_ops++;
@@ -239,6 +263,7 @@ int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
         return -EAGAIN;
     }
     memcpy(dst, buf, length);
+    hca_direct_end(qp);
     qp->cnt->tx_ops[HCA_WR_RDMA_WRITE]++;
     qp->cnt->tx_bytes[HCA_WR_RDMA_WRITE] += length;
     qp->cnt->mapped_ops++;
@@ -268,6 +293,7 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
     }
     old = hca_atomic_apply((uint8_t)opcode, target, (int)size, compare_add,
                            swap);
+    hca_direct_end(qp);
     if (result != NULL) {
         if (size == 4) {
             *(uint32_t*)result = (uint32_t)old;
@@ -279,4 +305,9 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
     qp->cnt->tx_bytes[opcode] += size;
     qp->cnt->mapped_ops++;
     return 0;
+}
+
+void hca_direct_done(hca_qp_t *qp)
+{
+    hca_direct_end(qp);
 }

@@ -41,7 +41,13 @@ static int hca_peer_validate(const hca_ctx_hdr_t *hdr, size_t length,
         (sizeof(hca_notify_t) * hdr->max_cq > length - hdr->notify_offset) ||
         (hdr->svc_offset > length) ||
         (hca_ring_bytes(HCA_SVC_SLOTS, sizeof(hca_svc_req_t)) >
-         length - hdr->svc_offset)) {
+         length - hdr->svc_offset) ||
+        (hdr->mappers_offset > length) ||
+        (sizeof(hca_mapper_t) * HCA_MAX_MAPPERS >
+         length - hdr->mappers_offset) ||
+        (hdr->busy_offset > length) ||
+        (sizeof(hca_busy_t) * (hdr->max_qp + 1) >
+         length - hdr->busy_offset)) {
         return -EPROTO;
     }
     return 0;
@@ -109,6 +115,8 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
     peer->mpt    = (hca_mpt_entry_t*)(base + peer->hdr.mpt_offset);
     peer->qp_pub = (hca_qp_pub_t*)(base + peer->hdr.qp_offset);
     peer->notify = (hca_notify_t*)(base + peer->hdr.notify_offset);
+    peer->mappers = (hca_mapper_t*)(base + peer->hdr.mappers_offset);
+    peer->busy    = (hca_busy_t*)(base + peer->hdr.busy_offset);
     hca_ring_attach(&peer->svc, base + peer->hdr.svc_offset, HCA_SVC_SLOTS,
                     sizeof(hca_svc_req_t));
     peer->cma_ok = hca_peer_probe_cma(dev, peer);

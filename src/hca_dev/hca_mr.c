@@ -158,6 +158,10 @@ int hca_mr_dereg(hca_mr_t *mr)
             sched_yield();
         }
     }
+    /* 3. device memory: also the unpinned direct accesses of its mappers */
+    if (mr->dm != NULL) {
+        hca_direct_fence_wait(dev);
+    }
     pthread_mutex_lock(&dev->lock);
     atomic_store(&entry->key, 0);
     atomic_store(&entry->state, HCA_MPT_FREE);

@@ -91,9 +91,20 @@ typedef struct hca_peer {
     _Atomic(hca_map_t*) qobjs;
     _Atomic(hca_map_t*) dms;
     int                cma_ok;     /* single copy permitted to this peer */
+    hca_mapper_t      *mappers;    /* its mapper table, busy words */
+    hca_busy_t        *busy;
+    _Atomic int        direct_mode;/* HCA_DIRECT_* for its device memory */
     _Atomic int        dead;
     int                self;       /* our own context */
 } hca_peer_t;
+
+/* How direct accesses to a peer's device memory are made safe against
+ * its deregistrations (hca_direct_fence.c). */
+enum {
+    HCA_DIRECT_UNKNOWN = 0,
+    HCA_DIRECT_BUSY,           /* our busy word + the owner's membarrier */
+    HCA_DIRECT_PIN             /* the MPT entry's in-flight count */
+};
 
 /* ---------------------------------------------------------------- device */
 
@@ -125,6 +136,10 @@ struct hca_device {
     uint32_t           next_pd;
     uint32_t           n_pd;
     hca_peer_t        *peers;
+    hca_mapper_t      *mappers;    /* in ctx: who maps our device memory */
+    hca_busy_t        *busy;       /* in ctx: our QPs' busy words */
+    int                mb_ok;      /* registered for membarrier: our
+                                      direct accesses may go unpinned */
     int                send_sock;  /* unbound, for wakeups */
     int                single_copy;
     volatile uint64_t  probe_value;
@@ -321,6 +336,7 @@ struct hca_qp {
     struct {                      /* direct path: the last peer MR used */
         uint32_t          rkey;   /* 0: empty */
         uint32_t          access;
+        int               mode;   /* HCA_DIRECT_BUSY or _PIN */
         hca_mpt_entry_t  *entry;
         uint8_t          *base;   /* our mapping of its addr */
         uint64_t          addr;
@@ -329,6 +345,11 @@ struct hca_qp {
     hca_partial_t    *partials;   /* fragmented SENDs being received */
     hca_counters_t   *cnt;        /* in the q object: hca_devinfo reads it */
 };
+
+/* Direct-access fence (hca_direct_fence.c) */
+int  hca_direct_fence_init(hca_device_t *dev);
+int  hca_direct_mode(hca_device_t *dev, hca_peer_t *peer);
+void hca_direct_fence_wait(hca_device_t *dev);
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
 /* The target ring was full: -EAGAIN, or -ECONNRESET once it stayed full

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     2
+#define HCA_WIRE_VERSION     3
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */
@@ -223,12 +223,32 @@ typedef struct hca_ctx_hdr {
     uint64_t notify_offset;
     uint64_t svc_offset;       /* hca_ring_hdr_t + HCA_SVC_SLOTS reqs */
     uint32_t single_copy;      /* owner allows CMA on its side */
-    uint32_t reserved0;
+    uint32_t direct_fence;     /* owner's dereg fences direct accesses
+                                  (membarrier + busy words): its peers
+                                  need not pin MPT entries for them */
     uint64_t probe_addr;       /* address of probe_value in the owner */
     uint64_t probe_value;      /* peers read it by CMA to test access */
     uint64_t counters_offset;  /* responder-side hca_counters_t */
-    uint64_t reserved[3];
+    uint64_t mappers_offset;   /* HCA_MAX_MAPPERS hca_mapper_t */
+    uint64_t busy_offset;      /* max_qp + 1 hca_busy_t, by QP index */
+    uint64_t reserved;
 } hca_ctx_hdr_t;
+
+/* Who maps this context's device memory: a requester registers here
+ * before its first unpinned direct access, so that a deregistration knows
+ * whose busy words to wait for. */
+#define HCA_MAX_MAPPERS 256
+typedef struct hca_mapper {
+    _Atomic uint64_t id;       /* pid << 32 | ctx_id; 0: free */
+} hca_mapper_t;
+
+/* Set by a requester QP around an unpinned direct access to a peer's
+ * device memory (plain stores: the owner's membarrier orders them); one
+ * cache line each, written only by the QP's thread. */
+typedef struct hca_busy {
+    _Atomic uint32_t busy;
+    uint32_t         pad[15];
+} hca_busy_t;
 
 _Static_assert(sizeof(hca_mpt_entry_t) == 48, "MPT entry layout");
 _Static_assert(sizeof(hca_qp_pub_t) == 48, "QP table entry layout");
@@ -238,5 +258,6 @@ _Static_assert(sizeof(hca_msg_hdr_t) == 40, "message header layout");
 _Static_assert(sizeof(hca_svc_req_t) == 96, "service request layout");
 _Static_assert(sizeof(hca_resp_slot_t) == 16, "response slot layout");
 _Static_assert(sizeof(hca_ctx_hdr_t) == 128, "ctx header layout");
+_Static_assert(sizeof(hca_busy_t) == HCA_CACHE_LINE, "busy word layout");
 
 #endif

@@ -526,6 +526,7 @@ ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
                              HCA_ACCESS_REMOTE_READ);
         if (src != NULL) {
             unpack_cb(arg, src, length);
+            hca_direct_done(ep->qp);
             ep->send_flags = 0;
             return UCS_OK;
         }
