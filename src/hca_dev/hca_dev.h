@@ -447,8 +447,8 @@ void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
 /* Direct RDMA WRITE and atomics: executed inside the call when the target
  * MR is device memory of a peer on this host (which this process maps)
  * and the send queue is idle, as for hca_send_reserve(); 0 when done
- * (complete, no CQE; a fetching atomic stores the old value, size bytes,
- * at result unless it is NULL), else
+ * (complete, no CQE; the old value is stored at result, size bytes, unless
+ * result is NULL: pass NULL for the post forms), else
  * -EAGAIN: post a WR instead (which also reports a bad key or range). */
 int  hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
                       uint64_t remote_addr, uint32_t rkey);
