@@ -365,6 +365,8 @@ def main():
     print("load average at start: %s; ratio = hca / best built-in "
           "(latency: lower is better, target <= ; bandwidth: higher is "
           "better, target >=)" % info.get("loadavg", "?"))
+    if info.get("pinning"):
+        print("pinning: %s" % info["pinning"])
     print("these machines are noisy: compare ratios of interleaved runs, "
           "absolute times are only indicative\n")
     summary = []
