@@ -143,6 +143,12 @@ int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc)
                            __ATOMIC_RELAXED);
         return -EOVERFLOW;
     }
+    if (wc->opcode >= HCA_WC_RECV) {
+        hca_qp_t *qp = hca_qp_lookup(cq->dev, wc->qp_num);
+        if (qp != NULL) {
+            qp->rq->cqes++;
+        }
+    }
     cqe     = &cq->ring[cq->prod & cq->mask];
     cqe->wc = *wc;
     __atomic_store_n(&cqe->owner, hca_cq_phase(cq, cq->prod),
@@ -232,6 +238,11 @@ int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
             hca_qp_t *qp = hca_qp_lookup(cq->dev, wc[n].qp_num);
             if ((qp != NULL) && (qp->send_cq == cq) && (qp->sq_held > 0)) {
                 qp->sq_held--;
+            }
+        } else {
+            hca_qp_t *qp = hca_qp_lookup(cq->dev, wc[n].qp_num);
+            if ((qp != NULL) && (qp->rq->cqes > 0)) {
+                qp->rq->cqes--;
             }
         }
         ++n;
@@ -326,7 +337,15 @@ int hca_cq_wait(hca_cq_t *cq, int timeout_ms)
     int rc;
 
     if (hca_cq_arm(cq) == -EAGAIN) {
-        return 1;
+        if (hca_cq_pending(cq) || cq->overflow) {
+            return 1;
+        }
+        /* only ring slots claimed before the arm and not yet published:
+         * their producers will not wake us, so look again soon */
+        rc = poll(&pfd, 1, ((timeout_ms >= 0) && (timeout_ms < 1)) ?
+                           timeout_ms : 1);
+        hca_cq_ack_events(cq);
+        return (rc > 0) ? 1 : hca_cq_pending(cq);
     }
     rc = poll(&pfd, 1, timeout_ms);
     hca_cq_set_armed(cq, 0);

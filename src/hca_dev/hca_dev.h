@@ -460,6 +460,8 @@ int  hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
  * nothing on the QP in between.  NULL: post a WR instead. */
 void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                      size_t length, unsigned access);
+/* (Deregistering that MR from the same thread before this would wait
+ * forever; destroying the QP ends the access.) */
 void  hca_direct_done(hca_qp_t *qp);
 /* opcode: any HCA_WR_ATOMIC_*; size 4 or 8 (remote_addr aligned to it). */
 int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
@@ -473,8 +475,10 @@ int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
  * 0 when the ring is empty, when the next message needs a posted receive
  * (a larger SEND, an RDMA WRITE with immediate; hca_cq_poll() places
  * those and reports them as CQEs, and stops at the next in-place one), or
- * while the receive CQ holds entries, so that messages are seen in the
- * order they arrived when the caller drains the CQ between peeks. */
+ * while the receive CQ holds receive completions of this QP, so that
+ * messages are seen in the order they arrived when the caller drains the
+ * CQ between peeks.  The data is in shared memory the sender can still
+ * write: read what you need once (as from any network buffer). */
 typedef struct hca_recv_msg {
     const void *data;
     uint32_t    byte_len;

@@ -159,6 +159,7 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     qp->dcache.addr   = addr;
     qp->dcache.length = length;
     qp->dcache.access = access;
+    qp->dcache.dm_id  = dm_id;
     qp->dcache.rkey   = rkey;
     return 0;
 }
@@ -199,11 +200,18 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
     } else {
         atomic_fetch_add(&entry->inflight, 1);
     }
+    /* seq_cst: for the pinned mode this is the store-buffering pattern
+     * against hca_mr_dereg (our increment then this load, its store then
+     * its load of the count) */
     if (HCA_UNLIKELY((atomic_load_explicit(&entry->state,
-                                           memory_order_acquire) !=
+                                           memory_order_seq_cst) !=
                       HCA_MPT_VALID) ||
                      (atomic_load_explicit(&entry->key,
-                                           memory_order_relaxed) != rkey))) {
+                                           memory_order_relaxed) != rkey) ||
+                     /* the same key after its tag wrapped: another MR */
+                     (entry->addr != qp->dcache.addr) ||
+                     (entry->length != qp->dcache.length) ||
+                     (entry->dm_id != qp->dcache.dm_id))) {
         hca_direct_end(qp);
         hca_direct_forget(qp); /* deregistered (or reused) */
         return NULL;
@@ -237,6 +245,7 @@ void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
     }
     p = hca_direct_target(qp, pub, rkey, remote_addr, length, access, 1);
     if (HCA_LIKELY(p != NULL)) {
+        qp->dcache.open = 1;
         /* the caller moves the data now, then calls hca_direct_done():
          * count it as that RDMA op */
         qp->cnt->tx_ops[op]++;
@@ -309,5 +318,13 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
 
 void hca_direct_done(hca_qp_t *qp)
 {
+    qp->dcache.open = 0;
     hca_direct_end(qp);
+}
+
+void hca_direct_close(hca_qp_t *qp)
+{
+    if (qp->dcache.open) {
+        hca_direct_done(qp);
+    }
 }

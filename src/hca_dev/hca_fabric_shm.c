@@ -146,6 +146,7 @@ void hca_peers_destroy(hca_device_t *dev)
     while (dev->peers != NULL) {
         hca_peer_t *peer = dev->peers;
         dev->peers       = peer->next;
+        hca_direct_unregister(dev, peer);
         hca_map_list_destroy(&peer->rings);
         hca_map_list_destroy(&peer->qobjs);
         hca_map_list_destroy(&peer->dms);

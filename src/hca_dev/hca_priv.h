@@ -248,6 +248,8 @@ typedef struct hca_rq {
     uint64_t      tail;           /* consumed */
     int           is_srq;
     int           inplace;        /* HCA_QP_CREATE_RECV_INPLACE */
+    uint32_t      cqes;           /* its receive CQEs not yet polled: an
+                                     in-place message must not pass them */
     struct hca_qp *owner;         /* own RQ: its QP */
 } hca_rq_t;
 
@@ -336,7 +338,9 @@ struct hca_qp {
     struct {                      /* direct path: the last peer MR used */
         uint32_t          rkey;   /* 0: empty */
         uint32_t          access;
+        uint32_t          dm_id;
         int               mode;   /* HCA_DIRECT_BUSY or _PIN */
+        int               open;   /* hca_direct_ptr access not ended */
         hca_mpt_entry_t  *entry;
         uint8_t          *base;   /* our mapping of its addr */
         uint64_t          addr;
@@ -350,6 +354,10 @@ struct hca_qp {
 int  hca_direct_fence_init(hca_device_t *dev);
 int  hca_direct_mode(hca_device_t *dev, hca_peer_t *peer);
 void hca_direct_fence_wait(hca_device_t *dev);
+/* QP destroy: ends an access hca_direct_ptr left open. */
+void hca_direct_close(struct hca_qp *qp);
+/* At close: leave the peer's mapper table. */
+void hca_direct_unregister(hca_device_t *dev, hca_peer_t *peer);
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
 /* The target ring was full: -EAGAIN, or -ECONNRESET once it stayed full

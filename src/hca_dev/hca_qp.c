@@ -217,7 +217,7 @@ int hca_qp_destroy(hca_qp_t *qp)
     atomic_store(&qp->pub->state, HCA_QPS_RESET);
     /* an access begun with hca_direct_ptr and never ended must not hold
      * a deregistration forever */
-    atomic_store(&dev->busy[qp->index].busy, 0);
+    hca_direct_close(qp);
     hca_cq_detach_qp(qp->send_cq, qp);
     hca_cq_detach_rq(qp->recv_cq, qp->rq);
     if (qp->srq != NULL) {

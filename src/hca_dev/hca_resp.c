@@ -407,9 +407,8 @@ int hca_recv_peek(hca_qp_t *qp, hca_recv_msg_t *msg)
         }
         hca_ring_release(&rq->ring, idx); /* a cancelled direct send */
     }
-    if ((qp->recv_cq->prod != qp->recv_cq->cons) ||
-        !hca_resp_inplace(rq, &hdr)) {
-        return 0; /* the CQ first, or the responder's (hca_cq_poll) */
+    if ((rq->cqes != 0) || !hca_resp_inplace(rq, &hdr)) {
+        return 0; /* its CQEs first, or the responder's (hca_cq_poll) */
     }
     msg->data     = slot + hdr.data_off;
     msg->byte_len = hdr.length;

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* A consumer that is about to sleep sets this bit of head (only while
@@ -83,6 +84,7 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
                                          memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&ring->cached_tail,
                                          memory_order_acquire);
+    unsigned reloads = 0;
     for (;;) {
         uint64_t h = head & ~HCA_RING_ARMED;
         if (h - tail > ring->mask) {
@@ -92,7 +94,12 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
             atomic_store_explicit(&ring->cached_tail, tail,
                                   memory_order_release);
             if ((int64_t)(h - tail) < 0) {
-                /* our head is older than the tail others moved: reload */
+                /* our head is older than the tail others moved: reload
+                 * (a bounded number of times: an owner that wrote a tail
+                 * beyond head must not hang us) */
+                if (++reloads > 64) {
+                    return -EAGAIN;
+                }
                 head = atomic_load_explicit(&ring->hdr->head,
                                             memory_order_relaxed);
                 continue;

@@ -227,6 +227,11 @@ static void uct_hca_iface_handle_recv(uct_hca_iface_t *iface,
         return;
     }
 
+    if (ucs_unlikely(wc->imm_data >= UCT_AM_ID_MAX)) {
+        ucs_warn("hca: dropped an active message with id %u", wc->imm_data);
+        uct_hca_iface_post_rx(iface, desc);
+        return;
+    }
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV,
                        (uint8_t)wc->imm_data, data, wc->byte_len, "RX");
     status = uct_iface_invoke_am(&iface->super, (uint8_t)wc->imm_data, data,
@@ -309,6 +314,12 @@ uct_hca_iface_poll_inplace(uct_hca_iface_t *iface)
 
     while ((count < UCT_HCA_POLL_BATCH) &&
            hca_recv_peek(iface->tgt_qp, &msg)) {
+        if (ucs_unlikely(msg.imm_data >= UCT_AM_ID_MAX)) {
+            ucs_warn("hca: dropped an active message with id %u",
+                     msg.imm_data);
+            hca_recv_release(iface->tgt_qp, &msg);
+            continue;
+        }
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV,
                            (uint8_t)msg.imm_data, (void*)msg.data,
                            msg.byte_len, "RX");
