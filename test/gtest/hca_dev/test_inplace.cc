@@ -870,6 +870,31 @@ TEST_F(Inplace, RingFull)
 
 /* Cancelled slots are skipped: the receiver sees exactly the committed and
  * posted messages, in order. */
+/* A slot claimed (reserved) but not yet published: the receiver cannot
+ * arm (that producer read head before the armed bit), so hca_cq_wait must
+ * neither report a message nor sleep through its whole timeout; once the
+ * slot is committed the message is there. */
+TEST_F(Inplace, WaitWhileSlotClaimed)
+{
+    ASSERT_NO_FATAL_FAILURE(open_pair());
+    hca_send_slot_t sl;
+    memset(&sl, 0, sizeof(sl));
+    ASSERT_EQ(0, hca_send_reserve(s.qp, 64, &sl));
+    EXPECT_EQ(-EAGAIN, hca_cq_arm(r.rcq->cq)) << "a slot is claimed";
+    EXPECT_TRUE(expect_peek_none()) << "nothing is published yet";
+    double t0 = now_ms();
+    int w     = hca_cq_wait(r.rcq->cq, 2000);
+    EXPECT_LT(now_ms() - t0, 1000.0) << "slept through a claimed slot";
+    EXPECT_EQ(0, w) << "nothing was published";
+    EXPECT_TRUE(expect_peek_none());
+    msg_t m = mk(0, K_DIRECT, 64, HCA_WR_SEND_WITH_IMM);
+    fill_msg(sl.data, m.seq, m.len);
+    ASSERT_EQ(0, hca_send_commit(s.qp, &sl, m.len, m.op, m.imm));
+    EXPECT_EQ(1, hca_cq_wait(r.rcq->cq, 2000));
+    EXPECT_TRUE(expect_peek(m));
+    EXPECT_TRUE(expect_nothing(10));
+}
+
 TEST_F(Inplace, CancelSkipped)
 {
     ASSERT_NO_FATAL_FAILURE(open_pair());
