@@ -154,6 +154,15 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
         return -EINVAL;
     }
     qp->dcache.mode   = hca_direct_mode(qp->dev, peer);
+    if (qp->dcache.mode == HCA_DIRECT_BUSY) {
+        /* tell its dereg to run the fence, then look again (seq_cst both:
+         * either it sees the flag or we see the entry invalid) */
+        atomic_fetch_or(&entry->direct, 1);
+        if ((atomic_load(&entry->state) != HCA_MPT_VALID) ||
+            (atomic_load(&entry->key) != rkey)) {
+            return -EINVAL;
+        }
+    }
     qp->dcache.base   = (uint8_t*)map->shm.addr + dm_off;
     qp->dcache.entry  = entry;
     qp->dcache.addr   = addr;

@@ -128,6 +128,7 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     entry->dm_offset = (dm != NULL) ?
                        (uint64_t)((uintptr_t)addr -
                                   (uintptr_t)dm->shm.addr) : 0;
+    atomic_store_explicit(&entry->direct, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->key, mr->key, memory_order_relaxed);
     atomic_store_explicit(&entry->state, HCA_MPT_VALID,
                           memory_order_release);
@@ -158,8 +159,11 @@ int hca_mr_dereg(hca_mr_t *mr)
             sched_yield();
         }
     }
-    /* 3. device memory: also the unpinned direct accesses of its mappers */
-    if (mr->dm != NULL) {
+    /* 3. device memory: also the unpinned direct accesses of its mappers,
+     *    if any peer cached the entry for them (seq_cst: pairs with the
+     *    peer's flag-then-check in hca_direct_fill).  UCP registers and
+     *    deregisters device memory per rendezvous: they skip this. */
+    if ((mr->dm != NULL) && atomic_load(&entry->direct)) {
         hca_direct_fence_wait(dev);
     }
     pthread_mutex_lock(&dev->lock);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     3
+#define HCA_WIRE_VERSION     4
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */
@@ -50,7 +50,10 @@ typedef struct hca_mpt_entry {
     uint64_t         addr;      /* start, in the owner's address space */
     uint64_t         length;
     uint64_t         dm_offset; /* addr - device memory base */
-} hca_mpt_entry_t;
+    _Atomic uint32_t direct;    /* a peer cached it for unpinned direct
+                                   access: its dereg must run the fence */
+    uint32_t         reserved[3];
+} hca_mpt_entry_t;              /* one cache line: no entry straddles two */
 
 /* -------------------------------------------------------------- QP table */
 
@@ -250,7 +253,7 @@ typedef struct hca_busy {
     uint32_t         pad[15];
 } hca_busy_t;
 
-_Static_assert(sizeof(hca_mpt_entry_t) == 48, "MPT entry layout");
+_Static_assert(sizeof(hca_mpt_entry_t) == HCA_CACHE_LINE, "MPT entry layout");
 _Static_assert(sizeof(hca_qp_pub_t) == 48, "QP table entry layout");
 _Static_assert(sizeof(hca_notify_t) == 64, "notify layout");
 _Static_assert(sizeof(hca_ring_hdr_t) == 3 * HCA_CACHE_LINE, "ring hdr");
