@@ -328,13 +328,20 @@ median() {
 # or nothing on failure.
 perftest_pair() {  # tl dev test layout size iters
     local tl=$1 dev=$2 test=$3 layout=$4 size=$5 iters=$6
-    local port srv out
+    local port srv out pin_srv=() pin_cli=()
     port=$((41000 + RANDOM % 9000))
-    timeout 120 "$hcarun" ucx_perftest -p "$port" >/dev/null 2>&1 &
+    # one CPU each, as contrib/bench/hca-bench.sh does (docs/BENCHMARKS.md)
+    if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+        pin_srv=(taskset -c 0)
+        pin_cli=(taskset -c 1)
+    fi
+    timeout 120 "${pin_srv[@]}" "$hcarun" ucx_perftest -p "$port" \
+        >/dev/null 2>&1 &
     srv=$!
     for _ in 1 2 3 4 5 6 7 8 9 10; do
         sleep 0.3
-        out=$(timeout 120 "$hcarun" ucx_perftest 127.0.0.1 -p "$port" \
+        out=$(timeout 120 "${pin_cli[@]}" "$hcarun" ucx_perftest 127.0.0.1 \
+                  -p "$port" \
                   -t "$test" -x "$tl" -d "$dev" -D "$layout" -s "$size" \
                   -n "$iters" -w $((iters / 10)) -v 2>/dev/null) && break
         out=""

@@ -77,6 +77,37 @@ uct_hca_ep_am_commit(uct_hca_ep_t *ep, hca_send_slot_t *slot, uint8_t id,
     ep->send_flags = 0;
 }
 
+/* An AM gathered from SGEs straight into a slot of the target's ring.
+ * 0 sent; -EBUSY the direct path does not apply (post a WR); else the
+ * device's answer for uct_hca_ep_post_error(). */
+static UCS_F_ALWAYS_INLINE int
+uct_hca_ep_am_direct_sge(uct_hca_ep_t *ep, uint8_t id, const hca_sge_t *sge,
+                         int num_sge, size_t length)
+{
+    hca_send_slot_t slot;
+    uint8_t *p;
+    int rc;
+
+    if (!uct_hca_ep_direct_ok(ep)) {
+        return -EBUSY;
+    }
+    rc = hca_send_reserve(ep->qp, (uint32_t)length, &slot);
+    if (ucs_unlikely(rc != 0)) {
+        return rc;
+    }
+    if (ucs_unlikely(length > slot.max_length)) {
+        hca_send_cancel(ep->qp, &slot); /* seg_size above the slot */
+        return -EBUSY;
+    }
+    p = slot.data;
+    for (int i = 0; i < num_sge; ++i) {
+        memcpy(p, (void*)(uintptr_t)sge[i].addr, sge[i].length);
+        p += sge[i].length;
+    }
+    uct_hca_ep_am_commit(ep, &slot, id, length);
+    return 0;
+}
+
 /* A signalled operation descriptor, or NULL if none may be in flight. */
 static UCS_F_ALWAYS_INLINE uct_hca_op_t *
 uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
@@ -250,26 +281,18 @@ ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
         .imm_data   = id,
     };
 
-    hca_send_slot_t slot;
+    int rc;
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_short_iov");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "am_short_iov");
-    if (uct_hca_ep_direct_ok(ep)) {
-        int rc = hca_send_reserve(ep->qp, (uint32_t)length, &slot);
-        if (ucs_likely(rc == 0)) {
-            uint8_t *p = slot.data;
-            for (int i = 0; i < wr.num_sge; ++i) {
-                memcpy(p, (void*)(uintptr_t)sge[i].addr, sge[i].length);
-                p += sge[i].length;
-            }
-            uct_hca_ep_am_commit(ep, &slot, id, length);
-            return UCS_OK;
-        }
-        if (rc != -EBUSY) {
-            return uct_hca_ep_post_error(ep, rc);
-        }
+    rc = uct_hca_ep_am_direct_sge(ep, id, sge, wr.num_sge, length);
+    if (ucs_likely(rc == 0)) {
+        return UCS_OK;
+    }
+    if (rc != -EBUSY) {
+        return uct_hca_ep_post_error(ep, rc); /* ring full, peer gone */
     }
     return uct_hca_ep_post(ep, &wr);
 }
@@ -366,6 +389,7 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
         .imm_data = id,
     };
     uct_hca_op_t *op;
+    int rc;
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_zcopy");
@@ -380,6 +404,15 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     wr.num_sge    = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 1, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "am_zcopy");
 
+    /* one copy into the target's ring either way: done at once, as an
+     * am_bcopy (no descriptor, no completion to wait for) */
+    rc = uct_hca_ep_am_direct_sge(ep, id, sge, wr.num_sge, length);
+    if (ucs_likely(rc == 0)) {
+        return UCS_OK;
+    }
+    if (rc != -EBUSY) {
+        return uct_hca_ep_post_error(ep, rc);
+    }
     if (length <= iface->config.max_inline) {
         /* small enough to be copied into the ring at post: done */
         wr.send_flags = HCA_SEND_INLINE;
