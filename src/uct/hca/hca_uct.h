@@ -5,11 +5,15 @@
  * Model (connect-to-iface, like DC on InfiniBand):
  *   - the md opens the device context; MRs and device memory live there;
  *   - an iface owns one CQ, a target QP that accepts SENDs from any source
- *     (HCA_QPN_ANY) with its receive descriptors, and an SRQ that its
- *     endpoint QPs attach to (they never receive, so they need no ring);
+ *     (HCA_QPN_ANY) and reads the ones that fit a ring slot in place
+ *     (HCA_QP_CREATE_RECV_INPLACE; receive descriptors take the larger
+ *     ones), and an SRQ on a CQ of its own that its endpoint QPs attach
+ *     to (they never receive);
  *   - an ep is a QP connected to the remote iface's target QP.
- * Active messages are SEND_WITH_IMM (imm = AM id); puts and gets are RDMA
- * WRITE/READ; atomics are the device's atomics.
+ * Active messages are SEND_WITH_IMM (imm = AM id), written straight into
+ * the target's ring when the send queue is idle (hca_send_reserve); puts
+ * and gets are RDMA WRITE/READ and atomics the device's atomics, executed
+ * in the call on a peer's mapped device memory (hca_*_direct).
  */
 #ifndef UCT_HCA_H
 #define UCT_HCA_H
