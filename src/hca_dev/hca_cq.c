@@ -227,23 +227,21 @@ int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
     hca_cq_progress(cq);
     while (n < num) {
         hca_cqe_t *cqe = &cq->ring[cq->cons & cq->mask];
+        hca_qp_t *qp;
         if (__atomic_load_n(&cqe->owner, __ATOMIC_ACQUIRE) !=
             hca_cq_phase(cq, cq->cons)) {
             break;
         }
         wc[n] = cqe->wc;
         cq->cons++;
-        if (wc[n].opcode < HCA_WC_RECV) {
+        qp = hca_qp_lookup(cq->dev, wc[n].qp_num); /* NULL: destroyed */
+        if ((qp != NULL) && (wc[n].opcode < HCA_WC_RECV)) {
             /* the send queue slot of this completion is free now */
-            hca_qp_t *qp = hca_qp_lookup(cq->dev, wc[n].qp_num);
-            if ((qp != NULL) && (qp->send_cq == cq) && (qp->sq_held > 0)) {
+            if ((qp->send_cq == cq) && (qp->sq_held > 0)) {
                 qp->sq_held--;
             }
-        } else {
-            hca_qp_t *qp = hca_qp_lookup(cq->dev, wc[n].qp_num);
-            if ((qp != NULL) && (qp->rq->cqes > 0)) {
-                qp->rq->cqes--;
-            }
+        } else if ((qp != NULL) && (qp->rq->cqes > 0)) {
+            qp->rq->cqes--; /* in-place receive may pass it now */
         }
         ++n;
     }

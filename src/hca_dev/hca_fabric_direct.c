@@ -71,17 +71,8 @@ HCA_INLINE void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
     hca_ring_t *ring   = slot->ring;
     hca_msg_hdr_t *msg = hca_ring_slot(ring, slot->index);
 
-    msg->op      = op;
-    msg->flags   = flags;
-    msg->num_iov  = 0;
-    msg->data_off = slot->data_off;
-    msg->src_pid  = qp->dev->pid;
-    msg->src_ctx = qp->dev->ctx_id;
-    msg->src_qpn = qp->qpn;
-    msg->dst_qpn = qp->dest_qpn;
-    msg->imm     = imm;
-    msg->length  = length;
-    msg->msg_len = length;
+    hca_msg_hdr_set(msg, qp, op, flags, slot->data_off, imm, length,
+                    length);
     hca_ring_publish(ring, slot->index);
     hca_shm_ring_wake(qp, ring, (int)slot->wake);
 }
@@ -313,11 +304,7 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
                            swap);
     hca_direct_end(qp);
     if (result != NULL) {
-        if (size == 4) {
-            *(uint32_t*)result = (uint32_t)old;
-        } else {
-            *(uint64_t*)result = old;
-        }
+        hca_atomic_store_old(result, (int)size, old);
     }
     qp->cnt->tx_ops[opcode]++;
     qp->cnt->tx_bytes[opcode] += size;

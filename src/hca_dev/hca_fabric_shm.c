@@ -358,21 +358,12 @@ static hca_wc_status_t hca_cma_xfer(uint32_t pid, int write,
 static void hca_msg_fill(hca_qp_t *qp, hca_msg_hdr_t *msg, uint8_t op,
                          uint8_t flags, const hca_wqe_t *wqe)
 {
-    msg->op       = op;
-    msg->flags    = flags;
-    msg->num_iov  = 0;
-    msg->data_off = (uint8_t)HCA_MSG_DATA_NEAR;
-    msg->src_pid  = qp->dev->pid;
-    msg->src_ctx  = qp->dev->ctx_id;
-    msg->src_qpn  = qp->qpn;
-    msg->dst_qpn  = qp->dest_qpn;
-    msg->imm      = wqe->imm;
-    msg->length   = 0;
-    msg->msg_len  = (uint32_t)wqe->length;
     if ((wqe->opcode == HCA_WR_SEND_WITH_IMM) ||
         (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM)) {
-        msg->flags |= HCA_MSG_WITH_IMM;
+        flags |= HCA_MSG_WITH_IMM;
     }
+    hca_msg_hdr_set(msg, qp, op, flags, HCA_MSG_DATA_NEAR, wqe->imm, 0,
+                    (uint32_t)wqe->length);
 }
 
 static uint32_t hca_next_stamp(hca_qp_t *qp)
@@ -511,12 +502,8 @@ uint64_t hca_shm_atomic_apply(uint8_t opcode, void *addr, int size,
 static void hca_atomic_result(hca_wqe_t *wqe, uint64_t old)
 {
     if (hca_opcode[wqe->opcode].flags & HCA_OPF_FETCH) {
-        if (wqe->flags & HCA_SEND_ATOMIC32) {
-            uint32_t v = (uint32_t)old;
-            memcpy((void*)(uintptr_t)wqe->sge[0].addr, &v, sizeof(v));
-        } else {
-            memcpy((void*)(uintptr_t)wqe->sge[0].addr, &old, sizeof(old));
-        }
+        hca_atomic_store_old((void*)(uintptr_t)wqe->sge[0].addr,
+                             (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8, old);
     }
 }
 
@@ -816,20 +803,13 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
         if ((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0)) {
             return 0;
         }
-        msg          = hca_ring_slot(ring, idx);
-        msg->op      = HCA_MSG_SEND;
-        msg->flags   = HCA_MSG_FIRST | HCA_MSG_LAST |
-                       ((wr->opcode == HCA_WR_SEND_WITH_IMM) ?
-                        HCA_MSG_WITH_IMM : 0);
-        msg->num_iov = 0;
-        msg->data_off = (uint8_t)hca_msg_data_off(length);
-        msg->src_pid = qp->dev->pid;
-        msg->src_ctx = qp->dev->ctx_id;
-        msg->src_qpn = qp->qpn;
-        msg->dst_qpn = qp->dest_qpn;
-        msg->imm     = wr->imm_data;
-        msg->length  = (uint32_t)length;
-        msg->msg_len = (uint32_t)length;
+        msg = hca_ring_slot(ring, idx);
+        hca_msg_hdr_set(msg, qp, HCA_MSG_SEND,
+                        HCA_MSG_FIRST | HCA_MSG_LAST |
+                        ((wr->opcode == HCA_WR_SEND_WITH_IMM) ?
+                         HCA_MSG_WITH_IMM : 0),
+                        hca_msg_data_off(length), wr->imm_data,
+                        (uint32_t)length, (uint32_t)length);
         hca_sge_gather(wr->sg_list, (uint32_t)wr->num_sge, 0,
                        (uint8_t*)msg + msg->data_off, length);
         hca_ring_publish(ring, idx);
@@ -862,13 +842,8 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
                                wr->compare_add, wr->swap);
         hca_mpt_release(entry);
         if (info->flags & HCA_OPF_FETCH) {
-            if (size == 4) {
-                uint32_t v = (uint32_t)old;
-                memcpy((void*)(uintptr_t)wr->sg_list[0].addr, &v, sizeof(v));
-            } else {
-                memcpy((void*)(uintptr_t)wr->sg_list[0].addr, &old,
-                       sizeof(old));
-            }
+            hca_atomic_store_old((void*)(uintptr_t)wr->sg_list[0].addr,
+                                 size, old);
         }
         qp->cnt->mapped_ops++;
         length = (uint64_t)size;

@@ -8,6 +8,8 @@
 
 #include "hca_priv.h"
 
+#include <string.h>
+
 #define HCA_QPN_INDEX(_qpn) ((_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
 
 /* The connected target QP: the peer is there, the QP exists, is in RTR or
@@ -142,6 +144,36 @@ HCA_INLINE uint64_t hca_atomic_apply(uint8_t opcode, void *addr, int size,
             break;
         }
         return old;
+    }
+}
+
+/* Writes everything of a ring message header but its stamp. */
+HCA_INLINE void hca_msg_hdr_set(hca_msg_hdr_t *msg, const hca_qp_t *qp,
+                                uint8_t op, uint8_t flags, uint32_t data_off,
+                                uint32_t imm, uint32_t length,
+                                uint32_t msg_len)
+{
+    msg->op       = op;
+    msg->flags    = flags;
+    msg->num_iov  = 0;
+    msg->data_off = (uint8_t)data_off;
+    msg->src_pid  = qp->dev->pid;
+    msg->src_ctx  = qp->dev->ctx_id;
+    msg->src_qpn  = qp->qpn;
+    msg->dst_qpn  = qp->dest_qpn;
+    msg->imm      = imm;
+    msg->length   = length;
+    msg->msg_len  = msg_len;
+}
+
+/* Stores an atomic's old value as its size says (4 or 8 bytes). */
+HCA_INLINE void hca_atomic_store_old(void *dst, int size, uint64_t old)
+{
+    if (size == 4) {
+        uint32_t v = (uint32_t)old;
+        memcpy(dst, &v, sizeof(v));
+    } else {
+        memcpy(dst, &old, sizeof(old));
     }
 }
 
