@@ -370,6 +370,11 @@ int  hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
 int  hca_qp_destroy(hca_qp_t *qp);
 uint32_t hca_qp_num(const hca_qp_t *qp);
 hca_qp_state_t hca_qp_state(const hca_qp_t *qp);
+/* Why the QP is in ERR: the status of the WR that failed first
+ * (HCA_WC_RETRY_EXC_ERR: the peer is gone), HCA_WC_WR_FLUSH_ERR when it
+ * was moved there by hca_qp_modify; HCA_WC_SUCCESS in any other state.
+ * Lets a consumer fail later posts with the error it will see in the CQ. */
+hca_wc_status_t hca_qp_error(const hca_qp_t *qp);
 /* Legal transitions: RESET->INIT (ACCESS), INIT->RTR (DEST, dest_qp_num
  * != 0), RTR->RTS (not for a receive-only HCA_QPN_ANY target), any->ERR,
  * any->RESET.  Others give -EINVAL and change nothing.

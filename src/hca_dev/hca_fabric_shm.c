@@ -689,6 +689,12 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
         *status_p = HCA_WC_REM_ACCESS_ERR;
         return 0;
     }
+    if (x->length == 0) {
+        /* as on InfiniBand: a zero-length RDMA checks no R_Key and touches
+         * no memory (UCX sends UCT_INVALID_RKEY for it) */
+        *status_p = HCA_WC_SUCCESS;
+        return 0;
+    }
     status = hca_mpt_acquire(peer->mpt, peer->hdr.max_mr, x->rkey,
                              pub->pd_handle, need, x->raddr, x->length, 1,
                              &entry);
@@ -696,8 +702,8 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
         *status_p = status;
         return 0;
     }
-    if ((x->length == 0) || peer->self) {
-        /* our own memory, or nothing to move */
+    if (peer->self) {
+        /* our own memory */
         if (write) {
             hca_sge_gather(x->sge, x->num_sge, 0,
                            (void*)(uintptr_t)x->raddr, x->length);

@@ -305,6 +305,7 @@ struct hca_qp {
     uint32_t          qpn;
     uint32_t          index;
     hca_qp_state_t    state;
+    hca_wc_status_t   err_cause;  /* what moved it to ERR (hca_qp_error) */
     hca_qp_pub_t     *pub;
     int               sq_sig_all;
     int               quiet_flush;

@@ -250,6 +250,11 @@ hca_qp_state_t hca_qp_state(const hca_qp_t *qp)
     return qp->state;
 }
 
+hca_wc_status_t hca_qp_error(const hca_qp_t *qp)
+{
+    return (qp->state == HCA_QPS_ERR) ? qp->err_cause : HCA_WC_SUCCESS;
+}
+
 static void hca_qp_set_state(hca_qp_t *qp, hca_qp_state_t state)
 {
     qp->state = state;
@@ -281,6 +286,9 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
 {
     int first_done = 0;
 
+    if (qp->state != HCA_QPS_ERR) {
+        qp->err_cause = first;
+    }
     hca_qp_set_state(qp, HCA_QPS_ERR);
     for (uint64_t s = qp->sq_tail; s != qp->sq_head; ++s) {
         hca_wqe_t *wqe = &qp->sq[s & qp->sq_mask];

@@ -19,6 +19,7 @@ void hca_wqe_done(hca_qp_t *qp, hca_wqe_t *wqe, hca_wc_status_t status)
     if (HCA_UNLIKELY(status != HCA_WC_SUCCESS) &&
         (qp->state != HCA_QPS_ERR)) {
         hca_qp_to_err(qp, HCA_WC_WR_FLUSH_ERR);
+        qp->err_cause = status; /* this WR, not the ones flushed after it */
     }
 }
 

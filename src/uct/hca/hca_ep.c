@@ -19,19 +19,41 @@ static UCS_F_ALWAYS_INLINE uct_hca_iface_t *uct_hca_ep_iface(uct_hca_ep_t *ep)
     return ucs_derived_of(ep->super.super.iface, uct_hca_iface_t);
 }
 
-/* The only place a device error of a post becomes a UCS status. */
+/* A post the device refused (-errno). */
 static UCS_F_NOINLINE ucs_status_t uct_hca_ep_post_error(uct_hca_ep_t *ep,
                                                          int rc)
 {
-    if ((rc == -EAGAIN) || (rc == -ENOMEM)) {
+    ucs_status_t status = uct_hca_errno_status(rc);
+
+    if (status == UCS_ERR_NO_RESOURCE) {
         ep->no_resource = 1;
-        return UCS_ERR_NO_RESOURCE;
+        return status;
     }
-    /* the QP left RTS (peer gone, or an earlier WR failed): make sure the
-     * error reaches UCX from progress */
-    uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep,
-                               (rc == -ECONNRESET) ? UCS_ERR_ENDPOINT_TIMEOUT :
-                                                     UCS_ERR_CONNECTION_RESET);
+    if (rc == -ECONNRESET) {
+        /* the peer is gone: the ep fails, the error reaches UCX from
+         * progress, and every later operation returns the same status */
+        uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep, status);
+        return ep->status;
+    }
+    return status; /* a request the device rejects: the ep stays usable */
+}
+
+/* The QP is in ERR but no error completion was polled yet: fail the ep now
+ * with the error that completion will carry, so that a caller sending
+ * until the send stops returning UCS_OK terminates (posts into a QP in
+ * ERR are accepted and flushed, as on verbs). */
+static UCS_F_NOINLINE ucs_status_t uct_hca_ep_qp_failed(uct_hca_ep_t *ep)
+{
+    ucs_status_t status = uct_hca_status(hca_qp_error(ep->qp));
+
+    if (status == UCS_ERR_CANCELED) {
+        /* moved to ERR by us (flush cancel, destroy): nothing to report */
+        if (ep->status == UCS_OK) {
+            ep->status = UCS_ERR_CANCELED;
+        }
+        return ep->status;
+    }
+    uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep, status);
     return ep->status;
 }
 
@@ -49,6 +71,9 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
                      !ep->in_pending)) {
         /* queued sends go first: a new one must not overtake them */
         return UCS_ERR_NO_RESOURCE;
+    }
+    if (ucs_unlikely(hca_qp_state(ep->qp) == HCA_QPS_ERR)) {
+        return uct_hca_ep_qp_failed(ep);
     }
     wr->send_flags |= ep->send_flags;
     rc = hca_post_send(ep->qp, wr, &bad);
@@ -101,8 +126,10 @@ uct_hca_ep_am_direct_sge(uct_hca_ep_t *ep, uint8_t id, const hca_sge_t *sge,
     }
     p = slot.data;
     for (int i = 0; i < num_sge; ++i) {
-        memcpy(p, (void*)(uintptr_t)sge[i].addr, sge[i].length);
-        p += sge[i].length;
+        if (sge[i].length != 0) { /* a zero-length header may be NULL */
+            memcpy(p, (void*)(uintptr_t)sge[i].addr, sge[i].length);
+            p += sge[i].length;
+        }
     }
     uct_hca_ep_am_commit(ep, &slot, id, length);
     return 0;
@@ -116,6 +143,9 @@ uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
     uct_hca_op_t *op;
 
+    if (ucs_unlikely(ep->status != UCS_OK)) {
+        return NULL; /* failed: uct_hca_ep_no_op() tells the status */
+    }
     if (ucs_unlikely(iface->tx_credits == 0)) {
         ep->no_resource = 1;
         return NULL;
@@ -128,6 +158,13 @@ uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
     op->ep   = ep;
     op->comp = comp;
     return op;
+}
+
+/* Why uct_hca_ep_op_get() found no descriptor: the ep failed, or no
+ * resources */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_hca_ep_no_op(uct_hca_ep_t *ep)
+{
+    return (ep->status != UCS_OK) ? ep->status : UCS_ERR_NO_RESOURCE;
 }
 
 /* What a finished op leaves behind: unpacked data, the fetched value. */
@@ -351,10 +388,15 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
     if (ucs_unlikely(op == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return uct_hca_ep_no_op(ep);
     }
     length = pack_cb(uct_hca_op_buffer(op), arg);
-    UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "am_bcopy");
+    if (ucs_unlikely(length > iface->config.seg_size)) {
+        ucs_mpool_put_inline(op);
+        ucs_error("am_bcopy: packed %zu bytes, above seg_size %zu", length,
+                  iface->config.seg_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
                        uct_hca_op_buffer(op), length, "TX: AM_BCOPY");
 
@@ -420,7 +462,7 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
     if (ucs_unlikely(op == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return uct_hca_ep_no_op(ep);
     }
     /* the header must live in registered memory until completion */
     memcpy(uct_hca_op_buffer(op), header, header_length);
@@ -483,10 +525,15 @@ ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
 
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
     if (ucs_unlikely(op == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return uct_hca_ep_no_op(ep);
     }
     length     = pack_cb(uct_hca_op_buffer(op), arg);
-    UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "put_bcopy");
+    if (ucs_unlikely(length > iface->config.seg_size)) {
+        ucs_mpool_put_inline(op);
+        ucs_error("put_bcopy: packed %zu bytes, above seg_size %zu", length,
+                  iface->config.seg_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
     sge.addr   = (uintptr_t)uct_hca_op_buffer(op);
     sge.length = (uint32_t)length;
     sge.lkey   = op->lkey;
@@ -523,7 +570,7 @@ uct_hca_ep_rdma_zcopy(uct_ep_h tl_ep, hca_wr_opcode_t opcode,
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
     if (ucs_unlikely(op == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return uct_hca_ep_no_op(ep);
     }
     return uct_hca_ep_post_op(ep, &wr, op);
 }
@@ -566,7 +613,7 @@ ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_GET_BCOPY, comp);
     if (ucs_unlikely(op == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return uct_hca_ep_no_op(ep);
     }
     op->unpack_cb  = unpack_cb;
     op->unpack_arg = arg;
@@ -629,7 +676,7 @@ uct_hca_ep_atomic_wr(uct_hca_ep_t *ep, int op, uint64_t value, uint64_t swap,
     }
     hop = uct_hca_ep_op_get(ep, UCT_HCA_OP_FETCH, comp);
     if (ucs_unlikely(hop == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return uct_hca_ep_no_op(ep);
     }
     hop->result = result;
     hop->size   = size;
@@ -748,7 +795,8 @@ ucs_status_t uct_hca_ep_flush(uct_ep_h tl_ep, unsigned flags,
     uct_hca_flush_req_t *req;
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {
-        /* every outstanding WR completes with UCS_ERR_CANCELED */
+        /* every outstanding WR completes with UCS_ERR_CANCELED; pending
+         * requests stay for the caller's purge */
         if (hca_qp_outstanding(ep->qp) != 0) {
             hca_qp_modify(ep->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
                           HCA_QP_ATTR_STATE);
@@ -756,7 +804,15 @@ ucs_status_t uct_hca_ep_flush(uct_ep_h tl_ep, unsigned flags,
                 ep->status = UCS_ERR_CANCELED;
             }
         }
-    } else if (!ucs_arbiter_group_is_empty(&ep->arb_group)) {
+    } else if (ucs_unlikely(UCS_STATUS_IS_ERR(ep->status))) {
+        return ep->status; /* failed (or cancelled): as every operation */
+    } else if (ucs_unlikely(hca_qp_state(ep->qp) == HCA_QPS_ERR)) {
+        return uct_hca_ep_qp_failed(ep);
+    } else if (!ucs_arbiter_group_is_empty(&ep->arb_group) &&
+               !ep->in_pending) {
+        /* requests queued before this flush go first; from the dispatch
+         * of this ep's own queue (a flush request of the caller's) every
+         * request before it has been dispatched */
         return UCS_ERR_NO_RESOURCE;
     }
     if (hca_qp_outstanding(ep->qp) == 0) {
@@ -810,6 +866,11 @@ ucs_status_t uct_hca_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *n,
     uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
 
+    if (ucs_unlikely(ep->status != UCS_OK)) {
+        /* a failed ep never dispatches: the caller retries the operation
+         * and gets the ep's status */
+        return UCS_ERR_BUSY;
+    }
     if (uct_hca_ep_has_resources(ep) &&
         ucs_arbiter_group_is_empty(&ep->arb_group)) {
         return UCS_ERR_BUSY;
@@ -829,6 +890,11 @@ ucs_arbiter_cb_result_t uct_hca_ep_process_pending(ucs_arbiter_t *arbiter,
     unsigned *count        = arg;
     ucs_status_t status;
 
+    if (ucs_unlikely(ep->status != UCS_OK)) {
+        /* failed or cancelled: its requests wait for the caller's purge,
+         * which hands each back once */
+        return UCS_ARBITER_CB_RESULT_DESCHED_GROUP;
+    }
     ep->no_resource = 0; /* retry: the target may have drained its ring */
     ep->in_pending  = 1;
     status          = req->func(req);
@@ -839,7 +905,11 @@ ucs_arbiter_cb_result_t uct_hca_ep_process_pending(ucs_arbiter_t *arbiter,
     } else if (status == UCS_INPROGRESS) {
         (*count)++;
         return UCS_ARBITER_CB_RESULT_NEXT_GROUP;
+    } else if (ucs_unlikely(ep->status != UCS_OK)) {
+        return UCS_ARBITER_CB_RESULT_DESCHED_GROUP; /* failed meanwhile */
     }
+    /* no resources (a full target ring sends no event): try again on the
+     * next progress */
     return UCS_ARBITER_CB_RESULT_RESCHED_GROUP;
 }
 

@@ -106,7 +106,8 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
     attr->cap.get.align_mtu       = 1;
     attr->cap.get.max_iov         = UCT_HCA_MAX_IOV;
 
-    attr->cap.am.max_short        = inl - sizeof(uint64_t);
+    /* the 8-byte AM header included, as in mm and rc (UCP subtracts it) */
+    attr->cap.am.max_short        = inl;
     attr->cap.am.max_bcopy        = seg_size;
     attr->cap.am.min_zcopy        = 0;
     attr->cap.am.max_zcopy        = seg_size;
@@ -379,8 +380,12 @@ static ucs_status_t uct_hca_iface_flush(uct_iface_h tl_iface, unsigned flags,
     if (comp != NULL) {
         return UCS_ERR_UNSUPPORTED;
     }
+    /* uct.h: OK or INPROGRESS only (UCP's worker flush fails on anything
+     * else).  Requests in pending queues are the caller's; they are waited
+     * for, as rc does, not reported as a lack of resources.  A failed ep's
+     * queue is descheduled and does not hold the flush. */
     if (!ucs_arbiter_is_empty(&iface->arbiter)) {
-        return UCS_ERR_NO_RESOURCE;
+        return UCS_INPROGRESS;
     }
     ucs_list_for_each(ep, &iface->ep_list, list) {
         if (hca_qp_outstanding(ep->qp) != 0) {
@@ -558,6 +563,7 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
     const uct_hca_iface_config_t *config =
             ucs_derived_of(tl_config, uct_hca_iface_config_t);
     uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
+    size_t payload_offset, align, align_offset;
     hca_device_attr_t dattr;
     ucs_status_t status;
     unsigned i;
@@ -609,13 +615,20 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
         return UCS_ERR_NO_MEMORY;
     }
 
+    /* am_alignment applies to AMs delivered in a descriptor
+     * (UCT_CB_PARAM_FLAG_DESC); the ones read in place carry no flag */
+    payload_offset = sizeof(uct_hca_rx_desc_t) + self->rx_headroom;
+    status = uct_iface_param_am_alignment(params, config->seg_size,
+                                          payload_offset, payload_offset,
+                                          &align, &align_offset);
+    if (status != UCS_OK) {
+        goto err_free_map;
+    }
     status = uct_iface_mpool_init(&self->super, &self->rx_mp,
-                                  sizeof(uct_hca_rx_desc_t) +
-                                  self->rx_headroom + config->seg_size,
-                                  sizeof(uct_hca_rx_desc_t) +
-                                  self->rx_headroom, UCS_SYS_CACHE_LINE_SIZE,
-                                  &config->mp, config->rx_queue_len,
-                                  uct_hca_rx_desc_init, "hca_rx_desc");
+                                  payload_offset + config->seg_size,
+                                  align_offset, align, &config->mp,
+                                  config->rx_queue_len, uct_hca_rx_desc_init,
+                                  "hca_rx_desc");
     if (status != UCS_OK) {
         goto err_free_map;
     }

@@ -11,6 +11,7 @@
 #include <ucs/debug/log.h>
 #include <ucs/sys/math.h>
 #include <ucs/sys/string.h>
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -47,6 +48,14 @@ uint64_t uct_hca_host_hash(const hca_host_id_t *host)
     return h;
 }
 
+/*
+ * The one place where device errors become UCS statuses (docs/UCT.md,
+ * "Failures").  A peer that is gone is UCS_ERR_ENDPOINT_TIMEOUT, as UCX's
+ * mm keepalive and tcp report it and as UCP's failed lanes answer later
+ * operations; a remote endpoint that refuses (closed or reset QP) is
+ * UCS_ERR_CONNECTION_RESET; a key check that failed is
+ * UCS_ERR_INVALID_ADDR.
+ */
 ucs_status_t uct_hca_status(hca_wc_status_t status)
 {
     switch (status) {
@@ -64,6 +73,23 @@ ucs_status_t uct_hca_status(hca_wc_status_t status)
         return UCS_ERR_MESSAGE_TRUNCATED;
     case HCA_WC_REM_INV_REQ_ERR:
         return UCS_ERR_CONNECTION_RESET;
+    default:
+        return UCS_ERR_IO_ERROR;
+    }
+}
+
+ucs_status_t uct_hca_errno_status(int rc)
+{
+    switch (rc) {
+    case 0:
+        return UCS_OK;
+    case -EAGAIN:       /* the target's ring is full */
+    case -ENOMEM:       /* the send queue is full */
+        return UCS_ERR_NO_RESOURCE;
+    case -ECONNRESET:   /* the peer is gone */
+        return UCS_ERR_ENDPOINT_TIMEOUT;
+    case -EINVAL:       /* a request the device rejects */
+        return UCS_ERR_INVALID_PARAM;
     default:
         return UCS_ERR_IO_ERROR;
     }

@@ -185,8 +185,11 @@ UCS_CLASS_DECLARE(uct_hca_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(uct_hca_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(uct_hca_ep_t, uct_ep_t);
 
+/* device errors -> UCS statuses, in one place (hca_md.c) */
+ucs_status_t uct_hca_status(hca_wc_status_t status);   /* completions */
+ucs_status_t uct_hca_errno_status(int rc);              /* -errno of calls */
+
 /* iface helpers used by ep */
-ucs_status_t uct_hca_status(hca_wc_status_t status);
 void uct_hca_iface_schedule_err(uct_hca_iface_t *iface, uct_hca_ep_t *ep,
                                 ucs_status_t status);
 unsigned uct_hca_iface_progress(uct_iface_h tl_iface);

@@ -688,7 +688,9 @@ ucs_status_t flush_iface(entity &ent, const std::vector<entity*> &ents)
         ucs_status_t st = uct_iface_flush(ent.iface, 0, NULL);
         if (st == UCS_OK) {
             return UCS_OK;
-        } else if ((st != UCS_INPROGRESS) && (st != UCS_ERR_NO_RESOURCE)) {
+        } else if (st != UCS_INPROGRESS) {
+            /* uct.h: OK or INPROGRESS only (UCP fails a worker flush on
+             * anything else, UCS_ERR_NO_RESOURCE included) */
             return st;
         }
         if (dl.expired()) {
