@@ -385,6 +385,12 @@ void entity::open_iface(const entity_config &cfg)
     p.mode.device.dev_name = "hca0";
     p.stats_root           = NULL;
     p.rx_headroom          = cfg.rx_headroom;
+    if (cfg.am_alignment != 0) {
+        p.field_mask     |= UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT |
+                            UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
+        p.am_alignment    = cfg.am_alignment;
+        p.am_align_offset = cfg.am_align_offset;
+    }
     UCS_CPU_ZERO(&p.cpu_mask);
     p.err_handler          = err_handler;
     p.err_handler_arg      = this;

@@ -149,6 +149,8 @@ struct entity_config {
     cfg_list md_cfg;       /* e.g. {"SINGLE_COPY", "n"} */
     cfg_list iface_cfg;    /* e.g. {"RX_QUEUE_LEN", "8"} */
     size_t   rx_headroom = 0;
+    size_t   am_alignment    = 0;  /* != 0: UCT_IFACE_PARAM_FIELD_AM_* */
+    size_t   am_align_offset = 0;
 };
 
 uct_component_h find_hca_component();
