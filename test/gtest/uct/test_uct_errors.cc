@@ -655,6 +655,227 @@ TEST_P(UctDeadPeer, KilledButNotYetReapedPeerIsDead)
     }
 }
 
+/* Every operation of every form on a failed ep returns the status that
+ * was reported to the error handler: a dead peer is
+ * UCS_ERR_ENDPOINT_TIMEOUT, as UCX's mm keepalive and tcp report it and as
+ * UCP's failed lanes answer afterwards. */
+TEST_P(UctDeadPeer, FailedEpReturnsReportedStatusForEveryOperation)
+{
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    wait_handler([&] { uct_ep_check(ep, 0, NULL); });
+    ASSERT_EQ(1, e.errors_for(ep));
+    const ucs_status_t rep = e.last_error_for(ep);
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, rep) << "status of a dead peer";
+
+    uint64_t v = 1, r64 = 0;
+    uint32_t r32 = 0;
+    test_comp c;
+    uct_iov_t iov = {local.data(), 4096, local.memh, 0, 1};
+    auto pack8 = [](void *d, void*) -> size_t {
+        memset(d, 0, 8);
+        return 8;
+    };
+    auto unpack = [](void*, const void*, size_t) {};
+    for (int mem = 0; mem < 2; ++mem) {
+        uint64_t addr   = mem ? dev_mem : plain_mem;
+        uct_rkey_t rkey = mem ? rk_dev.rkey() : rk_plain.rkey();
+        SCOPED_TRACE(mem ? "device memory" : "plain memory");
+        std::vector<std::pair<const char*, ucs_status_t>> res;
+        res.push_back({"am_short", uct_ep_am_short(ep, AM_ID, 0, &v, 8)});
+        uct_iov_t small = {local.data(), 8, local.memh, 0, 1};
+        res.push_back({"am_short_iov",
+                       uct_ep_am_short_iov(ep, AM_ID, &small, 1)});
+        res.push_back({"am_bcopy", (ucs_status_t)uct_ep_am_bcopy(
+                                       ep, AM_ID, pack8, nullptr, 0)});
+        res.push_back({"am_zcopy", uct_ep_am_zcopy(ep, AM_ID, &v, 8, &iov,
+                                                   1, 0, &c.uct)});
+        res.push_back({"put_short",
+                       uct_ep_put_short(ep, &v, 8, addr, rkey)});
+        res.push_back({"put_bcopy", (ucs_status_t)uct_ep_put_bcopy(
+                                        ep, pack8, nullptr, addr, rkey)});
+        res.push_back({"put_zcopy",
+                       uct_ep_put_zcopy(ep, &iov, 1, addr, rkey, &c.uct)});
+        res.push_back({"get_bcopy", uct_ep_get_bcopy(ep, unpack, nullptr,
+                                                     64, addr, rkey,
+                                                     &c.uct)});
+        res.push_back({"get_zcopy",
+                       uct_ep_get_zcopy(ep, &iov, 1, addr, rkey, &c.uct)});
+        res.push_back({"atomic32_post",
+                       uct_ep_atomic32_post(ep, UCT_ATOMIC_OP_ADD, 1, addr,
+                                            rkey)});
+        res.push_back({"atomic64_post",
+                       uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD, 1, addr,
+                                            rkey)});
+        res.push_back({"atomic32_fetch",
+                       uct_ep_atomic32_fetch(ep, UCT_ATOMIC_OP_ADD, 1, &r32,
+                                             addr, rkey, &c.uct)});
+        res.push_back({"atomic64_fetch",
+                       uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 1, &r64,
+                                             addr, rkey, &c.uct)});
+        res.push_back({"atomic_cswap32",
+                       uct_ep_atomic_cswap32(ep, 0, 1, addr, rkey, &r32,
+                                             &c.uct)});
+        res.push_back({"atomic_cswap64",
+                       uct_ep_atomic_cswap64(ep, 0, 1, addr, rkey, &r64,
+                                             &c.uct)});
+        res.push_back({"ep_flush", uct_ep_flush(ep, 0, NULL)});
+        res.push_back({"ep_flush(comp)", uct_ep_flush(ep, 0, &c.uct)});
+        for (auto &r : res) {
+            EXPECT_EQ(rep, r.second) << r.first << " on the failed ep";
+        }
+    }
+    for (int i = 0; i < 100; ++i) {
+        e.progress();
+    }
+    EXPECT_EQ(0, c.calls) << "a completion of an operation that was refused";
+    EXPECT_EQ(1, e.errors_for(ep)) << "error handler called again";
+
+    /* a pending request is never dispatched on it: pending_add answers
+     * BUSY (the caller retries and gets the status), or queues it for a
+     * purge that hands it back once */
+    struct preq {
+        uct_pending_req_t uct;
+        int calls  = 0;
+        int purged = 0;
+    } pr;
+    pr.uct.func = [](uct_pending_req_t *self) {
+        ((preq*)self)->calls++;
+        return UCS_ERR_NO_RESOURCE;
+    };
+    ucs_status_t pst = uct_ep_pending_add(ep, &pr.uct, 0);
+    EXPECT_TRUE((pst == UCS_OK) || (pst == UCS_ERR_BUSY)) << pst;
+    for (int i = 0; i < 100; ++i) {
+        e.progress();
+    }
+    EXPECT_EQ(0, pr.calls) << "a pending request dispatched on a failed ep";
+    uct_ep_pending_purge(ep, [](uct_pending_req_t *self, void*) {
+        ((preq*)self)->purged++;
+    }, nullptr);
+    EXPECT_EQ((pst == UCS_OK) ? 1 : 0, pr.purged);
+    EXPECT_EQ(UCS_OK, flush_iface(e, {&e})) << "iface flush after failure";
+}
+
+/* The QP fails inside the device (a write into a dead process) before any
+ * error completion was polled: a caller that sends until the send stops
+ * returning UCS_OK - what a pending callback does - must stop, not spin on
+ * posts that the device accepts and flushes. */
+TEST_P(UctDeadPeer, SendingUntilNotOkStopsOnFailedQp)
+{
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    test_comp c;
+    uct_iov_t iov = {local.data(), 4096, local.memh, 0, 1};
+    ucs_status_t st = uct_ep_put_zcopy(ep, &iov, 1, plain_mem,
+                                       rk_plain.rkey(), &c.uct);
+    EXPECT_NE(UCS_OK, st) << "a put into a dead process completed";
+    const int cap = 100000;
+    int sent = 0;
+    uint64_t v = 0;
+    deadline dl(10);
+    do {
+        st = uct_ep_am_short(ep, AM_ID, 0, &v, 8);
+    } while ((st == UCS_OK) && (++sent < cap) && !dl.expired());
+    EXPECT_LT(sent, cap) << "am_short returned UCS_OK " << sent
+                         << " times on a QP whose peer is dead (no "
+                            "progress in between)";
+    printf("[ INFO     ] %d sends accepted, then %s\n", sent,
+           ucs_status_string(st));
+    /* the failure is reported once from progress, with the status that
+     * the refused sends return from then on */
+    wait_handler([&] { uct_ep_check(ep, 0, NULL); });
+    ASSERT_EQ(1, e.errors_for(ep));
+    EXPECT_EQ(e.last_error_for(ep), uct_ep_am_short(ep, AM_ID, 0, &v, 8));
+    if (UCS_STATUS_IS_ERR(st) && (st != UCS_ERR_NO_RESOURCE)) {
+        EXPECT_EQ(e.last_error_for(ep), st)
+            << "the send that stopped returned another status than the "
+               "one reported";
+    }
+    if (c.calls == 0) {
+        EXPECT_TRUE(wait_for([&] { return c.calls > 0; }, {&e}, 5));
+    }
+    EXPECT_TRUE(UCS_STATUS_IS_ERR(c.status)) << c.status;
+}
+
+/* Requests queued when the peer dies: each ends exactly once - finished by
+ * its callback (with the ep's status) or handed back by the purge - and a
+ * callback that sends until the send stops returning UCS_OK terminates. */
+TEST_P(UctDeadPeer, PendingRequestsOfFailedEpEndOnce)
+{
+    /* the peer does not progress: its ring fills */
+    uint64_t v = 0;
+    ucs_status_t st;
+    int n = 0;
+    while (((st = uct_ep_am_short(ep, AM_ID, 0, &v, 8)) == UCS_OK) &&
+           (++n < 100000)) {
+    }
+    ASSERT_EQ(UCS_ERR_NO_RESOURCE, st) << "after " << n << " sends";
+    struct preq {
+        uct_pending_req_t uct;
+        uct_ep_h     ep;
+        int          calls    = 0;
+        int          finished = 0;
+        int          purged   = 0;
+        int          spun     = 0;
+        int          after_finish = 0;
+        ucs_status_t status   = UCS_OK;
+    };
+    const int k = 4;
+    std::vector<preq> reqs(k);
+    int queued = 0;
+    for (auto &r : reqs) {
+        r.ep       = ep;
+        r.uct.func = [](uct_pending_req_t *self) {
+            preq *q = (preq*)self;
+            q->calls++;
+            if (q->finished) {
+                q->after_finish++;
+            }
+            uint64_t x = 0;
+            ucs_status_t s;
+            int sent = 0;
+            while ((s = uct_ep_am_short(q->ep, AM_ID, 0, &x, 8)) == UCS_OK) {
+                if (++sent >= 100000) {
+                    q->spun = 1;
+                    q->finished++;
+                    return UCS_OK;
+                }
+            }
+            if (s == UCS_ERR_NO_RESOURCE) {
+                return s;
+            }
+            q->status = s;    /* as UCP: the request completes with it */
+            q->finished++;
+            return UCS_OK;
+        };
+        st = uct_ep_pending_add(ep, &r.uct, 0);
+        ASSERT_EQ(UCS_OK, st) << "the ring is full";
+        ++queued;
+    }
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    wait_handler([&] { uct_ep_check(ep, 0, NULL); });
+    ASSERT_EQ(1, e.errors_for(ep));
+    for (int i = 0; i < 1000; ++i) {
+        e.progress();
+    }
+    uct_ep_pending_purge(ep, [](uct_pending_req_t *self, void*) {
+        ((preq*)self)->purged++;
+    }, nullptr);
+    for (int i = 0; i < 100; ++i) {
+        e.progress();
+    }
+    for (int i = 0; i < k; ++i) {
+        SCOPED_TRACE("request " + std::to_string(i));
+        EXPECT_EQ(0, reqs[i].spun) << "its callback sent without end";
+        EXPECT_EQ(1, reqs[i].finished + reqs[i].purged)
+            << "finished " << reqs[i].finished << ", purged "
+            << reqs[i].purged;
+        EXPECT_EQ(0, reqs[i].after_finish) << "dispatched after it ended";
+        if (reqs[i].finished) {
+            EXPECT_EQ(e.last_error_for(ep), reqs[i].status);
+        }
+    }
+    EXPECT_EQ(1, e.errors_for(ep));
+}
+
 INSTANTIATE_TEST_SUITE_P(hca, UctDeadPeer,
                          ::testing::Values(TOPO_REMOTE, TOPO_REMOTE_NO_CMA),
                          [](const ::testing::TestParamInfo<topology> &i) {
