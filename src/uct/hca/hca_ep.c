@@ -152,6 +152,7 @@ uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
     }
     op = ucs_mpool_get_inline(&iface->tx_mp);
     if (ucs_unlikely(op == NULL)) {
+        ep->no_resource = 1; /* pending_add must queue, not answer BUSY */
         return NULL;
     }
     op->type = type;
@@ -292,8 +293,10 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
         if (ucs_likely(rc == 0)) {
             /* header and payload straight into the target's ring */
             memcpy(slot.data, &header, sizeof(header));
-            memcpy(UCS_PTR_BYTE_OFFSET(slot.data, sizeof(header)), payload,
-                   length);
+            if (length != 0) { /* payload may be NULL then */
+                memcpy(UCS_PTR_BYTE_OFFSET(slot.data, sizeof(header)),
+                       payload, length);
+            }
             uct_hca_ep_am_commit(ep, &slot, id, length + sizeof(header));
             return UCS_OK;
         }
@@ -795,14 +798,15 @@ ucs_status_t uct_hca_ep_flush(uct_ep_h tl_ep, unsigned flags,
     uct_hca_flush_req_t *req;
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {
-        /* every outstanding WR completes with UCS_ERR_CANCELED; pending
-         * requests stay for the caller's purge */
+        /* uct.h: the ep is in error afterwards and only to be destroyed.
+         * Every outstanding WR completes with UCS_ERR_CANCELED; pending
+         * requests stay for the caller's purge. */
         if (hca_qp_outstanding(ep->qp) != 0) {
             hca_qp_modify(ep->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
                           HCA_QP_ATTR_STATE);
-            if (ep->status == UCS_OK) {
-                ep->status = UCS_ERR_CANCELED;
-            }
+        }
+        if (ep->status == UCS_OK) {
+            ep->status = UCS_ERR_CANCELED;
         }
     } else if (ucs_unlikely(UCS_STATUS_IS_ERR(ep->status))) {
         return ep->status; /* failed (or cancelled): as every operation */
@@ -837,6 +841,9 @@ ucs_status_t uct_hca_ep_fence(uct_ep_h tl_ep, unsigned flags)
 {
     uct_hca_ep_t *ep = ucs_derived_of(tl_ep, uct_hca_ep_t);
 
+    if (ucs_unlikely(UCS_STATUS_IS_ERR(ep->status))) {
+        return ep->status; /* failed: as every later operation */
+    }
     /* the next WR waits until every earlier one completed remotely */
     ep->send_flags |= HCA_SEND_FENCE;
     return UCS_OK;
@@ -929,6 +936,10 @@ static ucs_arbiter_cb_result_t uct_hca_ep_purge_cb(ucs_arbiter_t *arbiter,
 
     if (args->cb != NULL) {
         args->cb(req, args->arg);
+    } else {
+        /* destroyed with requests still queued: they are dropped */
+        ucs_warn("ep %p: canceling user pending request %p",
+                 ucs_container_of(group, uct_hca_ep_t, arb_group), req);
     }
     return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
 }
@@ -1026,7 +1037,8 @@ UCS_CLASS_CLEANUP_FUNC(uct_hca_ep_t)
     }
     ucs_list_del(&self->list);
     iface->ep_by_qp[hca_qp_num(self->qp) & UCT_HCA_QPN_INDEX_MASK] = NULL;
-    /* outstanding signalled WRs complete (cancelled) from progress; their
+    /* outstanding signalled WRs complete with UCS_ERR_CANCELED from
+     * progress (the ERR transition puts their CQEs in the CQ); their
      * descriptors do not point back to this ep */
     hca_qp_modify(self->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
                   HCA_QP_ATTR_STATE);

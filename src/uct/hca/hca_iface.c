@@ -259,23 +259,34 @@ static void uct_hca_iface_handle_send(uct_hca_iface_t *iface,
                                           UCT_HCA_QPN_INDEX_MASK];
     ucs_status_t status = uct_hca_status(wc->status);
 
+    if ((ep != NULL) && (hca_qp_num(ep->qp) != wc->qp_num)) {
+        ep = NULL; /* its ep is gone: what it left completes cancelled */
+    }
+    if (ucs_unlikely(status != UCS_OK) && (ep != NULL)) {
+        if (status != UCS_ERR_CANCELED) {
+            uct_hca_iface_schedule_err(iface, ep, status);
+        } else if (UCS_STATUS_IS_ERR(ep->status) &&
+                   (ep->status != UCS_ERR_CANCELED)) {
+            /* flushed behind the failure: the ep's error, as rc and tcp
+             * complete every outstanding operation of a failed ep */
+            status = ep->status;
+        }
+    }
     if (op != NULL) {
         iface->tx_credits++;
         uct_hca_ep_complete_op(iface, op, status);
-    }
-    if ((ep != NULL) && (hca_qp_num(ep->qp) != wc->qp_num)) {
-        ep = NULL; /* its ep is gone */
-    }
-    if (ucs_unlikely(status != UCS_OK) && (ep != NULL) &&
-        (status != UCS_ERR_CANCELED)) {
-        uct_hca_iface_schedule_err(iface, ep, status);
     }
 }
 
 void uct_hca_iface_schedule_err(uct_hca_iface_t *iface, uct_hca_ep_t *ep,
                                 ucs_status_t status)
 {
-    if ((ep->status == UCS_OK) || (ep->status == UCS_ERR_CANCELED)) {
+    if (ep->status == UCS_ERR_CANCELED) {
+        /* the user cancelled it (flush with UCT_FLUSH_FLAG_CANCEL) and is
+         * closing it: a failure found meanwhile is not reported, as rc */
+        return;
+    }
+    if (ep->status == UCS_OK) {
         ep->status = status;
     }
     if (!ep->err_reported && !ep->err_pending) {
@@ -287,21 +298,25 @@ void uct_hca_iface_schedule_err(uct_hca_iface_t *iface, uct_hca_ep_t *ep,
 /* Reports failed eps to UCX from progress, never from inside a send. */
 static void uct_hca_iface_report_errors(uct_hca_iface_t *iface)
 {
-    uct_hca_ep_t *ep, *tmp;
+    uct_hca_ep_t *ep, *failed;
 
-    ucs_list_for_each_safe(ep, tmp, &iface->ep_list, list) {
-        if (!ep->err_pending) {
-            continue;
+    while (iface->failed_eps != 0) {
+        /* from the start each time: the handler may destroy any ep */
+        failed = NULL;
+        ucs_list_for_each(ep, &iface->ep_list, list) {
+            if (ep->err_pending) {
+                failed = ep;
+                break;
+            }
         }
-        ep->err_pending  = 0;
-        ep->err_reported = 1;
-        iface->failed_eps--;
-        /* the handler may destroy the ep */
-        uct_iface_handle_ep_err(&iface->super.super, &ep->super.super,
-                                ep->status);
-        if (iface->failed_eps == 0) {
+        if (failed == NULL) {
             break;
         }
+        failed->err_pending  = 0;
+        failed->err_reported = 1;
+        iface->failed_eps--;
+        uct_iface_handle_ep_err(&iface->super.super, &failed->super.super,
+                                failed->status);
     }
 }
 

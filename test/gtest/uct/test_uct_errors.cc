@@ -755,6 +755,59 @@ TEST_P(UctDeadPeer, FailedEpReturnsReportedStatusForEveryOperation)
     EXPECT_EQ(UCS_OK, flush_iface(e, {&e})) << "iface flush after failure";
 }
 
+/* Operations in flight when the ep fails complete with the status that
+ * was reported, not some with it and the rest "cancelled" (rc and tcp
+ * complete every outstanding operation of a failed ep with its error). */
+TEST_P(UctDeadPeer, OutstandingOperationsCompleteWithTheReportedStatus)
+{
+    ASSERT_NO_FATAL_FAILURE(kill_peer(false));
+    const int n = 4;
+    std::vector<test_comp> c(n);
+    std::vector<ucs_status_t> st(n);
+    for (int i = 0; i < n; ++i) {
+        uct_iov_t iov = {local.data() + i * 4096, 4096, local.memh, 0, 1};
+        st[i] = uct_ep_get_zcopy(ep, &iov, 1, plain_mem + i * 4096,
+                                 rk_plain.rkey(), &c[i].uct);
+        EXPECT_NE(UCS_OK, st[i]) << "get " << i << " from a dead process";
+    }
+    wait_handler([&] { uct_ep_check(ep, 0, NULL); });
+    ASSERT_EQ(1, e.errors_for(ep));
+    const ucs_status_t rep = e.last_error_for(ep);
+    int inflight = 0;
+    for (int i = 0; i < n; ++i) {
+        SCOPED_TRACE("get " + std::to_string(i));
+        if (st[i] == UCS_INPROGRESS) {
+            ++inflight;
+            ASSERT_TRUE(wait_for([&] { return c[i].calls > 0; }, {&e}, 5));
+            EXPECT_EQ(1, c[i].calls);
+            EXPECT_EQ(rep, c[i].status);
+        } else {
+            EXPECT_EQ(rep, st[i]);
+        }
+    }
+    printf("[ INFO     ] %d of %d gets were in flight when the ep failed\n",
+           inflight, n);
+    EXPECT_EQ(128 + SIGKILL, wait_child(kid.pid));
+}
+
+/* An ep the user cancelled (flush with UCT_FLUSH_FLAG_CANCEL, as UCP does
+ * when it closes one) is not reported when its peer dies: rc neither. */
+TEST_P(UctDeadPeer, CancelledEpIsNotReportedWhenPeerDies)
+{
+    test_comp fc;
+    ucs_status_t st = uct_ep_flush(ep, UCT_FLUSH_FLAG_CANCEL, &fc.uct);
+    ASSERT_TRUE((st == UCS_OK) || (st == UCS_INPROGRESS)) << st;
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    deadline dl(0.5);
+    while (!dl.expired()) {
+        uct_ep_check(ep, 0, NULL);
+        e.progress();
+    }
+    EXPECT_EQ(0, e.errors_for(ep))
+        << "error handler called for a cancelled ep: "
+        << e.last_error_for(ep);
+}
+
 /* The QP fails inside the device (a write into a dead process) before any
  * error completion was polled: a caller that sends until the send stops
  * returning UCS_OK - what a pending callback does - must stop, not spin on
