@@ -4,7 +4,8 @@
 #
 # usage: test/apps/run-apps.sh [-q] [CASE...]
 #
-#   CASE   p2p coll rma rma_dynamic shmem failure (default: all)
+#   CASE   p2p coll rma rma_swatomic rma_dynamic shmem failure
+#          (default: all)
 #   -q     quick: the programs' -q mode (fewer iterations, smaller sizes)
 #
 # Each case runs with 2 and 4 ranks (--oversubscribe) through hca-run
@@ -19,6 +20,11 @@
 #                the same program runs with UCX_TLS=posix,self as a control:
 #                the case passes only if the control crashes the same way
 #                (same signal, same functions in the backtrace).
+#   rma_swatomic the rma program with UCX_ATOMIC_MODE=device: UCP then
+#                emulates the atomics over hca's active messages, and its
+#                worker flush (MPI_Win_flush*, fences) waits for requests
+#                in hca's pending queues. Passes only if no device atomic
+#                ran (the emulation carried them).
 #   failure      a rank calls exit(1) mid-communication: passes if mpirun
 #                exits non-zero well within the timeout (no hang).
 #
@@ -56,7 +62,7 @@ MPICC=${MPICC:-mpicc}
 OSHCC=${OSHCC:-oshcc}
 app_cflags="-std=gnu11 -O2 -g -Wall -Wextra"
 
-all_cases="p2p coll rma rma_dynamic shmem failure"
+all_cases="p2p coll rma rma_swatomic rma_dynamic shmem failure"
 quick=()
 cases=()
 for a in "$@"; do
@@ -64,7 +70,7 @@ for a in "$@"; do
     -q) quick=(-q) ;;
     -h|--help) sed -n '3,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                exit 0 ;;
-    p2p|coll|rma|rma_dynamic|shmem|failure) cases+=("$a") ;;
+    p2p|coll|rma|rma_swatomic|rma_dynamic|shmem|failure) cases+=("$a") ;;
     *) echo "run-apps: unknown case '$a' (cases: $all_cases)" >&2; exit 2 ;;
     esac
 done
@@ -182,7 +188,8 @@ run_case() {  # launcher np prog args...
     [ "$prog" = failure ] && limit=$fail_tmo
     t0=$(date +%s.%N)
     timeout -k 15 "$limit" "$hca_run" --verbose "$launcher" --oversubscribe \
-        -np "$np" ${extra_args[@]+"${extra_args[@]}"} "$bindir/$prog" "$@" \
+        -np "$np" ${extra_args[@]+"${extra_args[@]}"} \
+        ${case_args[@]+"${case_args[@]}"} "$bindir/$prog" "$@" \
         >"$log" 2>&1 </dev/null
     rc=$?
     t1=$(date +%s.%N)
@@ -199,9 +206,12 @@ show_log() {
 # ------------------------------------------------------------ cases
 
 for c in "${cases[@]}"; do
-    launcher=mpirun cc=$MPICC need="SEND"
+    launcher=mpirun cc=$MPICC need="SEND" prog=$c case_args=()
     case $c in
     rma)         need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
+    rma_swatomic)
+        prog=rma need="RDMA_WRITE RDMA_READ SEND"
+        case_args=(-x UCX_ATOMIC_MODE=device) ;;
     rma_dynamic) need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
     shmem)       launcher=oshrun cc=$OSHCC need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
     esac
@@ -211,21 +221,21 @@ for c in "${cases[@]}"; do
         done
         continue
     fi
-    if ! build_prog "$c" "$cc"; then
+    if ! build_prog "$prog" "$cc"; then
         for np in $nps; do
-            result FAIL "$c np=$np" "cannot build $c (see $logdir/build-$c.log)"
+            result FAIL "$c np=$np" "cannot build $prog (see $logdir/build-$prog.log)"
         done
         continue
     fi
     args=()
     case $c in
-    p2p|coll|rma) args=(${quick[@]+"${quick[@]}"}) ;;
+    p2p|coll|rma|rma_swatomic) args=(${quick[@]+"${quick[@]}"}) ;;
     esac
 
     for np in $nps; do
         name="$c np=$np"
         log=$logdir/$c-np$np.log
-        run_case "$launcher" "$np" "$c" ${args[@]+"${args[@]}"}
+        run_case "$launcher" "$np" "$prog" ${args[@]+"${args[@]}"}
 
         case $c in
         failure)
@@ -289,6 +299,10 @@ for c in "${cases[@]}"; do
                 show_log "$log"
             elif ! check_stats "$log" "$np" "$need"; then
                 result FAIL "$name" "$stats_msg"
+                show_log "$log"
+            elif [ "$c" = rma_swatomic ] &&
+                 grep -qE '^hca-run:   ATOMIC_[A-Z_]* +ops=[1-9]' "$log"; then
+                result FAIL "$name" "device atomics ran: UCX_ATOMIC_MODE=device did not reach the ranks; $stats_msg"
                 show_log "$log"
             else
                 result PASS "$name" "${secs}s; $stats_msg"
