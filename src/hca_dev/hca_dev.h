@@ -403,6 +403,13 @@ int  hca_qp_check_peer(hca_qp_t *qp);
 /* Send queue slots in use: WRs not yet completed, plus completed ones
  * whose CQE has not been polled yet. */
 uint32_t hca_qp_outstanding(const hca_qp_t *qp);
+/* Running counts of the send queue since the QP was created (or reset):
+ * WRs posted, and WRs retired - completed with their CQE polled, or
+ * completed with none due.  A consumer that waits for "every WR posted so
+ * far" records hca_qp_sq_posted() and waits until hca_qp_sq_retired()
+ * reaches it, without waiting for WRs posted later. */
+uint64_t hca_qp_sq_posted(const hca_qp_t *qp);
+uint64_t hca_qp_sq_retired(const hca_qp_t *qp);
 
 
 /* ------------------------------------------- direct send, in-place receive */

@@ -631,6 +631,16 @@ uint32_t hca_qp_outstanding(const hca_qp_t *qp)
     return (uint32_t)(qp->sq_head - qp->sq_tail) + qp->sq_held;
 }
 
+uint64_t hca_qp_sq_posted(const hca_qp_t *qp)
+{
+    return qp->sq_head;
+}
+
+uint64_t hca_qp_sq_retired(const hca_qp_t *qp)
+{
+    return qp->sq_tail - qp->sq_held;
+}
+
 int hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt)
 {
     *cnt = *qp->cnt;

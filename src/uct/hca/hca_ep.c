@@ -776,15 +776,28 @@ void uct_hca_ep_flush_progress(uct_hca_ep_t *ep)
 {
     ucs_status_t status = (ep->status == UCS_ERR_CANCELED) ? UCS_OK :
                                                              ep->status;
+    uint64_t retired    = hca_qp_sq_retired(ep->qp);
     uct_hca_flush_req_t *req;
+    ucs_queue_head_t due;
 
-    if (hca_qp_outstanding(ep->qp) != 0) {
-        return;
-    }
-    ucs_list_del(&ep->flush_list);
+    /* in order: a flush completes once the WRs posted before it retired,
+     * whatever was posted after it */
+    ucs_queue_head_init(&due);
     while (!ucs_queue_is_empty(&ep->flush_q)) {
-        req = ucs_queue_pull_elem_non_empty(&ep->flush_q, uct_hca_flush_req_t,
+        req = ucs_queue_head_elem_non_empty(&ep->flush_q, uct_hca_flush_req_t,
                                             queue);
+        if ((int64_t)(retired - req->sq_pos) < 0) {
+            break;
+        }
+        ucs_queue_pull_non_empty(&ep->flush_q);
+        ucs_queue_push(&due, &req->queue);
+        if (ucs_queue_is_empty(&ep->flush_q)) {
+            ucs_list_del(&ep->flush_list);
+        }
+    }
+    /* the ep is not touched from here: a completion may destroy it */
+    while (!ucs_queue_is_empty(&due)) {
+        req = ucs_queue_pull_elem_non_empty(&due, uct_hca_flush_req_t, queue);
         uct_invoke_completion(req->comp, status);
         ucs_free(req);
     }
@@ -829,7 +842,8 @@ ucs_status_t uct_hca_ep_flush(uct_ep_h tl_ep, unsigned flags,
     if (req == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
-    req->comp = comp;
+    req->comp   = comp;
+    req->sq_pos = hca_qp_sq_posted(ep->qp);
     if (ucs_queue_is_empty(&ep->flush_q)) {
         ucs_list_add_tail(&iface->flush_eps, &ep->flush_list);
     }

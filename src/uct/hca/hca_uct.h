@@ -164,6 +164,8 @@ typedef struct uct_hca_iface {
 typedef struct uct_hca_flush_req {
     ucs_queue_elem_t  queue;
     uct_completion_t *comp;
+    uint64_t          sq_pos;  /* WRs posted before the flush: done when
+                                  that many are retired */
 } uct_hca_flush_req_t;
 
 typedef struct uct_hca_ep {

@@ -951,6 +951,46 @@ TEST_F(Qp, OutstandingAndSignaling)
     }
 }
 
+/* The running send-queue counts that let a consumer wait for "every WR
+ * posted so far" (UCT's ep flush) without waiting for later ones: a
+ * signalled WR retires when its CQE is polled, not before. */
+TEST_F(Qp, SqPostedAndRetiredCounts)
+{
+    side x = mk_a(), y = mk_b();
+    ASSERT_NE(nullptr, y.qp);
+    ASSERT_NO_FATAL_FAILURE(connect(x, y));
+    uint8_t *buf  = a.alloc(MEM_MALLOC, 64);
+    hca_mr_t *mr  = a.reg(pa, buf, 64, ACCESS_ALL);
+    uint8_t *tb   = b.alloc(MEM_MALLOC, 64);
+    hca_mr_t *tmr = b.reg(pb, tb, 64, ACCESS_ALL);
+    ASSERT_NE(nullptr, tmr);
+    ASSERT_NE(nullptr, mr);
+    EXPECT_EQ(0u, hca_qp_sq_posted(x.qp));
+    EXPECT_EQ(0u, hca_qp_sq_retired(x.qp));
+    hca_sge_t sg = mk_sge(buf, 8, hca_mr_lkey(mr));
+    for (int i = 0; i < 3; ++i) {
+        uint64_t posted = hca_qp_sq_posted(x.qp);
+        hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1,
+                                 HCA_SEND_SIGNALED, 40 + i,
+                                 (uint64_t)(uintptr_t)tb, hca_mr_rkey(tmr));
+        ASSERT_EQ(0, post_retry(x.qp, &wr));
+        EXPECT_EQ(posted + 1, hca_qp_sq_posted(x.qp));
+        EXPECT_LT(hca_qp_sq_retired(x.qp), hca_qp_sq_posted(x.qp))
+            << "retired before its completion was polled";
+        ASSERT_TRUE(wait_ok(x.scq, 40 + i, HCA_WC_RDMA_WRITE));
+        EXPECT_EQ(hca_qp_sq_posted(x.qp), hca_qp_sq_retired(x.qp));
+    }
+    /* unsignalled WRs retire without a CQE */
+    for (int i = 0; i < 4; ++i) {
+        hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, 0, 50 + i,
+                                 (uint64_t)(uintptr_t)tb, hca_mr_rkey(tmr));
+        ASSERT_EQ(0, post_retry(x.qp, &wr));
+    }
+    EXPECT_TRUE(expect_no_wc(x.scq, 20));
+    EXPECT_EQ(hca_qp_sq_posted(x.qp), hca_qp_sq_retired(x.qp));
+    EXPECT_EQ(0u, hca_qp_outstanding(x.qp));
+}
+
 /* Destroying QPs with outstanding work neither hangs nor fails. */
 TEST_F(Qp, DestroyWithOutstanding)
 {

@@ -760,7 +760,9 @@ TEST_P(UctDeadPeer, FailedEpReturnsReportedStatusForEveryOperation)
  * complete every outstanding operation of a failed ep with its error). */
 TEST_P(UctDeadPeer, OutstandingOperationsCompleteWithTheReportedStatus)
 {
-    ASSERT_NO_FATAL_FAILURE(kill_peer(false));
+    /* reaped: gone before the first get (a signalled process may still
+     * run for a moment and answer it) */
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
     const int n = 4;
     std::vector<test_comp> c(n);
     std::vector<ucs_status_t> st(n);
@@ -787,7 +789,6 @@ TEST_P(UctDeadPeer, OutstandingOperationsCompleteWithTheReportedStatus)
     }
     printf("[ INFO     ] %d of %d gets were in flight when the ep failed\n",
            inflight, n);
-    EXPECT_EQ(128 + SIGKILL, wait_child(kid.pid));
 }
 
 /* An ep the user cancelled (flush with UCT_FLUSH_FLAG_CANCEL, as UCP does
