@@ -191,7 +191,7 @@ typedef enum {
     HCA_WC_REM_INV_REQ_ERR,  /* target QP refuses (state, source, opcode) */
     HCA_WC_REM_ACCESS_ERR,   /* rkey check failed at the target */
     HCA_WC_REM_OP_ERR,       /* target failed to execute (e.g. copy fault) */
-    HCA_WC_RETRY_EXC_ERR,    /* peer gone */
+    HCA_WC_RETRY_EXC_ERR,    /* peer gone: its process or the target QP */
     HCA_WC_RNR_RETRY_EXC_ERR,/* no receive posted (not used: RNR waits) */
     HCA_WC_GENERAL_ERR,
     HCA_WC_STATUS_LAST

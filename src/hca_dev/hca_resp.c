@@ -261,7 +261,10 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
     }
     if ((qp == NULL) || (qp->rq != rq) || !hca_resp_source_ok(qp, hdr)) {
         if (hdr->op == HCA_MSG_SEND_PULL) {
-            hca_resp_answer(dev, hdr, payload, HCA_WC_REM_INV_REQ_ERR);
+            /* a QP destroyed meanwhile is gone, as if it never answered */
+            hca_resp_answer(dev, hdr, payload,
+                            (qp == NULL) ? HCA_WC_RETRY_EXC_ERR :
+                                           HCA_WC_REM_INV_REQ_ERR);
         }
         __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_REM_INV_REQ_ERR], 1,
                            __ATOMIC_RELAXED);

@@ -37,10 +37,12 @@ static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
     }
     info  = &hca_opcode[req->opcode];
     pub   = &dev->qp_pub[idx];
+    if (atomic_load(&pub->qpn) != req->dst_qpn) {
+        return HCA_WC_RETRY_EXC_ERR; /* the target QP is gone */
+    }
     state = atomic_load(&pub->state);
     dq    = atomic_load(&pub->dest_qpn);
-    if ((atomic_load(&pub->qpn) != req->dst_qpn) ||
-        ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
+    if (((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
         ((dq != HCA_QPN_ANY) &&
          ((dq != req->src_qpn) || (atomic_load(&pub->dest_pid) != req->src_pid) ||
           (atomic_load(&pub->dest_ctx) != req->src_ctx)))) {

@@ -36,10 +36,12 @@ HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
         return HCA_WC_REM_INV_REQ_ERR;
     }
     pub   = &peer->qp_pub[idx];
-    /* qpn first (acquire: it is published last), then what it guards */
+    /* qpn first (acquire: it is published last), then what it guards.
+     * A target QP that no longer exists never answers, as on InfiniBand:
+     * the peer's endpoint is gone (retry exceeded), not refusing. */
     if (HCA_UNLIKELY(atomic_load_explicit(&pub->qpn, memory_order_acquire) !=
                      qp->dest_qpn)) {
-        return HCA_WC_REM_INV_REQ_ERR;
+        return HCA_WC_RETRY_EXC_ERR;
     }
     state = atomic_load_explicit(&pub->state, memory_order_acquire);
     dq    = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);

@@ -843,9 +843,10 @@ TEST_P(DirectWrite, SqSigAllRefused)
     EXPECT_TRUE(expect_no_wc(scq, 5));
 }
 
-/* The target QP must be there and accept us: destroyed, connected to
- * another QP, in ERR (this process only): refused, and the WR path says
- * REM_INV_REQ_ERR; a target QP in RTR accepts. */
+/* The target QP must be there and accept us: connected to another QP, in
+ * ERR (this process only): refused, and the WR path says REM_INV_REQ_ERR;
+ * destroyed: the WR path says RETRY_EXC_ERR; a target QP in RTR
+ * accepts. */
 TEST_P(DirectWrite, TargetQpNotAccepting)
 {
     ASSERT_TRUE(e.open(where()));
@@ -887,7 +888,9 @@ TEST_P(DirectWrite, TargetQpNotAccepting)
         expect_atomic_refused(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
                               d.addr + 64, rkey);
         EXPECT_TRUE(untouched(t, d));
-        EXPECT_EQ(HCA_WC_REM_INV_REQ_ERR,
+        /* a QP that no longer exists never answers: retry exceeded, as
+         * on InfiniBand (the peer's endpoint is gone) */
+        EXPECT_EQ(HCA_WC_RETRY_EXC_ERR,
                   wr_write(e, cn, 64, d.addr, rkey, 2));
         EXPECT_TRUE(untouched(t, d));
     }
