@@ -271,7 +271,9 @@ int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
     if (HCA_UNLIKELY(dst == NULL)) {
         return -EAGAIN;
     }
-    memcpy(dst, buf, length);
+    if (length != 0) { /* buf may be NULL then */
+        memcpy(dst, buf, length);
+    }
     hca_direct_end(qp);
     qp->cnt->tx_ops[HCA_WR_RDMA_WRITE]++;
     qp->cnt->tx_bytes[HCA_WR_RDMA_WRITE] += length;

@@ -468,7 +468,9 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
         return uct_hca_ep_no_op(ep);
     }
     /* the header must live in registered memory until completion */
-    memcpy(uct_hca_op_buffer(op), header, header_length);
+    if (header_length != 0) { /* header may be NULL then */
+        memcpy(uct_hca_op_buffer(op), header, header_length);
+    }
     sge[0].addr = (uintptr_t)uct_hca_op_buffer(op);
     sge[0].lkey = op->lkey;
     return uct_hca_ep_post_op(ep, &wr, op);
@@ -571,6 +573,9 @@ uct_hca_ep_rdma_zcopy(uct_ep_h tl_ep, hca_wr_opcode_t opcode,
 
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "rdma_zcopy");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
+    /* the total, before a 32-bit SGE length could truncate an entry */
+    UCT_CHECK_LENGTH(length, 0, uct_hca_ep_iface(ep)->config.max_zcopy,
+                     "rdma_zcopy");
     op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
     if (ucs_unlikely(op == NULL)) {
         return uct_hca_ep_no_op(ep);
@@ -772,17 +777,15 @@ ucs_status_t uct_hca_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
 
 /* ---------------------------------------------------------------- flush */
 
-void uct_hca_ep_flush_progress(uct_hca_ep_t *ep)
+void uct_hca_ep_flush_progress(uct_hca_ep_t *ep, ucs_queue_head_t *due)
 {
     ucs_status_t status = (ep->status == UCS_ERR_CANCELED) ? UCS_OK :
                                                              ep->status;
     uint64_t retired    = hca_qp_sq_retired(ep->qp);
     uct_hca_flush_req_t *req;
-    ucs_queue_head_t due;
 
     /* in order: a flush completes once the WRs posted before it retired,
      * whatever was posted after it */
-    ucs_queue_head_init(&due);
     while (!ucs_queue_is_empty(&ep->flush_q)) {
         req = ucs_queue_head_elem_non_empty(&ep->flush_q, uct_hca_flush_req_t,
                                             queue);
@@ -790,15 +793,21 @@ void uct_hca_ep_flush_progress(uct_hca_ep_t *ep)
             break;
         }
         ucs_queue_pull_non_empty(&ep->flush_q);
-        ucs_queue_push(&due, &req->queue);
+        req->status = status;
+        ucs_queue_push(due, &req->queue);
         if (ucs_queue_is_empty(&ep->flush_q)) {
             ucs_list_del(&ep->flush_list);
         }
     }
-    /* the ep is not touched from here: a completion may destroy it */
-    while (!ucs_queue_is_empty(&due)) {
-        req = ucs_queue_pull_elem_non_empty(&due, uct_hca_flush_req_t, queue);
-        uct_invoke_completion(req->comp, status);
+}
+
+void uct_hca_ep_flush_complete(ucs_queue_head_t *due)
+{
+    uct_hca_flush_req_t *req;
+
+    while (!ucs_queue_is_empty(due)) {
+        req = ucs_queue_pull_elem_non_empty(due, uct_hca_flush_req_t, queue);
+        uct_invoke_completion(req->comp, req->status);
         ucs_free(req);
     }
 }

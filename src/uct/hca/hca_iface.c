@@ -267,8 +267,8 @@ static void uct_hca_iface_handle_send(uct_hca_iface_t *iface,
             uct_hca_iface_schedule_err(iface, ep, status);
         } else if (UCS_STATUS_IS_ERR(ep->status) &&
                    (ep->status != UCS_ERR_CANCELED)) {
-            /* flushed behind the failure: the ep's error, as rc and tcp
-             * complete every outstanding operation of a failed ep */
+            /* flushed behind the failure: the ep's error, as rc
+             * completes every outstanding operation of a failed ep */
             status = ep->status;
         }
     }
@@ -353,6 +353,7 @@ unsigned uct_hca_iface_progress(uct_iface_h tl_iface)
     hca_wc_t wc[UCT_HCA_POLL_BATCH];
     unsigned count;
     uct_hca_ep_t *ep, *tmp;
+    ucs_queue_head_t due;
     int n;
 
     count = uct_hca_iface_poll_inplace(iface);
@@ -372,9 +373,11 @@ unsigned uct_hca_iface_progress(uct_iface_h tl_iface)
     count += (unsigned)n;
 
     if (!ucs_list_is_empty(&iface->flush_eps)) {
+        ucs_queue_head_init(&due);
         ucs_list_for_each_safe(ep, tmp, &iface->flush_eps, flush_list) {
-            uct_hca_ep_flush_progress(ep);
+            uct_hca_ep_flush_progress(ep, &due);
         }
+        uct_hca_ep_flush_complete(&due); /* no ep is touched after this */
     }
     ucs_arbiter_dispatch(&iface->arbiter, 1, uct_hca_ep_process_pending,
                          &count);
@@ -604,6 +607,7 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
      * registered bounce buffer */
     self->config.max_inline   = ucs_min(dattr.max_inline_data,
                                         UCT_HCA_MAX_INLINE);
+    self->config.max_zcopy    = dattr.max_msg_size;
     self->config.bcopy_in_slot = (config->seg_size <=
                                   dattr.max_inline_data);
     self->tx_credits          = config->tx_cq_len;
@@ -690,7 +694,8 @@ static UCS_CLASS_CLEANUP_FUNC(uct_hca_iface_t)
 {
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    /* the target QP's receive descriptors return to the pool via flush */
+    /* the target QP's receive descriptors come back flushed; operations
+     * of eps destroyed since the last progress complete (cancelled) */
     hca_qp_modify(self->tgt_qp,
                   &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
                   HCA_QP_ATTR_STATE);
@@ -698,6 +703,14 @@ static UCS_CLASS_CLEANUP_FUNC(uct_hca_iface_t)
         hca_wc_t wc[UCT_HCA_POLL_BATCH];
         int n;
         while ((n = hca_cq_poll(self->cq, UCT_HCA_POLL_BATCH, wc)) > 0) {
+            for (int i = 0; i < n; ++i) {
+                if ((wc[i].opcode == HCA_WC_RECV) ||
+                    (wc[i].opcode == HCA_WC_RECV_RDMA_WITH_IMM)) {
+                    ucs_mpool_put((void*)(uintptr_t)wc[i].wr_id);
+                } else {
+                    uct_hca_iface_handle_send(self, &wc[i]);
+                }
+            }
         }
     }
     uct_hca_iface_destroy_qps(self);

@@ -50,9 +50,10 @@ uint64_t uct_hca_host_hash(const hca_host_id_t *host)
 
 /*
  * The one place where device errors become UCS statuses
- * (docs/UCT-SEMANTICS.md).  A peer that is gone is UCS_ERR_ENDPOINT_TIMEOUT,
- * as UCX's tcp and rc report it and as UCP's failed lanes answer later
- * operations; a remote endpoint that refuses (closed or reset QP) is
+ * (docs/UCT-SEMANTICS.md).  A peer that is gone - its process, or its
+ * target QP (the device says RETRY_EXC) - is UCS_ERR_ENDPOINT_TIMEOUT, as
+ * UCX's tcp and rc report it and as UCP's failed lanes answer later
+ * operations; a target QP that exists but refuses (REM_INV_REQ) is
  * UCS_ERR_CONNECTION_RESET; a key check that failed is
  * UCS_ERR_INVALID_ADDR.
  */

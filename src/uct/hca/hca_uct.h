@@ -154,6 +154,7 @@ typedef struct uct_hca_iface {
         unsigned          rx_queue_len;
         unsigned          tx_queue_len;
         unsigned          max_inline;
+        size_t            max_zcopy;     /* device's largest message */
         int               bcopy_in_slot; /* seg_size fits a ring slot:
                                             bcopy packs straight into it */
     } config;
@@ -166,6 +167,7 @@ typedef struct uct_hca_flush_req {
     uct_completion_t *comp;
     uint64_t          sq_pos;  /* WRs posted before the flush: done when
                                   that many are retired */
+    ucs_status_t      status;  /* set when due */
 } uct_hca_flush_req_t;
 
 typedef struct uct_hca_ep {
@@ -259,7 +261,11 @@ ucs_arbiter_cb_result_t uct_hca_ep_process_pending(ucs_arbiter_t *arbiter,
                                                    ucs_arbiter_group_t *group,
                                                    ucs_arbiter_elem_t *elem,
                                                    void *arg);
-void uct_hca_ep_flush_progress(uct_hca_ep_t *ep);
+/* Moves ep's flush requests that are due to `due`; completing them is a
+ * second step (uct_hca_ep_flush_complete), because a completion may
+ * destroy any ep. */
+void uct_hca_ep_flush_progress(uct_hca_ep_t *ep, ucs_queue_head_t *due);
+void uct_hca_ep_flush_complete(ucs_queue_head_t *due);
 void uct_hca_ep_complete_op(uct_hca_iface_t *iface, uct_hca_op_t *op,
                             ucs_status_t status);
 

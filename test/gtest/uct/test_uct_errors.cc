@@ -657,8 +657,8 @@ TEST_P(UctDeadPeer, KilledButNotYetReapedPeerIsDead)
 
 /* Every operation of every form on a failed ep returns the status that
  * was reported to the error handler: a dead peer is
- * UCS_ERR_ENDPOINT_TIMEOUT, as UCX's mm keepalive and tcp report it and as
- * UCP's failed lanes answer afterwards. */
+ * UCS_ERR_ENDPOINT_TIMEOUT, as UCX's tcp and rc report it and as UCP's
+ * failed lanes answer afterwards. */
 TEST_P(UctDeadPeer, FailedEpReturnsReportedStatusForEveryOperation)
 {
     ASSERT_NO_FATAL_FAILURE(kill_peer());
@@ -718,6 +718,7 @@ TEST_P(UctDeadPeer, FailedEpReturnsReportedStatusForEveryOperation)
         res.push_back({"atomic_cswap64",
                        uct_ep_atomic_cswap64(ep, 0, 1, addr, rkey, &r64,
                                              &c.uct)});
+        res.push_back({"ep_fence", uct_ep_fence(ep, 0)});
         res.push_back({"ep_flush", uct_ep_flush(ep, 0, NULL)});
         res.push_back({"ep_flush(comp)", uct_ep_flush(ep, 0, &c.uct)});
         for (auto &r : res) {
@@ -753,6 +754,52 @@ TEST_P(UctDeadPeer, FailedEpReturnsReportedStatusForEveryOperation)
     }, nullptr);
     EXPECT_EQ((pst == UCS_OK) ? 1 : 0, pr.purged);
     EXPECT_EQ(UCS_OK, flush_iface(e, {&e})) << "iface flush after failure";
+}
+
+/* Several eps fail at once and the handler of the first destroys the
+ * others (UCP discards eps from its handler): no report for a destroyed
+ * ep, no access to it. */
+TEST_P(UctDeadPeer, HandlerDestroyingOtherFailedEps)
+{
+    std::vector<uct_ep_h> more;
+    for (int i = 0; i < 3; ++i) {
+        more.push_back(e.create_ep(dev_addr, iface_addr));
+        ASSERT_NE(nullptr, more.back());
+    }
+    int calls = 0;
+    e.on_error = [&](uct_ep_h failed, ucs_status_t) {
+        ++calls;
+        for (uct_ep_h x : more) {
+            if (x != failed) {
+                e.destroy_ep(x);
+            }
+        }
+        if (failed != ep) {
+            e.destroy_ep(ep);
+            ep = nullptr;
+        }
+        more.clear();
+    };
+    ASSERT_NO_FATAL_FAILURE(kill_peer());
+    {
+        call_guard guard(e);
+        /* all four are found dead before progress reports any */
+        EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
+        for (uct_ep_h x : more) {
+            EXPECT_EQ(UCS_OK, uct_ep_check(x, 0, NULL));
+        }
+    }
+    deadline dl(5);
+    while ((calls == 0) && !dl.expired()) {
+        e.progress();
+    }
+    for (int i = 0; i < 100; ++i) {
+        e.progress();
+    }
+    e.on_error = nullptr;
+    EXPECT_EQ(1, calls) << "handler calls: a destroyed ep was reported";
+    EXPECT_EQ(0, e.handler_in_call);
+    EXPECT_EQ(1u, e.errors.size());
 }
 
 /* Operations in flight when the ep fails complete with the status that

@@ -15,6 +15,8 @@
  */
 #include "uct_test_common.h"
 
+#include <sys/mman.h>
+
 #include <tuple>
 
 /* uct_md_mem_dereg_v2 is exported by libuct, but Debian does not install
@@ -284,6 +286,48 @@ TEST_F(UctAmShortLimit, AboveMaxShortIsInvalidParamAndDeliversNothing)
     wait_count(3, 0.5);
     EXPECT_EQ(2u, lengths.size()) << "an oversized am_short was delivered";
     EXPECT_EQ(0u, a.errors.size());
+}
+
+/* ------------------------------------------------------------ zcopy limit */
+
+/* A zero-copy put or get above cap.put/get.max_zcopy - also one whose iov
+ * entry does not fit the device's 32-bit SGE length - is refused with
+ * UCS_ERR_INVALID_PARAM before any byte moves; the ep stays usable. */
+class UctZcopyLimit : public UctAmPair {};
+
+TEST_F(UctZcopyLimit, AboveMaxZcopyIsInvalidParam)
+{
+    buffer dst;
+    ASSERT_NO_FATAL_FAILURE(dst.alloc(b, MEM_PLAIN, 4096));
+    rkey_holder rk;
+    ASSERT_EQ(UCS_OK, rk.unpack(a.component, dst.rkey()));
+    /* address space nobody may touch: a transfer that starts fails loudly */
+    const size_t huge = (4ul << 30) + 8;
+    void *none = mmap(NULL, huge, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ASSERT_NE(MAP_FAILED, none);
+    for (size_t len : {a.attr.cap.put.max_zcopy + 1, huge}) {
+        SCOPED_TRACE("length " + std::to_string(len));
+        uct_iov_t iov = {none, len, UCT_MEM_HANDLE_NULL, 0, 1};
+        test_comp c;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_ep_put_zcopy(ep, &iov, 1, dst.addr(), rk.rkey(),
+                                   &c.uct));
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_ep_get_zcopy(ep, &iov, 1, dst.addr(), rk.rkey(),
+                                   &c.uct));
+        EXPECT_EQ(0, c.calls);
+    }
+    munmap(none, huge);
+    uint64_t v = 77;
+    EXPECT_EQ(UCS_OK, retry_send([&] {
+        return uct_ep_put_short(ep, &v, 8, dst.addr(), rk.rkey());
+    }, ents));
+    EXPECT_EQ(UCS_OK, flush_ep(ep, ents));
+    EXPECT_EQ(77u, *(uint64_t*)dst.data());
+    EXPECT_EQ(0u, a.errors.size());
+    rk.release();
+    dst.free();
 }
 
 /* ------------------------------------------------------------ iface params */

@@ -315,6 +315,9 @@ ucs_status_t entity::err_handler(void *arg, uct_ep_h ep, ucs_status_t status)
     if (e->in_call) {
         e->handler_in_call++;
     }
+    if (e->on_error) {
+        e->on_error(ep, status);
+    }
     return UCS_OK;
 }
 

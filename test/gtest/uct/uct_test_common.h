@@ -199,6 +199,8 @@ public:
      * from progress, never from inside such a call */
     bool                in_call = false;
     int                 handler_in_call = 0;
+    /* called by the error handler after recording (may destroy eps) */
+    std::function<void(uct_ep_h, ucs_status_t)> on_error;
 
 private:
     void open_iface(const entity_config &cfg);
