@@ -13,18 +13,6 @@ using namespace hcat;
 
 namespace {
 
-struct err_state {
-    int          calls = 0;
-    ucs_status_t status = UCS_OK;
-};
-
-void ep_err_cb(void *arg, ucp_ep_h, ucs_status_t status)
-{
-    err_state *s = (err_state*)arg;
-    s->calls++;
-    s->status = status;
-}
-
 const cfg_list err_config = {{"KEEPALIVE_INTERVAL", "100ms"},
                              {"RNDV_THRESH", "16k"}};
 

@@ -46,18 +46,6 @@ enum {
     SCMD_SLEEP = 1, SCMD_READ, SCMD_CHECK, SCMD_RECV, SCMD_DESTROY, SCMD_QUIT
 };
 
-struct err_state {
-    int          calls  = 0;
-    ucs_status_t status = UCS_OK;
-};
-
-void ep_err_cb(void *arg, ucp_ep_h, ucs_status_t status)
-{
-    err_state *s = (err_state*)arg;
-    s->calls++;
-    s->status = status;
-}
-
 /* How one request ended: completions seen, last status */
 struct op_track {
     int          calls  = 0;
@@ -94,6 +82,29 @@ ucp_request_param_t track_param(op_track *t)
     prm.cb.send      = op_track_cb;
     prm.user_data    = t;
     return prm;
+}
+
+/* Sends n tagged messages of len bytes (tags tag0..tag0+n-1, payload the
+ * pattern of the tag) without waiting; returns how many did not complete
+ * in the call - with a peer that does not progress, the ones that wait
+ * in the UCT ep's pending queue. */
+unsigned send_tagged(ucp_ep_h ep, unsigned n, unsigned len, uint64_t tag0,
+                     std::vector<op_track> *sends, std::vector<char> *bufs)
+{
+    unsigned queued = 0;
+
+    sends->assign(n, op_track());
+    bufs->resize((size_t)n * len);
+    for (unsigned i = 0; i < n; ++i) {
+        char *b = &(*bufs)[(size_t)i * len];
+        pat_fill(b, len, tag0 + i);
+        ucp_request_param_t prm = track_param(&(*sends)[i]);
+        track(&(*sends)[i], ucp_tag_send_nbx(ep, b, len, tag0 + i, &prm));
+    }
+    for (const op_track &t : *sends) {
+        queued += (t.calls == 0);
+    }
+    return queued;
 }
 
 std::string status_histogram(const std::vector<op_track> &ops)
@@ -586,18 +597,9 @@ TEST_P(UcpWorkerFlushSends, SucceedsWithSendsInPendingQueue)
         ASSERT_NO_FATAL_FAILURE(c.start(o));
         ASSERT_NO_FATAL_FAILURE(c.peer_sleep(2000));
 
-        std::vector<op_track> sends(N);
-        std::vector<char> bufs(N * LEN);
-        for (unsigned i = 0; i < N; ++i) {
-            pat_fill(&bufs[i * LEN], LEN, TAG0 + i);
-            ucp_request_param_t prm = track_param(&sends[i]);
-            track(&sends[i], ucp_tag_send_nbx(c.p.ep, &bufs[i * LEN], LEN,
-                                              TAG0 + i, &prm));
-        }
-        unsigned queued = 0;
-        for (const op_track &t : sends) {
-            queued += (t.calls == 0);
-        }
+        std::vector<op_track> sends;
+        std::vector<char> bufs;
+        unsigned queued = send_tagged(c.p.ep, N, LEN, TAG0, &sends, &bufs);
         ASSERT_GT(queued, 0u) << "no send waited: the test does not "
                                  "exercise the pending queue";
 
@@ -801,18 +803,9 @@ TEST_P(UcpEpFlush, CompletesWithSendsInPendingQueue)
         ASSERT_NO_FATAL_FAILURE(c.start(o));
         ASSERT_NO_FATAL_FAILURE(c.peer_sleep(2000));
 
-        std::vector<op_track> sends(N);
-        std::vector<char> bufs(N * LEN);
-        for (unsigned i = 0; i < N; ++i) {
-            pat_fill(&bufs[i * LEN], LEN, TAG0 + i);
-            ucp_request_param_t prm = track_param(&sends[i]);
-            track(&sends[i], ucp_tag_send_nbx(c.p.ep, &bufs[i * LEN], LEN,
-                                              TAG0 + i, &prm));
-        }
-        unsigned queued = 0;
-        for (const op_track &t : sends) {
-            queued += (t.calls == 0);
-        }
+        std::vector<op_track> sends;
+        std::vector<char> bufs;
+        unsigned queued = send_tagged(c.p.ep, N, LEN, TAG0, &sends, &bufs);
         ASSERT_GT(queued, 0u) << "no send waited: the test does not "
                                  "exercise the pending queue";
 
@@ -853,6 +846,29 @@ INSTANTIATE_TEST_SUITE_P(UcpSemantics, UcpEpFlush,
 
 class UcpFailedEp : public uct_test_base,
                     public ::testing::WithParamInterface<std::string> {};
+
+
+/* After a failure was reported with `reported`: a tag send and a put of
+ * len bytes and an ep flush on the failed ep complete with that status;
+ * then the ep is closed (force), which must not hang. */
+void expect_later_ops_fail(sem_client &c, ucs_status_t reported, void *buf,
+                           size_t len)
+{
+    ucp_request_param_t prm;
+
+    EXPECT_EQ(reported, c.p.wait(ucp_tag_send(c.p, buf, len, 7), 5))
+        << "ucp_tag_send_nbx on the failed ep";
+    memset(&prm, 0, sizeof(prm));
+    EXPECT_EQ(reported, c.p.wait(ucp_put_nbx(c.p.ep, buf, len, c.base,
+                                             c.rkey, &prm), 5))
+        << "ucp_put_nbx on the failed ep";
+    EXPECT_EQ(reported, c.p.flush_ep(5))
+        << "ucp_ep_flush_nbx on the failed ep";
+    ucp_rkey_destroy(c.rkey);
+    c.rkey = nullptr;
+    EXPECT_NE(UCS_ERR_TIMED_OUT, close_ep(c.p, true, 5))
+        << "closing the failed ep";
+}
 
 /* UCP_ERR_HANDLING_MODE_PEER, keepalive 100 ms.  The peer stops
  * progressing, sends fill its ring and the pending queue (an ep flush
@@ -963,22 +979,7 @@ TEST_P(UcpFailedEp, ReportsOneStatus)
         EXPECT_EQ(reported, flush.status) << "the ep flush queued at the "
                                              "failure";
 
-        /* later operations: the same status */
-        EXPECT_EQ(reported, c.p.wait(ucp_tag_send(c.p, buf.data(), LEN, 7),
-                                     5))
-            << "ucp_tag_send_nbx on the failed ep";
-        ucp_request_param_t prm;
-        memset(&prm, 0, sizeof(prm));
-        EXPECT_EQ(reported, c.p.wait(ucp_put_nbx(c.p.ep, buf.data(), 64,
-                                                 c.base, c.rkey, &prm), 5))
-            << "ucp_put_nbx on the failed ep";
-        EXPECT_EQ(reported, c.p.flush_ep(5))
-            << "ucp_ep_flush_nbx on the failed ep";
-
-        ucp_rkey_destroy(c.rkey);
-        c.rkey = nullptr;
-        ucs_status_t st = close_ep(c.p, true, 5);
-        EXPECT_NE(UCS_ERR_TIMED_OUT, st) << "closing the failed ep";
+        expect_later_ops_fail(c, reported, buf.data(), LEN);
         c.kid.ch.close_fds();
         if (!::testing::Test::HasFailure()) {
             c.p.cleanup();
@@ -1046,21 +1047,7 @@ TEST_P(UcpFailedEp, FailureFoundByPutReportsOneStatus)
         EXPECT_EQ(1, flush.calls);
         EXPECT_EQ(reported, flush.status) << "the ep flush behind it";
 
-        /* later operations: the same status */
-        EXPECT_EQ(reported, c.p.wait(ucp_tag_send(c.p, big.data(), 64, 7),
-                                     5))
-            << "ucp_tag_send_nbx on the failed ep";
-        memset(&prm, 0, sizeof(prm));
-        EXPECT_EQ(reported, c.p.wait(ucp_put_nbx(c.p.ep, big.data(), 64,
-                                                 c.base, c.rkey, &prm), 5))
-            << "ucp_put_nbx on the failed ep";
-        EXPECT_EQ(reported, c.p.flush_ep(5))
-            << "ucp_ep_flush_nbx on the failed ep";
-
-        ucp_rkey_destroy(c.rkey);
-        c.rkey = nullptr;
-        ucs_status_t st = close_ep(c.p, true, 5);
-        EXPECT_NE(UCS_ERR_TIMED_OUT, st) << "closing the failed ep";
+        expect_later_ops_fail(c, reported, big.data(), 64);
         c.kid.ch.close_fds();
         if (!::testing::Test::HasFailure()) {
             c.p.cleanup();
@@ -1126,19 +1113,7 @@ TEST_P(UcpFailedEp, PeerWorkerGoneReportsOneStatus)
                                 "or the reported status: "
                              << status_histogram(sends);
         EXPECT_EQ(reported, flush.status) << "the ep flush";
-        EXPECT_EQ(reported, c.p.wait(ucp_tag_send(c.p, buf.data(), LEN, 7),
-                                     5))
-            << "ucp_tag_send_nbx on the failed ep";
-        ucp_request_param_t prm;
-        memset(&prm, 0, sizeof(prm));
-        EXPECT_EQ(reported, c.p.wait(ucp_put_nbx(c.p.ep, buf.data(), LEN,
-                                                 c.base, c.rkey, &prm), 5))
-            << "ucp_put_nbx on the failed ep";
-        EXPECT_EQ(reported, c.p.flush_ep(5))
-            << "ucp_ep_flush_nbx on the failed ep";
-        ucp_rkey_destroy(c.rkey);
-        c.rkey = nullptr;
-        EXPECT_NE(UCS_ERR_TIMED_OUT, close_ep(c.p, true, 5));
+        expect_later_ops_fail(c, reported, buf.data(), LEN);
         c.opts.err_peer = false; /* closed already */
         c.finish();
     }, 40);
@@ -1268,17 +1243,8 @@ TEST_P(UcpTagEpClose, CompletesWithSendsInPendingQueue)
         ASSERT_EQ(1u, c.peer_recv(1, LEN, 1).first);
 
         ASSERT_NO_FATAL_FAILURE(c.peer_sleep(3000));
-        std::vector<op_track> sends(N);
-        for (unsigned i = 0; i < N; ++i) {
-            pat_fill(&bufs[i * LEN], LEN, TAG0 + i);
-            ucp_request_param_t prm = track_param(&sends[i]);
-            track(&sends[i], ucp_tag_send_nbx(c.p.ep, &bufs[i * LEN], LEN,
-                                              TAG0 + i, &prm));
-        }
-        unsigned queued = 0;
-        for (const op_track &t : sends) {
-            queued += (t.calls == 0);
-        }
+        std::vector<op_track> sends;
+        unsigned queued = send_tagged(c.p.ep, N, LEN, TAG0, &sends, &bufs);
         ASSERT_GT(queued, 0u) << "no send was queued";
 
         op_track close;

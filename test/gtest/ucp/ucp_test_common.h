@@ -172,6 +172,19 @@ inline bool ucp_recv_progress(ucp_peer &p, channel &ch, std::string *msg,
     return ch.recv(msg, 10000);
 }
 
+/* What an ep error callback (ucp_err_handler_cb_t, arg = err_state*) saw */
+struct err_state {
+    int          calls  = 0;
+    ucs_status_t status = UCS_OK;
+};
+
+inline void ep_err_cb(void *arg, ucp_ep_h, ucs_status_t status)
+{
+    err_state *s = (err_state*)arg;
+    s->calls++;
+    s->status = status;
+}
+
 inline ucs_status_ptr_t ucp_tag_send(ucp_peer &p, const void *buf, size_t len,
                                      ucp_tag_t tag)
 {

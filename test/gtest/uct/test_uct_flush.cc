@@ -12,36 +12,6 @@ using namespace hcat;
 
 namespace {
 
-/* A completion that records how many other completions of its group had
- * been called when it ran: a flush must complete after every operation
- * issued before it. */
-struct ordered_comp {
-    uct_completion_t uct;
-    int             *done;      /* shared counter of the group */
-    int              calls;
-    int              seen;      /* *done when called */
-    ucs_status_t     status;
-
-    void reset(int *counter)
-    {
-        uct.func   = cb;
-        uct.count  = 1;
-        uct.status = UCS_OK;
-        done       = counter;
-        calls      = 0;
-        seen       = -1;
-        status     = UCS_ERR_LAST;
-    }
-    static void cb(uct_completion_t *self)
-    {
-        ordered_comp *c = (ordered_comp*)self;
-        c->calls++;
-        c->seen   = *c->done;
-        c->status = self->status;
-        ++*c->done;
-    }
-};
-
 typedef std::tuple<topology, mem_kind> flush_param;
 
 class UctFlush : public uct_test_base,

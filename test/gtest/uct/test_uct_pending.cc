@@ -35,42 +35,6 @@ constexpr uint8_t STREAM = 3;       /* ordered stream of the test AMs */
 
 enum pending_op { OP_PUT_ZCOPY, OP_AM_BCOPY };
 
-/* A completion that records how many completions of its group ran
- * before it (a flush must come after every operation issued before it) */
-struct seq_comp {
-    uct_completion_t uct;
-    int             *done;
-    int              calls;
-    int              seen;
-    ucs_status_t     status;
-
-    void reset(int *counter)
-    {
-        uct.func   = cb;
-        uct.count  = 1;
-        uct.status = UCS_OK;
-        done       = counter;
-        calls      = 0;
-        seen       = -1;
-        status     = UCS_ERR_LAST;
-    }
-    void done_now()   /* the operation completed inside its call */
-    {
-        calls     = 1;
-        seen      = (*done)++;
-        status    = UCS_OK;
-        uct.count = 0;
-    }
-    static void cb(uct_completion_t *self)
-    {
-        seq_comp *c = (seq_comp*)self;
-        c->calls++;
-        c->seen   = *c->done;
-        c->status = self->status;
-        ++*c->done;
-    }
-};
-
 struct am_pack_src {
     uint64_t    hdr;
     const void *payload;
@@ -93,7 +57,7 @@ struct op_req {
     uint64_t          addr;       /* put: destination */
     uct_rkey_t        rkey;
     am_pack_src       am;         /* am: header and payload */
-    seq_comp         *comp;
+    ordered_comp         *comp;
     int               dispatched; /* calls of func from the arbiter */
     int               issued;     /* the operation was accepted */
 
@@ -133,7 +97,7 @@ struct op_req {
 struct flush_req {
     uct_pending_req_t uct;        /* first */
     uct_ep_h          ep;
-    seq_comp         *comp;
+    ordered_comp         *comp;
     int               dispatched;
     ucs_status_t      last;       /* what the dispatched flush returned */
 
@@ -317,9 +281,9 @@ protected:
     buffer                  src;
     std::vector<std::vector<uint8_t>> payloads;
     int                     done = 0;
-    std::vector<seq_comp>   comps;
+    std::vector<ordered_comp>   comps;
     std::vector<op_req>     reqs;
-    seq_comp                fc;
+    ordered_comp                fc;
     flush_req               fr = {};
 };
 

@@ -279,6 +279,43 @@ struct test_comp {
     }
 };
 
+/* A completion that records how many other completions of its group had
+ * been called when it ran: a flush must complete after every operation
+ * issued before it. */
+struct ordered_comp {
+    uct_completion_t uct;       /* first: the completion is found by cast */
+    int             *done;      /* shared counter of the group */
+    int              calls;
+    int              seen;      /* *done when called */
+    ucs_status_t     status;
+
+    void reset(int *counter)
+    {
+        uct.func   = cb;
+        uct.count  = 1;
+        uct.status = UCS_OK;
+        done       = counter;
+        calls      = 0;
+        seen       = -1;
+        status     = UCS_ERR_LAST;
+    }
+    void done_now()   /* the operation completed inside its call */
+    {
+        calls     = 1;
+        seen      = (*done)++;
+        status    = UCS_OK;
+        uct.count = 0;
+    }
+    static void cb(uct_completion_t *self)
+    {
+        ordered_comp *c = (ordered_comp*)self;
+        c->calls++;
+        c->seen   = *c->done;
+        c->status = self->status;
+        ++*c->done;
+    }
+};
+
 /* Sends again on UCS_ERR_NO_RESOURCE (progressing) until anything else or
  * the deadline; returns the final status. */
 ucs_status_t retry_send(const std::function<ucs_status_t()> &op,
