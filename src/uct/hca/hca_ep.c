@@ -168,6 +168,17 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_hca_ep_no_op(uct_hca_ep_t *ep)
     return (ep->status != UCS_OK) ? ep->status : UCS_ERR_NO_RESOURCE;
 }
 
+/* pack_cb wrote more than a bounce buffer holds: the op goes back */
+static UCS_F_NOINLINE ucs_status_t
+uct_hca_ep_bcopy_overrun(uct_hca_op_t *op, const char *what, size_t length,
+                         size_t seg_size)
+{
+    ucs_mpool_put_inline(op);
+    ucs_error("%s: packed %zu bytes, above seg_size %zu", what, length,
+              seg_size);
+    return UCS_ERR_INVALID_PARAM;
+}
+
 /* What a finished op leaves behind: unpacked data, the fetched value. */
 static UCS_F_ALWAYS_INLINE void uct_hca_ep_finish_op(uct_hca_op_t *op,
                                                      ucs_status_t status)
@@ -395,10 +406,8 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     }
     length = pack_cb(uct_hca_op_buffer(op), arg);
     if (ucs_unlikely(length > iface->config.seg_size)) {
-        ucs_mpool_put_inline(op);
-        ucs_error("am_bcopy: packed %zu bytes, above seg_size %zu", length,
-                  iface->config.seg_size);
-        return UCS_ERR_INVALID_PARAM;
+        return uct_hca_ep_bcopy_overrun(op, "am_bcopy", length,
+                                        iface->config.seg_size);
     }
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
                        uct_hca_op_buffer(op), length, "TX: AM_BCOPY");
@@ -534,10 +543,8 @@ ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
     }
     length     = pack_cb(uct_hca_op_buffer(op), arg);
     if (ucs_unlikely(length > iface->config.seg_size)) {
-        ucs_mpool_put_inline(op);
-        ucs_error("put_bcopy: packed %zu bytes, above seg_size %zu", length,
-                  iface->config.seg_size);
-        return UCS_ERR_INVALID_PARAM;
+        return uct_hca_ep_bcopy_overrun(op, "put_bcopy", length,
+                                        iface->config.seg_size);
     }
     sge.addr   = (uintptr_t)uct_hca_op_buffer(op);
     sge.length = (uint32_t)length;

@@ -251,6 +251,13 @@ static void uct_hca_iface_handle_recv(uct_hca_iface_t *iface,
 
 /* ---------------------------------------------------------------- progress */
 
+/* A completion of the target QP's receive side (else: an ep's send) */
+static UCS_F_ALWAYS_INLINE int uct_hca_wc_is_recv(const hca_wc_t *wc)
+{
+    return (wc->opcode == HCA_WC_RECV) ||
+           (wc->opcode == HCA_WC_RECV_RDMA_WITH_IMM);
+}
+
 static void uct_hca_iface_handle_send(uct_hca_iface_t *iface,
                                       const hca_wc_t *wc)
 {
@@ -363,8 +370,7 @@ unsigned uct_hca_iface_progress(uct_iface_h tl_iface)
                   hca_device_name(iface->md->dev));
     }
     for (int i = 0; i < n; ++i) {
-        if ((wc[i].opcode == HCA_WC_RECV) ||
-            (wc[i].opcode == HCA_WC_RECV_RDMA_WITH_IMM)) {
+        if (uct_hca_wc_is_recv(&wc[i])) {
             uct_hca_iface_handle_recv(iface, &wc[i]);
         } else {
             uct_hca_iface_handle_send(iface, &wc[i]);
@@ -704,8 +710,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_hca_iface_t)
         int n;
         while ((n = hca_cq_poll(self->cq, UCT_HCA_POLL_BATCH, wc)) > 0) {
             for (int i = 0; i < n; ++i) {
-                if ((wc[i].opcode == HCA_WC_RECV) ||
-                    (wc[i].opcode == HCA_WC_RECV_RDMA_WITH_IMM)) {
+                if (uct_hca_wc_is_recv(&wc[i])) {
                     ucs_mpool_put((void*)(uintptr_t)wc[i].wr_id);
                 } else {
                     uct_hca_iface_handle_send(self, &wc[i]);

@@ -14,30 +14,18 @@ namespace {
 
 typedef std::tuple<topology, mem_kind> flush_param;
 
-class UctFlush : public uct_test_base,
+class UctFlush : public uct_test_base, public topo_sender,
                  public ::testing::WithParamInterface<flush_param> {
 protected:
     void SetUp() override
     {
-        topo = std::get<0>(GetParam());
         kind = std::get<1>(GetParam());
-        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt));
-        ASSERT_NO_FATAL_FAILURE(sender.open(topology_config(topo)));
-        if (topo != TOPO_LOCAL) {
-            ((remote_target*)tgt.get())->set_local(&sender);
-        }
-        ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
-        ASSERT_NE(nullptr, ep);
-        ents = {&sender, tgt->local_entity()};
+        ASSERT_NO_FATAL_FAILURE(open_topo(std::get<0>(GetParam())));
     }
 
     void TearDown() override
     {
-        if (tgt && (topo != TOPO_LOCAL)) {
-            ((remote_target*)tgt.get())->set_local(nullptr);
-        }
-        sender.close();
-        tgt.reset();
+        close_topo();
         uct_test_base::TearDown();
     }
 
@@ -73,12 +61,7 @@ protected:
         }
     }
 
-    topology                topo;
     mem_kind                kind;
-    std::unique_ptr<target> tgt;
-    entity                  sender;
-    uct_ep_h                ep = nullptr;
-    std::vector<entity*>    ents;
 };
 
 TEST_P(UctFlush, EpFlushCompletesAfterEveryOperation)

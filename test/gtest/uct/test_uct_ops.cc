@@ -235,31 +235,19 @@ TEST_F(UctHcaCaps, ReachabilityAndConfig)
 
 typedef std::tuple<topology, mem_kind> ops_param;
 
-class UctOps : public uct_test_base,
+class UctOps : public uct_test_base, public topo_sender,
                public ::testing::WithParamInterface<ops_param> {
 protected:
     void SetUp() override
     {
-        topo = std::get<0>(GetParam());
         kind = std::get<1>(GetParam());
+        ASSERT_NO_FATAL_FAILURE(open_topo(std::get<0>(GetParam())));
         seed = 0x1234 + (uint64_t)topo * 77 + (uint64_t)kind * 1001;
-        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt));
-        ASSERT_NO_FATAL_FAILURE(sender.open(topology_config(topo)));
-        if (topo != TOPO_LOCAL) {
-            ((remote_target*)tgt.get())->set_local(&sender);
-        }
-        ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
-        ASSERT_NE(nullptr, ep);
-        ents = {&sender, tgt->local_entity()};
     }
 
     void TearDown() override
     {
-        if (tgt && (topo != TOPO_LOCAL)) {
-            ((remote_target*)tgt.get())->set_local(nullptr);
-        }
-        sender.close();
-        tgt.reset();
+        close_topo();
         uct_test_base::TearDown();
     }
 
@@ -314,15 +302,10 @@ protected:
                            MIB, top}, top);
     }
 
-    topology                topo;
     mem_kind                kind;
     uint64_t                seed;
     size_t                  roff = 0;  /* extra remote offset (alignment) */
     size_t                  loff = 0;  /* local buffer offset (alignment) */
-    std::unique_ptr<target> tgt;
-    entity                  sender;
-    uct_ep_h                ep = nullptr;
-    std::vector<entity*>    ents;
 };
 
 void UctOps::run_put(put_method m, const std::vector<size_t> &sizes,

@@ -44,29 +44,17 @@ namespace {
 
 /* ------------------------------------------------------------ zero length */
 
-class UctZeroLength : public uct_test_base,
+class UctZeroLength : public uct_test_base, public topo_sender,
                       public ::testing::WithParamInterface<topology> {
 protected:
     void SetUp() override
     {
-        topo = GetParam();
-        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt));
-        ASSERT_NO_FATAL_FAILURE(sender.open(topology_config(topo)));
-        if (topo != TOPO_LOCAL) {
-            ((remote_target*)tgt.get())->set_local(&sender);
-        }
-        ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
-        ASSERT_NE(nullptr, ep);
-        ents = {&sender, tgt->local_entity()};
+        ASSERT_NO_FATAL_FAILURE(open_topo(GetParam()));
     }
 
     void TearDown() override
     {
-        if (tgt && (topo != TOPO_LOCAL)) {
-            ((remote_target*)tgt.get())->set_local(nullptr);
-        }
-        sender.close();
-        tgt.reset();
+        close_topo();
         uct_test_base::TearDown();
     }
 
@@ -85,11 +73,6 @@ protected:
         }
     }
 
-    topology                topo;
-    std::unique_ptr<target> tgt;
-    entity                  sender;
-    uct_ep_h                ep = nullptr;
-    std::vector<entity*>    ents;
 };
 
 TEST_P(UctZeroLength, RmaWithNullBufferAndInvalidRkeyCompletes)

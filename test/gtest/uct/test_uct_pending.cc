@@ -118,25 +118,17 @@ struct flush_req {
 
 typedef std::tuple<topology, mem_kind, pending_op> pending_param;
 
-class UctPendingFlush : public uct_test_base,
+class UctPendingFlush : public uct_test_base, public topo_sender,
                         public ::testing::WithParamInterface<pending_param> {
 protected:
     void SetUp() override
     {
-        topo = std::get<0>(GetParam());
+        entity_config small_sq;
         kind = std::get<1>(GetParam());
         op   = std::get<2>(GetParam());
         n    = (op == OP_AM_BCOPY) ? N_AMS : N_PUTS;
-        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt));
-        entity_config cfg = topology_config(topo);
-        cfg.iface_cfg.push_back({"TX_QUEUE_LEN", "4"});
-        ASSERT_NO_FATAL_FAILURE(sender.open(cfg));
-        if (topo != TOPO_LOCAL) {
-            ((remote_target*)tgt.get())->set_local(&sender);
-        }
-        ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
-        ASSERT_NE(nullptr, ep);
-        ents = {&sender, tgt->local_entity()};
+        small_sq.iface_cfg.push_back({"TX_QUEUE_LEN", "4"});
+        ASSERT_NO_FATAL_FAILURE(open_topo(std::get<0>(GetParam()), small_sq));
 
         if (op == OP_PUT_ZCOPY) {
             r = tgt->alloc(kind, N_PUTS * CHUNK);
@@ -173,11 +165,7 @@ protected:
         if (tgt && (r.id > 0)) {
             tgt->free(r.id);
         }
-        if (tgt && (topo != TOPO_LOCAL)) {
-            ((remote_target*)tgt.get())->set_local(nullptr);
-        }
-        sender.close();
-        tgt.reset();
+        close_topo();
         uct_test_base::TearDown();
     }
 
@@ -268,14 +256,9 @@ protected:
         EXPECT_EQ(0u, sender.errors.size());
     }
 
-    topology                topo;
     mem_kind                kind;
     pending_op              op;
     size_t                  n;
-    std::unique_ptr<target> tgt;
-    entity                  sender;
-    uct_ep_h                ep = nullptr;
-    std::vector<entity*>    ents;
     target::rbuf            r = {};
     rkey_holder             rk;
     buffer                  src;

@@ -1276,6 +1276,34 @@ entity_config topology_config(topology t)
     return cfg;
 }
 
+void topo_sender::open_topo(topology t, const entity_config &sender_extra)
+{
+    entity_config cfg = topology_config(t);
+
+    topo = t;
+    cfg.md_cfg.insert(cfg.md_cfg.end(), sender_extra.md_cfg.begin(),
+                      sender_extra.md_cfg.end());
+    cfg.iface_cfg.insert(cfg.iface_cfg.end(), sender_extra.iface_cfg.begin(),
+                         sender_extra.iface_cfg.end());
+    ASSERT_NO_FATAL_FAILURE(make_target(t, &tgt));
+    ASSERT_NO_FATAL_FAILURE(sender.open(cfg));
+    if (t != TOPO_LOCAL) {
+        ((remote_target*)tgt.get())->set_local(&sender);
+    }
+    ep = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
+    ASSERT_NE(nullptr, ep);
+    ents = {&sender, tgt->local_entity()};
+}
+
+void topo_sender::close_topo()
+{
+    if (tgt && (topo != TOPO_LOCAL)) {
+        ((remote_target*)tgt.get())->set_local(nullptr);
+    }
+    sender.close();
+    tgt.reset();
+}
+
 void make_target(topology t, std::unique_ptr<target> *tgt,
                  const entity_config &extra)
 {

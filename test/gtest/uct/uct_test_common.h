@@ -472,6 +472,21 @@ entity_config topology_config(topology t);
 void make_target(topology t, std::unique_ptr<target> *tgt,
                  const entity_config &extra = entity_config());
 
+/* A sender entity with one ep to a target of a topology (a second worker
+ * here, or a forked child): what the data test fixtures share. */
+struct topo_sender {
+    topology                topo = TOPO_LOCAL;
+    std::unique_ptr<target> tgt;
+    entity                  sender;
+    uct_ep_h                ep = nullptr;
+    std::vector<entity*>    ents;   /* to progress: sender, local target */
+
+    /* googletest assertions: ASSERT_NO_FATAL_FAILURE(open_topo(...)) */
+    void open_topo(topology t, const entity_config &sender_extra =
+                                       entity_config());
+    void close_topo();
+};
+
 /* Base fixture: kills leftover children in TearDown */
 class uct_test_base : public ::testing::Test {
 protected:
