@@ -172,6 +172,20 @@ int  hca_dm_map_remote(const hca_port_addr_t *addr, uint32_t dm_id,
                        void **base_p, size_t *length_p);
 void hca_dm_unmap_remote(void *base, size_t length);
 
+/* A peer's device memory mapped here for direct loads and stores (UCT
+ * rkey_ptr), with its MPT: hca_dm_view_ptr() checks the key, the entry's
+ * state, that the MR lies in this device memory, the remote read and
+ * write rights and the range, like any access (-EACCES if one fails).  A
+ * pointer stays mapped until the view closes; after the owner
+ * deregistered the MR, accesses through it are the user's race (as with
+ * UCX's posix and xpmem rkey_ptr). */
+typedef struct hca_dm_view hca_dm_view_t;
+int  hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
+                      hca_dm_view_t **view_p);
+int  hca_dm_view_ptr(hca_dm_view_t *view, uint32_t rkey,
+                     uint64_t remote_addr, void **ptr_p);
+void hca_dm_view_close(hca_dm_view_t *view);
+
 /* Device memory: a shared-memory object peers on the same host map.  Its
  * MRs give peers direct loads/stores (hca_rkey_ptr) and CPU atomics. */
 int   hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p);
@@ -508,7 +522,10 @@ void hca_recv_release(hca_qp_t *qp, const hca_recv_msg_t *msg);
 
 /* For a peer's MR inside its device memory: a local pointer to
  * remote_addr, valid while the connection's mapping lives.  -ENOENT if the
- * MR is not device memory, -EACCES on a failed key/range check. */
+ * MR is not device memory, -EACCES on a failed key, range or rights check
+ * (a pointer reads and writes: the MR and the target QP must grant
+ * HCA_RKEY_PTR_ACCESS). */
+#define HCA_RKEY_PTR_ACCESS (HCA_ACCESS_REMOTE_READ | HCA_ACCESS_REMOTE_WRITE)
 int  hca_qp_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                      size_t length, void **ptr_p);
 

@@ -111,7 +111,7 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->hdr->counters_offset = cnt_off;
     dev->hdr->mappers_offset  = map_off;
     dev->hdr->busy_offset     = busy_off;
-    dev->hdr->direct_fence    = (uint32_t)hca_direct_fence_init(dev);
+    dev->hdr->direct_fence    = (uint32_t)hca_access_fence_init(dev);
     dev->hdr->single_copy = (uint32_t)dev->single_copy;
     dev->hdr->probe_addr  = (uint64_t)(uintptr_t)&dev->probe_value;
     dev->hdr->probe_value = dev->probe_value;
@@ -150,6 +150,7 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     dev->next_dm_id   = 1;
     dev->next_ring_id = 1;
     pthread_mutex_init(&dev->lock, NULL);
+    pthread_mutex_init(&dev->fence_lock, NULL);
 
     rc = hca_host_id_get(&dev->host);
     if (rc == 0) {
@@ -173,8 +174,9 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     dev->qps     = calloc(HCA_MAX_QP + 1, sizeof(*dev->qps));
     dev->qp_gen  = calloc(HCA_MAX_QP + 1, sizeof(*dev->qp_gen));
     dev->cqs     = calloc(HCA_MAX_CQ, sizeof(*dev->cqs));
+    dev->mapper_views = calloc(HCA_MAX_MAPPERS, hca_mapper_view_size());
     if (!dev->mpt_tag || !dev->mrs || !dev->qps || !dev->qp_gen ||
-        !dev->cqs) {
+        !dev->cqs || !dev->mapper_views) {
         rc = -ENOMEM;
         goto err_free;
     }
@@ -220,6 +222,8 @@ err_free:
     free(dev->qps);
     free(dev->qp_gen);
     free(dev->cqs);
+    free(dev->mapper_views);
+    pthread_mutex_destroy(&dev->fence_lock);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
     return rc;
@@ -242,6 +246,7 @@ int hca_device_close(hca_device_t *dev)
         free(dm);
     }
     hca_stats_close(dev);
+    hca_access_fence_close(dev);
     dev->hdr->magic = 0;
     hca_shm_destroy(&dev->ctx);
     close(dev->send_sock);
@@ -250,6 +255,8 @@ int hca_device_close(hca_device_t *dev)
     free(dev->qps);
     free(dev->qp_gen);
     free(dev->cqs);
+    free(dev->mapper_views);
+    pthread_mutex_destroy(&dev->fence_lock);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
     return 0;

@@ -9,11 +9,12 @@
  *     process maps: a memcpy or one CPU atomic.  The QP caches the last
  *     MPT entry it used, so the key check is two loads of a line that
  *     stays in our cache; deregistration is kept safe by the QP's busy
- *     word (hca_direct_fence.c) or, failing that, by pinning the entry.
+ *     word (hca_access_fence.c).
  *
  * Anything else returns -EAGAIN and the caller posts a WR, whose path
  * checks everything again and reports the error, if any.
  */
+#include "hca_access_fence.h"
 #include "hca_shm_target.h"
 
 #include <errno.h>
@@ -144,15 +145,9 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
         (length > map->shm.length - dm_off)) {
         return -EINVAL;
     }
-    qp->dcache.mode   = hca_direct_mode(qp->dev, peer);
-    if (qp->dcache.mode == HCA_DIRECT_BUSY) {
-        /* tell its dereg to run the fence, then look again (seq_cst both:
-         * either it sees the flag or we see the entry invalid) */
-        atomic_fetch_or(&entry->direct, 1);
-        if ((atomic_load(&entry->state) != HCA_MPT_VALID) ||
-            (atomic_load(&entry->key) != rkey)) {
-            return -EINVAL;
-        }
+    qp->dcache.mode = hca_access_mode(qp->dev, peer);
+    if (qp->dcache.mode == HCA_ACCESS_RESPONDER) {
+        return -EINVAL;
     }
     qp->dcache.base   = (uint8_t*)map->shm.addr + dm_off;
     qp->dcache.entry  = entry;
@@ -164,20 +159,9 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     return 0;
 }
 
-/* Ends a direct access begun by hca_direct_target(). */
-HCA_INLINE void hca_direct_end(hca_qp_t *qp)
-{
-    if (HCA_LIKELY(qp->dcache.mode == HCA_DIRECT_BUSY)) {
-        atomic_store_explicit(&qp->dev->busy[qp->index].busy, 0,
-                              memory_order_release);
-    } else {
-        hca_mpt_release(qp->dcache.entry);
-    }
-}
-
 /* Begins a direct access: our mapping of [raddr, raddr+length) of the MR
- * rkey, or NULL.  Until hca_direct_end() a deregistration of that MR
- * waits for us (see hca_direct_fence.c). */
+ * rkey, or NULL.  Until hca_access_end() a deregistration of that MR
+ * waits for us (see hca_access_fence.c). */
 HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
                                       uint32_t rkey, uint64_t raddr,
                                       uint64_t length, unsigned access,
@@ -191,18 +175,11 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
         return NULL;
     }
     entry = qp->dcache.entry;
-    /* announce, then check: the owner invalidates, then looks (its
-     * membarrier orders our plain store before our load for it) */
-    if (HCA_LIKELY(qp->dcache.mode == HCA_DIRECT_BUSY)) {
-        atomic_store_explicit(&qp->dev->busy[qp->index].busy, 1,
-                              memory_order_relaxed);
-        atomic_signal_fence(memory_order_seq_cst);
-    } else {
-        atomic_fetch_add(&entry->inflight, 1);
-    }
-    /* seq_cst: for the pinned mode this is the store-buffering pattern
-     * against hca_mr_dereg (our increment then this load, its store then
-     * its load of the count) */
+    /* announce, mark, then check: the owner invalidates, then looks (see
+     * hca_access_fence.c); the mark is renewed on every access because a
+     * new registration under the same key starts unmarked */
+    hca_access_announce(qp, qp->dcache.mode);
+    hca_access_mark(entry, (uint32_t)qp->peer->mapper_slot);
     if (HCA_UNLIKELY((atomic_load_explicit(&entry->state,
                                            memory_order_seq_cst) !=
                       HCA_MPT_VALID) ||
@@ -212,7 +189,7 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
                      (entry->addr != qp->dcache.addr) ||
                      (entry->length != qp->dcache.length) ||
                      (entry->dm_id != qp->dcache.dm_id))) {
-        hca_direct_end(qp);
+        hca_access_end(qp);
         hca_direct_forget(qp); /* deregistered (or reused) */
         return NULL;
     }
@@ -222,7 +199,7 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
                      (off > qp->dcache.length) ||
                      (length > qp->dcache.length - off) ||
                      (raddr & (align - 1)))) {
-        hca_direct_end(qp);
+        hca_access_end(qp);
         return NULL;
     }
     return qp->dcache.base + off;
@@ -274,7 +251,7 @@ int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
     if (length != 0) { /* buf may be NULL then */
         memcpy(dst, buf, length);
     }
-    hca_direct_end(qp);
+    hca_access_end(qp);
     qp->cnt->tx_ops[HCA_WR_RDMA_WRITE]++;
     qp->cnt->tx_bytes[HCA_WR_RDMA_WRITE] += length;
     qp->cnt->mapped_ops++;
@@ -304,7 +281,7 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
     }
     old = hca_atomic_apply((uint8_t)opcode, target, (int)size, compare_add,
                            swap);
-    hca_direct_end(qp);
+    hca_access_end(qp);
     if (result != NULL) {
         hca_atomic_store_old(result, (int)size, old);
     }
@@ -317,7 +294,7 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
 void hca_direct_done(hca_qp_t *qp)
 {
     qp->dcache.open = 0;
-    hca_direct_end(qp);
+    hca_access_end(qp);
 }
 
 void hca_direct_close(hca_qp_t *qp)

@@ -12,6 +12,7 @@
  * a descriptor that the target pulls by single copy, else fragments.
  * The requester checks the target QP and MPT itself before any access.
  */
+#include "hca_access_fence.h"
 #include "hca_shm_target.h"
 
 #include <errno.h>
@@ -120,6 +121,7 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
     hca_ring_attach(&peer->svc, base + peer->hdr.svc_offset, HCA_SVC_SLOTS,
                     sizeof(hca_svc_req_t));
     peer->cma_ok = hca_peer_probe_cma(dev, peer);
+    peer->mapper_slot = -1;
     peer->next   = dev->peers;
     dev->peers   = peer;
 out:
@@ -146,7 +148,7 @@ void hca_peers_destroy(hca_device_t *dev)
     while (dev->peers != NULL) {
         hca_peer_t *peer = dev->peers;
         dev->peers       = peer->next;
-        hca_direct_unregister(dev, peer);
+        hca_access_unregister(dev, peer);
         hca_map_list_destroy(&peer->rings);
         hca_map_list_destroy(&peer->qobjs);
         hca_map_list_destroy(&peer->dms);
@@ -560,9 +562,13 @@ static hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
     if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
         return HCA_WC_REM_ACCESS_ERR;
     }
-    status = hca_mpt_acquire(qp->peer->mpt, qp->peer->hdr.max_mr, rkey,
-                             pub->pd_handle, HCA_ACCESS_REMOTE_ATOMIC, raddr,
-                             (uint64_t)size, (unsigned)size, &entry);
+    status = hca_access_begin(qp, rkey, pub->pd_handle,
+                              HCA_ACCESS_REMOTE_ATOMIC, raddr, (uint64_t)size,
+                              (unsigned)size, &entry);
+    if (status == HCA_WC_STATUS_LAST) {
+        *entry_p = NULL; /* only its responder may: it checks again */
+        return HCA_WC_SUCCESS;
+    }
     if (status != HCA_WC_SUCCESS) {
         return status;
     }
@@ -597,12 +603,14 @@ static hca_exec_t hca_shm_atomic(hca_qp_t *qp, hca_wqe_t *wqe,
     }
     if (target == NULL) {
         /* plain memory of another process: its responder executes it */
-        hca_mpt_release(entry);
+        if (entry != NULL) {
+            hca_access_finish(qp, entry);
+        }
         return hca_shm_svc_post(qp, wqe, wqe->remote_addr, (uint64_t)size);
     }
     old = hca_atomic_apply(wqe->opcode, target, size, wqe->compare_add,
                            wqe->swap);
-    hca_mpt_release(entry);
+    hca_access_finish(qp, entry);
     hca_atomic_result(wqe, old);
     qp->cnt->mapped_ops++;
     hca_wqe_done(qp, wqe, HCA_WC_SUCCESS);
@@ -695,9 +703,11 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
         *status_p = HCA_WC_SUCCESS;
         return 0;
     }
-    status = hca_mpt_acquire(peer->mpt, peer->hdr.max_mr, x->rkey,
-                             pub->pd_handle, need, x->raddr, x->length, 1,
-                             &entry);
+    status = hca_access_begin(qp, x->rkey, pub->pd_handle, need, x->raddr,
+                              x->length, 1, &entry);
+    if (status == HCA_WC_STATUS_LAST) {
+        return 1;
+    }
     if (status != HCA_WC_SUCCESS) {
         *status_p = status;
         return 0;
@@ -731,10 +741,10 @@ static int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
                               x->raddr);
         qp->cnt->single_copy_ops++;
     } else {
-        hca_mpt_release(entry);
+        hca_access_finish(qp, entry);
         return 1;
     }
-    hca_mpt_release(entry);
+    hca_access_finish(qp, entry);
     *status_p = status;
     return 0;
 }
@@ -841,12 +851,14 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
             return 0;
         }
         if (target == NULL) {
-            hca_mpt_release(entry);
+            if (entry != NULL) {
+                hca_access_finish(qp, entry);
+            }
             return 0;
         }
         old = hca_atomic_apply((uint8_t)wr->opcode, target, size,
                                wr->compare_add, wr->swap);
-        hca_mpt_release(entry);
+        hca_access_finish(qp, entry);
         if (info->flags & HCA_OPF_FETCH) {
             hca_atomic_store_old((void*)(uintptr_t)wr->sg_list[0].addr,
                                  size, old);

@@ -3,8 +3,9 @@
  * table (MPT), and device memory.
  *
  * The MPT lives in the context object, so requesters on the same host check
- * it themselves (hca_mpt_acquire); the pinning protocol is described at
- * hca_mpt_entry_t in hca_wire.h.
+ * it themselves (hca_access_begin); the protocol that keeps deregistration
+ * safe is described at hca_mpt_entry_t in hca_wire.h and in
+ * hca_access_fence.c.
  */
 #include "hca_priv.h"
 
@@ -128,7 +129,7 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     entry->dm_offset = (dm != NULL) ?
                        (uint64_t)((uintptr_t)addr -
                                   (uintptr_t)dm->shm.addr) : 0;
-    atomic_store_explicit(&entry->direct, 0, memory_order_relaxed);
+    atomic_store_explicit(&entry->accessors, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->key, mr->key, memory_order_relaxed);
     atomic_store_explicit(&entry->state, HCA_MPT_VALID,
                           memory_order_release);
@@ -149,22 +150,23 @@ int hca_mr_dereg(hca_mr_t *mr)
     hca_device_t *dev      = mr->pd->dev;
     hca_mpt_entry_t *entry = &dev->mpt[mr->index];
     unsigned spins         = 0;
+    uint32_t accessors;
 
     /* 1. no new access passes the check (seq_cst: pairs with the
-     *    requester's increment-then-check in hca_mpt_acquire) */
+     *    accessors' announce-then-check, hca_access_fence.c) */
     atomic_store(&entry->state, HCA_MPT_INVALID);
-    /* 2. wait for those that passed it to finish copying */
+    /* 2. our own threads (responder, a QP to ourselves) that passed it */
     while (atomic_load(&entry->inflight) != 0) {
         if (++spins > 1000) {
             sched_yield();
         }
     }
-    /* 3. device memory: also the unpinned direct accesses of its mappers,
-     *    if any peer cached the entry for them (seq_cst: pairs with the
-     *    peer's flag-then-check in hca_direct_fill).  UCP registers and
-     *    deregisters device memory per rendezvous: they skip this. */
-    if ((mr->dm != NULL) && atomic_load(&entry->direct)) {
-        hca_direct_fence_wait(dev);
+    /* 3. other processes that accessed it: each is waited for while it
+     *    lives (a killed one is not).  An entry that no other process
+     *    accessed skips this. */
+    accessors = atomic_load(&entry->accessors);
+    if (accessors != 0) {
+        hca_access_fence_wait(dev, accessors);
     }
     pthread_mutex_lock(&dev->lock);
     atomic_store(&entry->key, 0);

@@ -93,18 +93,13 @@ typedef struct hca_peer {
     int                cma_ok;     /* single copy permitted to this peer */
     hca_mapper_t      *mappers;    /* its mapper table, busy words */
     hca_busy_t        *busy;
-    _Atomic int        direct_mode;/* HCA_DIRECT_* for its device memory */
+    _Atomic int        access_mode;/* HCA_ACCESS_* (hca_access_fence.h) */
+    int                mapper_slot;/* ours in its mapper table, or -1 */
     _Atomic int        dead;
     int                self;       /* our own context */
 } hca_peer_t;
 
-/* How direct accesses to a peer's device memory are made safe against
- * its deregistrations (hca_direct_fence.c). */
-enum {
-    HCA_DIRECT_UNKNOWN = 0,
-    HCA_DIRECT_BUSY,           /* our busy word + the owner's membarrier */
-    HCA_DIRECT_PIN             /* the MPT entry's in-flight count */
-};
+typedef struct hca_mapper_view hca_mapper_view_t;
 
 /* ---------------------------------------------------------------- device */
 
@@ -136,10 +131,12 @@ struct hca_device {
     uint32_t           next_pd;
     uint32_t           n_pd;
     hca_peer_t        *peers;
-    hca_mapper_t      *mappers;    /* in ctx: who maps our device memory */
+    hca_mapper_t      *mappers;    /* in ctx: who accesses our memory */
+    hca_mapper_view_t *mapper_views; /* our mappings of their contexts */
+    pthread_mutex_t    fence_lock; /* mapper_views */
     hca_busy_t        *busy;       /* in ctx: our QPs' busy words */
     int                mb_ok;      /* registered for membarrier: our
-                                      direct accesses may go unpinned */
+                                      deregistrations run it */
     int                send_sock;  /* unbound, for wakeups */
     int                single_copy;
     volatile uint64_t  probe_value;
@@ -340,7 +337,7 @@ struct hca_qp {
         uint32_t          rkey;   /* 0: empty */
         uint32_t          access;
         uint32_t          dm_id;
-        int               mode;   /* HCA_DIRECT_BUSY or _PIN */
+        int               mode;   /* HCA_ACCESS_BUSY or _BUSY_FENCED */
         int               open;   /* hca_direct_ptr access not ended */
         hca_mpt_entry_t  *entry;
         uint8_t          *base;   /* our mapping of its addr */
@@ -351,14 +348,17 @@ struct hca_qp {
     hca_counters_t   *cnt;        /* in the q object: hca_devinfo reads it */
 };
 
-/* Direct-access fence (hca_direct_fence.c) */
-int  hca_direct_fence_init(hca_device_t *dev);
-int  hca_direct_mode(hca_device_t *dev, hca_peer_t *peer);
-void hca_direct_fence_wait(hca_device_t *dev);
+/* Access fence, owner's side (hca_access_fence.c) */
+int  hca_access_fence_init(hca_device_t *dev);
+/* After an entry was invalidated: waits for the accesses of the mappers
+ * its `accessors` names, each while its process lives. */
+void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors);
+void hca_access_fence_close(hca_device_t *dev);
+size_t hca_mapper_view_size(void);
+/* At close: leave the peer's mapper table. */
+void hca_access_unregister(hca_device_t *dev, hca_peer_t *peer);
 /* QP destroy: ends an access hca_direct_ptr left open. */
 void hca_direct_close(struct hca_qp *qp);
-/* At close: leave the peer's mapper table. */
-void hca_direct_unregister(hca_device_t *dev, hca_peer_t *peer);
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
 /* The target ring was full: -EAGAIN, or -ECONNRESET once it stayed full

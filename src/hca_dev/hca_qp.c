@@ -2,7 +2,8 @@
  * hca_qp.c - reliable-connected queue pairs: creation, the state machine,
  * posting, flush on error.  Execution is the requester's (hca_req.c).
  */
-#include "hca_priv.h"
+#include "hca_access_fence.h"
+#include "hca_shm_target.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -125,6 +126,10 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     if (index != 0) {
         dev->qp_gen[index] = (dev->qp_gen[index] + 1) & 0xfffffu;
         qp->qpn = (dev->qp_gen[index] << HCA_QPN_INDEX_BITS) | index;
+        if (index > atomic_load(&dev->hdr->qp_hwm)) {
+            atomic_store(&dev->hdr->qp_hwm, index); /* before its first
+                                                        access */
+        }
     }
     pthread_mutex_unlock(&dev->lock);
     if (index == 0) {
@@ -651,23 +656,33 @@ int hca_qp_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                     size_t length, void **ptr_p)
 {
     hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    hca_qp_pub_t *pub;
     hca_map_t *map;
     uint64_t offset;
     uint32_t dm_id;
-    hca_qp_pub_t *tgt;
 
     if ((qp->peer == NULL) || (qp->dest_qpn == HCA_QPN_ANY)) {
         return -ENOTCONN;
     }
-    tgt = &qp->peer->qp_pub[qp->dest_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1)];
-    if (hca_mpt_acquire(qp->peer->mpt, qp->peer->hdr.max_mr, rkey,
-                        tgt->pd_handle, 0, remote_addr, length, 1,
-                        &entry) != HCA_WC_SUCCESS) {
+    if (hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) {
+        return -ENOTCONN;
+    }
+    /* a pointer reads and writes: both rights, of the MR and the QP */
+    if ((pub->access & HCA_RKEY_PTR_ACCESS) != HCA_RKEY_PTR_ACCESS) {
+        return -EACCES;
+    }
+    status = hca_access_begin(qp, rkey, pub->pd_handle, HCA_RKEY_PTR_ACCESS,
+                              remote_addr, length, 1, &entry);
+    if (status == HCA_WC_STATUS_LAST) {
+        return -ENOENT; /* not ours to map: its responder only */
+    }
+    if (status != HCA_WC_SUCCESS) {
         return -EACCES;
     }
     dm_id  = entry->dm_id;
     offset = entry->dm_offset + (remote_addr - entry->addr);
-    hca_mpt_release(entry);
+    hca_access_finish(qp, entry);
     if (dm_id == 0) {
         return -ENOENT;
     }

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     4
+#define HCA_WIRE_VERSION     5
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */
@@ -36,24 +36,32 @@ typedef enum {
 } hca_mpt_state_t;
 
 /* Contract: the owner writes every plain field, then stores state VALID
- * (release).  A peer increments inflight (seq_cst), then loads state and
- * key; only if VALID and equal to its rkey may it read the plain fields
- * and touch memory, and it decrements inflight when done.  Deregistration
- * stores INVALID (seq_cst) and waits for inflight == 0. */
+ * (release).  A requester of another process announces its access in its
+ * QP's busy word (hca_busy_t, in its own context), marks the entry with
+ * its slot in the owner's mapper table (`accessors`), then loads state
+ * and key; only if VALID and equal to its rkey may it read the plain
+ * fields and touch memory, and it clears its busy word when done.
+ * Deregistration stores INVALID (seq_cst) and waits for the busy words of
+ * the mappers the entry names, each only while its process lives (see
+ * hca_access_fence.c).  `inflight` pins of the owner's own threads (its
+ * responder, a QP to itself) are counted and waited for as they are. */
 typedef struct hca_mpt_entry {
     _Atomic uint32_t state;     /* hca_mpt_state_t */
     _Atomic uint32_t key;       /* index << 8 | tag, tag changes on reuse */
-    _Atomic uint32_t inflight;  /* peers past the check, still copying */
+    _Atomic uint32_t inflight;  /* the owner's own threads past the check */
     uint32_t         pd_handle; /* owning PD */
     uint32_t         access;    /* HCA_ACCESS_* */
     uint32_t         dm_id;     /* device memory id, 0 if plain memory */
     uint64_t         addr;      /* start, in the owner's address space */
     uint64_t         length;
     uint64_t         dm_offset; /* addr - device memory base */
-    _Atomic uint32_t direct;    /* a peer cached it for unpinned direct
-                                   access: its dereg must run the fence */
+    _Atomic uint32_t accessors; /* who may be inside an access: 0 nobody,
+                                   slot + 1 of one mapper, or
+                                   HCA_MPT_ACCESSORS_MANY */
     uint32_t         reserved[3];
 } hca_mpt_entry_t;              /* one cache line: no entry straddles two */
+
+#define HCA_MPT_ACCESSORS_MANY 0xffffffffu
 
 /* -------------------------------------------------------------- QP table */
 
@@ -226,28 +234,33 @@ typedef struct hca_ctx_hdr {
     uint64_t notify_offset;
     uint64_t svc_offset;       /* hca_ring_hdr_t + HCA_SVC_SLOTS reqs */
     uint32_t single_copy;      /* owner allows CMA on its side */
-    uint32_t direct_fence;     /* owner's dereg fences direct accesses
-                                  (membarrier + busy words): its peers
-                                  need not pin MPT entries for them */
+    uint32_t direct_fence;     /* owner's dereg runs membarrier: its
+                                  peers' busy stores need no fence */
     uint64_t probe_addr;       /* address of probe_value in the owner */
     uint64_t probe_value;      /* peers read it by CMA to test access */
     uint64_t counters_offset;  /* responder-side hca_counters_t */
     uint64_t mappers_offset;   /* HCA_MAX_MAPPERS hca_mapper_t */
     uint64_t busy_offset;      /* max_qp + 1 hca_busy_t, by QP index */
-    uint64_t reserved;
+    _Atomic uint32_t qp_hwm;   /* highest QP index ever used: how far a
+                                  deregistration scans the busy words */
+    uint32_t reserved;
 } hca_ctx_hdr_t;
 
-/* Who maps this context's device memory: a requester registers here
- * before its first unpinned direct access, so that a deregistration knows
- * whose busy words to wait for. */
+/* Who accesses this context's memory from another process: a requester
+ * claims a slot before its first access (id = CLAIMING, then start_time,
+ * then its id), so that a deregistration knows whose busy words to wait
+ * for, and can tell a live registrant from a dead one (its pid's start
+ * time) or from a newer process that reused the pid. */
 #define HCA_MAX_MAPPERS 256
+#define HCA_MAPPER_CLAIMING (~0ull)
 typedef struct hca_mapper {
     _Atomic uint64_t id;       /* pid << 32 | ctx_id; 0: free */
+    _Atomic uint64_t start_time;
 } hca_mapper_t;
 
-/* Set by a requester QP around an unpinned direct access to a peer's
- * device memory (plain stores: the owner's membarrier orders them); one
- * cache line each, written only by the QP's thread. */
+/* Set by a requester QP around every access to another process's memory
+ * (a plain store when the owner's membarrier orders it, else followed by
+ * a full fence); one cache line each, written only by the QP's thread. */
 typedef struct hca_busy {
     _Atomic uint32_t busy;
     uint32_t         pad[15];

@@ -240,13 +240,13 @@ uct_hca_mkey_pack(uct_md_h tl_md, uct_mem_h tl_memh,
 
 /* ------------------------------------------------ peer device memory cache */
 
-/* Device memory of peers mapped for rkey_ptr: one mapping per segment,
- * shared by every rkey that names it. */
+/* Device memory of peers mapped for rkey_ptr (a view: the memory and its
+ * owner's MPT, so every pointer is checked), one per segment, shared by
+ * every rkey that names it. */
 typedef struct uct_hca_rmap {
     struct uct_hca_rmap *next;
     uint32_t             pid, ctx_id, dm_id;
-    void                *base;
-    size_t               length;
+    hca_dm_view_t       *view;
     unsigned             refs;
 } uct_hca_rmap_t;
 
@@ -300,8 +300,7 @@ static uct_hca_rmap_t *uct_hca_rmap_get(const uct_hca_packed_rkey_t *rkey)
     hca_host_id_get(&addr.host);
     addr.pid    = rkey->pid;
     addr.ctx_id = rkey->ctx_id;
-    if (hca_dm_map_remote(&addr, rkey->dm_id, &map->base, &map->length) !=
-        0) {
+    if (hca_dm_view_open(&addr, rkey->dm_id, &map->view) != 0) {
         ucs_free(map);
         map = NULL;
         goto out;
@@ -326,7 +325,7 @@ static void uct_hca_rmap_put(uct_hca_rmap_t *map)
         for (pp = &uct_hca_rmaps; *pp != map; pp = &(*pp)->next) {
         }
         *pp = map->next;
-        hca_dm_unmap_remote(map->base, map->length);
+        hca_dm_view_close(map->view);
         ucs_free(map);
     }
     pthread_mutex_unlock(&uct_hca_rmap_lock);
@@ -357,7 +356,6 @@ static ucs_status_t uct_hca_rkey_ptr(uct_component_t *component,
                                      void **local_addr_p)
 {
     uct_hca_rkey_handle_t *handle = tl_handle;
-    uint64_t offset;
 
     if (handle == NULL) {
         return UCS_ERR_UNREACHABLE; /* not device memory of this host */
@@ -368,12 +366,12 @@ static ucs_status_t uct_hca_rkey_ptr(uct_component_t *component,
             return UCS_ERR_UNREACHABLE; /* its owner freed it or exited */
         }
     }
-    offset = remote_addr - handle->packed.dm_base;
-    if ((remote_addr < handle->packed.dm_base) ||
-        (offset >= handle->map->length)) {
+    /* the key, its state, the rights and the range, as for any access:
+     * a stale or wrong key gives no pointer */
+    if (hca_dm_view_ptr(handle->map->view, (uint32_t)rkey, remote_addr,
+                        local_addr_p) != 0) {
         return UCS_ERR_INVALID_ADDR;
     }
-    *local_addr_p = UCS_PTR_BYTE_OFFSET(handle->map->base, offset);
     return UCS_OK;
 }
 

@@ -1,0 +1,78 @@
+/*
+ * hca_access_fence.h - the requester's side of the access fence
+ * (hca_access_fence.c): announce an access in the QP's busy word, mark
+ * the MPT entry, check, access, end.  Inline: the direct paths run it on
+ * every call.
+ */
+#ifndef HCA_ACCESS_FENCE_H
+#define HCA_ACCESS_FENCE_H
+
+#include "hca_priv.h"
+
+/* How this context's accesses to a peer's memory are fenced against its
+ * deregistrations (peer->access_mode). */
+enum {
+    HCA_ACCESS_UNKNOWN = 0,
+    HCA_ACCESS_BUSY,           /* busy word; the owner runs membarrier */
+    HCA_ACCESS_BUSY_FENCED,    /* busy word + a full fence of our own */
+    HCA_ACCESS_RESPONDER       /* its mapper table is full: its responder
+                                  thread accesses for us */
+};
+
+int hca_access_mode_slow(hca_device_t *dev, hca_peer_t *peer);
+
+HCA_INLINE int hca_access_mode(hca_device_t *dev, hca_peer_t *peer)
+{
+    int mode = atomic_load_explicit(&peer->access_mode,
+                                    memory_order_acquire);
+
+    return HCA_LIKELY(mode != HCA_ACCESS_UNKNOWN) ? mode :
+           hca_access_mode_slow(dev, peer);
+}
+
+/* busy = 1, ordered before the entry's check that follows. */
+HCA_INLINE void hca_access_announce(hca_qp_t *qp, int mode)
+{
+    atomic_store_explicit(&qp->dev->busy[qp->index].busy, 1,
+                          memory_order_relaxed);
+    if (HCA_LIKELY(mode == HCA_ACCESS_BUSY)) {
+        atomic_signal_fence(memory_order_seq_cst); /* the owner's
+                                                      membarrier fences */
+    } else {
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+}
+
+HCA_INLINE void hca_access_end(hca_qp_t *qp)
+{
+    atomic_store_explicit(&qp->dev->busy[qp->index].busy, 0,
+                          memory_order_release);
+}
+
+/* Names our mapper slot in the entry, so that its deregistration waits for
+ * us.  A store only the first time: later accesses find it there. */
+HCA_INLINE void hca_access_mark(hca_mpt_entry_t *entry, uint32_t slot)
+{
+    uint32_t mine = slot + 1;
+    uint32_t seen = atomic_load(&entry->accessors);
+
+    if (HCA_LIKELY((seen == mine) || (seen == HCA_MPT_ACCESSORS_MANY))) {
+        return;
+    }
+    if ((seen != 0) ||
+        !atomic_compare_exchange_strong(&entry->accessors, &seen, mine)) {
+        atomic_store(&entry->accessors, HCA_MPT_ACCESSORS_MANY);
+    }
+}
+
+/* Begins an access to [addr, addr+length) of the peer's MR rkey: the
+ * checks of hca_mpt_acquire under the fence.  HCA_WC_SUCCESS (end it with
+ * hca_access_finish), the error status, or HCA_WC_STATUS_LAST when only
+ * the peer's responder may access it. */
+hca_wc_status_t hca_access_begin(hca_qp_t *qp, uint32_t rkey,
+                                 uint32_t pd_handle, unsigned access,
+                                 uint64_t addr, uint64_t length,
+                                 unsigned align, hca_mpt_entry_t **entry_p);
+void hca_access_finish(hca_qp_t *qp, hca_mpt_entry_t *entry);
+
+#endif
