@@ -193,7 +193,9 @@ static void hca_cq_progress(hca_cq_t *cq)
         }
     }
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        if (!hca_ring_empty(&cq->rqs[i]->ring)) {
+        /* partials: their orphans end even when nothing else comes */
+        if (!hca_ring_empty(&cq->rqs[i]->ring) ||
+            HCA_UNLIKELY(cq->rqs[i]->n_partials > 0)) {
             hca_resp_progress(cq->rqs[i], 64);
         }
     }

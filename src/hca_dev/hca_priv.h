@@ -222,14 +222,20 @@ typedef struct hca_rwqe {
     hca_sge_t sge[HCA_MAX_SGE];
 } hca_rwqe_t;
 
-/* A partially received fragmented SEND (no single copy). */
+/* A partially received fragmented SEND (no single copy).  It holds a
+ * posted receive, so it is bounded: a new first fragment from the same
+ * source, the source's death, or HCA_PARTIAL_TIMEOUT_NS without a
+ * fragment ends it with an error CQE, which gives the receive back. */
 typedef struct hca_partial {
     struct hca_partial *next;
     uint32_t            src_pid, src_ctx, src_qpn;
     uint32_t            offset;
     int                 error;      /* hca_wc_status_t */
+    uint64_t            last_ns;    /* its latest fragment */
     hca_rwqe_t          rwqe;
 } hca_partial_t;
+
+#define HCA_PARTIAL_TIMEOUT_NS (2ull * 1000000000ull)
 
 /* A receive queue with its ring: a QP's own, or an SRQ's. */
 typedef struct hca_rq {
@@ -247,6 +253,8 @@ typedef struct hca_rq {
     int           inplace;        /* HCA_QP_CREATE_RECV_INPLACE */
     uint32_t      cqes;           /* its receive CQEs not yet polled: an
                                      in-place message must not pass them */
+    uint32_t      n_partials;     /* of its QPs (hca_partial_t) */
+    uint64_t      sweep_ns;       /* next look for orphan partials */
     struct hca_qp *owner;         /* own RQ: its QP */
 } hca_rq_t;
 
@@ -261,6 +269,8 @@ void hca_rq_cleanup(hca_rq_t *rq);
 int  hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr);
 /* Responder: consumes up to budget messages of the ring. */
 int  hca_resp_progress(hca_rq_t *rq, int budget);
+/* Unlinked by the caller: frees a partial of qp. */
+void hca_partial_free(struct hca_qp *qp, hca_partial_t *p);
 
 
 /* ---------------------------------------------------------------- QP */

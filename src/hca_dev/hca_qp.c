@@ -210,7 +210,7 @@ static void hca_qp_free_partials(hca_qp_t *qp)
     while (qp->partials != NULL) {
         hca_partial_t *p = qp->partials;
         qp->partials     = p->next;
-        free(p);
+        hca_partial_free(qp, p);
     }
 }
 
@@ -325,7 +325,7 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
                             .qp_num = qp->qpn};
         qp->partials = p->next;
         hca_cq_push(qp->recv_cq, &wc);
-        free(p);
+        hca_partial_free(qp, p);
     }
     return 0;
 }

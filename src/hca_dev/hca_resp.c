@@ -131,6 +131,36 @@ static hca_wc_status_t hca_resp_place(const hca_rwqe_t *rwqe, uint64_t offset,
     return HCA_WC_SUCCESS;
 }
 
+/* 1 if a SEND_PULL that names one of our QPs as its source describes
+ * that QP's issued SEND: the WQE its answer slot names, with the same
+ * stamp and exactly its SGEs (checked against our MPT when posted). */
+static int hca_resp_pull_is_ours(hca_device_t *dev, const hca_msg_hdr_t *hdr,
+                                 const hca_wire_iov_t *wiov,
+                                 const hca_pull_hdr_t *pull)
+{
+    hca_qp_t *src = hca_qp_lookup(dev, hdr->src_qpn);
+    const hca_wqe_t *wqe;
+
+    if ((src == NULL) || (pull->resp_idx > src->sq_mask)) {
+        return 0;
+    }
+    wqe = &src->sq[pull->resp_idx];
+    if ((wqe->state != HCA_WQE_ISSUED) ||
+        (wqe->resp_stamp != pull->resp_stamp) ||
+        ((wqe->opcode != HCA_WR_SEND) &&
+         (wqe->opcode != HCA_WR_SEND_WITH_IMM)) ||
+        (wqe->num_sge != hdr->num_iov) || (wqe->length != hdr->msg_len)) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < hdr->num_iov; ++i) {
+        if ((wqe->sge[i].addr != wiov[i].addr) ||
+            (wqe->sge[i].length != wiov[i].length)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Reads the sender's iovs straight into the receive buffer. */
 static hca_wc_status_t hca_resp_pull(hca_device_t *dev, const hca_rwqe_t *rwqe,
                                      const hca_msg_hdr_t *hdr,
@@ -144,6 +174,9 @@ static hca_wc_status_t hca_resp_pull(hca_device_t *dev, const hca_rwqe_t *rwqe,
         return HCA_WC_LOC_LEN_ERR;
     }
     for (uint32_t i = 0; i < hdr->num_iov; ++i) {
+        if (wiov[i].length > HCA_MAX_MSG) {
+            return HCA_WC_REM_INV_REQ_ERR; /* and the sum cannot wrap */
+        }
         remote[i].iov_base = (void*)(uintptr_t)wiov[i].addr;
         remote[i].iov_len  = wiov[i].length;
         total             += wiov[i].length;
@@ -155,7 +188,10 @@ static hca_wc_status_t hca_resp_pull(hca_device_t *dev, const hca_rwqe_t *rwqe,
         local[i].iov_base = (void*)(uintptr_t)rwqe->sge[i].addr;
         local[i].iov_len  = rwqe->sge[i].length;
     }
-    if (hdr->src_pid == dev->pid) {
+    if ((hdr->src_pid == dev->pid) && (hdr->src_ctx == dev->ctx_id)) {
+        /* a QP of ours sent it (hca_resp_pull_is_ours checked that the
+         * iovs are its WQE's, whose SGEs were checked when posted): copy
+         * straight from its buffers */
         uint64_t off = 0;
         for (uint32_t i = 0; i < hdr->num_iov; ++i) {
             hca_resp_place(rwqe, off, remote[i].iov_base, remote[i].iov_len);
@@ -163,6 +199,8 @@ static hca_wc_status_t hca_resp_pull(hca_device_t *dev, const hca_rwqe_t *rwqe,
         }
         return HCA_WC_SUCCESS;
     }
+    /* another process (or another context of ours: the kernel checks
+     * the addresses there, so a forged one fails instead of faulting) */
     while (total > 0) {
         /* process_vm_readv may stop early: move the iovs on and repeat */
         uint64_t skip;
@@ -219,6 +257,72 @@ static void hca_resp_complete(hca_qp_t *qp, const hca_rwqe_t *rwqe,
     }
 }
 
+void hca_partial_free(hca_qp_t *qp, hca_partial_t *p)
+{
+    qp->rq->n_partials--;
+    free(p);
+}
+
+/* Ends an unfinished message: its receive completes with status (the
+ * consumer gets it back), nothing of it is delivered. */
+static void hca_partial_abort(hca_qp_t *qp, hca_partial_t *p,
+                              hca_wc_status_t status)
+{
+    hca_msg_hdr_t hdr;
+
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.src_qpn = p->src_qpn;
+    hca_resp_complete(qp, &p->rwqe, &hdr, status, HCA_WC_RECV);
+    hca_partial_free(qp, p);
+}
+
+/* The source of a partial is gone (or was never there: a forged one). */
+static int hca_partial_source_dead(hca_device_t *dev, const hca_partial_t *p)
+{
+    hca_port_addr_t addr;
+    hca_peer_t *peer;
+
+    memset(&addr, 0, sizeof(addr));
+    addr.host   = dev->host;
+    addr.pid    = p->src_pid;
+    addr.ctx_id = p->src_ctx;
+    peer        = hca_peer_get(dev, &addr);
+    return (peer == NULL) || !hca_peer_alive(peer);
+}
+
+/* At most every 100 ms while partials exist: ends those whose source died
+ * or sent nothing for HCA_PARTIAL_TIMEOUT_NS, so that first fragments
+ * whose rest never comes cannot hold the posted receives for good. */
+static void hca_resp_sweep(hca_rq_t *rq)
+{
+    hca_device_t *dev = rq->dev;
+    uint64_t now      = hca_now_ns();
+
+    if (now < rq->sweep_ns) {
+        return;
+    }
+    rq->sweep_ns = now + 100000000ull;
+    for (uint32_t i = 1; (i < HCA_MAX_QP) && (rq->n_partials > 0); ++i) {
+        hca_qp_t *qp = dev->qps[i];
+        if ((qp == NULL) || (qp->rq != rq)) {
+            continue;
+        }
+        for (hca_partial_t **pp = &qp->partials; *pp != NULL;) {
+            hca_partial_t *p = *pp;
+            int stale = (now - p->last_ns > HCA_PARTIAL_TIMEOUT_NS);
+            if (!stale && !hca_partial_source_dead(dev, p)) {
+                pp = &p->next;
+                continue;
+            }
+            *pp = p->next;
+            hca_partial_abort(qp, p, stale ? HCA_WC_GENERAL_ERR :
+                                             HCA_WC_RETRY_EXC_ERR);
+            __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_GENERAL_ERR], 1,
+                               __ATOMIC_RELAXED);
+        }
+    }
+}
+
 static hca_partial_t *hca_partial_find(hca_qp_t *qp, const hca_msg_hdr_t *hdr,
                                        int unlink)
 {
@@ -252,8 +356,10 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
 {
     hca_device_t *dev = rq->dev;
     hca_qp_t *qp      = hca_qp_lookup(dev, hdr->dst_qpn);
+    hca_wire_iov_t wiov[HCA_MAX_SGE];
     hca_wc_status_t status;
     hca_partial_t *partial;
+    hca_pull_hdr_t pull;
     hca_rwqe_t *rwqe;
 
     if (hdr->op == HCA_MSG_NOP) {
@@ -282,13 +388,24 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
         return 0;
 
     case HCA_MSG_SEND_PULL:
+        memcpy(&pull, payload, sizeof(pull)); /* once: the sender's */
+        memcpy(wiov, payload + sizeof(pull),
+               sizeof(hca_wire_iov_t) * hdr->num_iov);
+        if ((hdr->src_pid == dev->pid) && (hdr->src_ctx == dev->ctx_id) &&
+            !hca_resp_pull_is_ours(dev, hdr, wiov, &pull)) {
+            /* names us as its source, but no QP of ours sent it: forged.
+             * Dropped and counted; not answered (the answer slot it names
+             * is one of ours) and no QP is moved to ERR (a forger could
+             * name any) */
+            __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_GENERAL_ERR], 1,
+                               __ATOMIC_RELAXED);
+            return 0;
+        }
         rwqe = hca_resp_take_rwqe(rq);
         if (rwqe == NULL) {
             return -EAGAIN;
         }
-        status = hca_resp_pull(dev, rwqe, hdr,
-                               (const hca_wire_iov_t*)
-                               (payload + sizeof(hca_pull_hdr_t)));
+        status = hca_resp_pull(dev, rwqe, hdr, wiov);
         hca_resp_answer(dev, hdr, payload, (status == HCA_WC_LOC_LEN_ERR) ?
                         HCA_WC_REM_INV_REQ_ERR : status);
         hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
@@ -299,6 +416,12 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
             rwqe = hca_resp_take_rwqe(rq);
             if (rwqe == NULL) {
                 return -EAGAIN;
+            }
+            /* a source's SENDs arrive in order: a new message means its
+             * unfinished one never ends */
+            partial = hca_partial_find(qp, hdr, 1);
+            if (partial != NULL) {
+                hca_partial_abort(qp, partial, HCA_WC_GENERAL_ERR);
             }
             status = (hdr->msg_len > rwqe->length) ? HCA_WC_LOC_LEN_ERR :
                      hca_resp_place(rwqe, 0, payload, hdr->length);
@@ -317,9 +440,11 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
             partial->src_qpn = hdr->src_qpn;
             partial->offset  = hdr->length;
             partial->error   = status;
+            partial->last_ns = hca_now_ns();
             partial->rwqe    = *rwqe;
             partial->next    = qp->partials;
             qp->partials     = partial;
+            rq->n_partials++;
             return 0;
         }
         partial = hca_partial_find(qp, hdr, (hdr->flags & HCA_MSG_LAST) != 0);
@@ -331,10 +456,11 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
                                             payload, hdr->length);
         }
         partial->offset += hdr->length;
+        partial->last_ns = hca_now_ns();
         if (hdr->flags & HCA_MSG_LAST) {
             hca_resp_complete(qp, &partial->rwqe, hdr,
                               (hca_wc_status_t)partial->error, HCA_WC_RECV);
-            free(partial);
+            hca_partial_free(qp, partial);
         }
         return 0;
     }
@@ -361,6 +487,10 @@ HCA_INLINE int hca_resp_inplace(const hca_rq_t *rq, const hca_msg_hdr_t *hdr)
 int hca_resp_progress(hca_rq_t *rq, int budget)
 {
     int count = 0;
+
+    if (HCA_UNLIKELY(rq->n_partials > 0)) {
+        hca_resp_sweep(rq);
+    }
 
     while (count < budget) {
         hca_msg_hdr_t hdr;

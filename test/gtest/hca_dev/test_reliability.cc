@@ -10,6 +10,8 @@
  */
 #include "test_common.h"
 
+#include "forge.h"
+
 #include <random>
 #include <tuple>
 
@@ -172,3 +174,171 @@ INSTANTIATE_TEST_SUITE_P(
                            ::testing::Values(HCA_WR_RDMA_WRITE,
                                              HCA_WR_RDMA_READ)),
         kill_param_name);
+
+/* ------------------------------------------------------------ forgery */
+
+namespace {
+
+/* What the victim saw: receive completions by status. */
+struct victim_report {
+    uint64_t ok;
+    uint64_t errors;
+    uint64_t real_ok;    /* successful receives of the real message */
+};
+
+const uint32_t REAL_IMM = 0x5ea1;
+const size_t   RX_LEN   = 64 * 1024;
+const int      RX_DEPTH = 16;
+
+/* The victim: a QP that accepts any source, RX_DEPTH receives posted and
+ * reposted as they complete, until token 1; then it reports. */
+void victim_body(int rfd, int wfd)
+{
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(1024);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY)); /* a DC target */
+    uint8_t *buf = c.alloc(MEM_MALLOC, RX_LEN * RX_DEPTH);
+    ASSERT_NE(nullptr, buf);
+    hca_mr_t *mr = c.reg(pd, buf, RX_LEN * RX_DEPTH, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    for (int i = 0; i < RX_DEPTH; ++i) {
+        ASSERT_EQ(0, post_recv1(qp, buf + i * RX_LEN, RX_LEN,
+                                hca_mr_lkey(mr), i));
+    }
+    peer_info me;
+    memset(&me, 0, sizeof(me));
+    me.addr   = c.addr;
+    me.qpn[0] = hca_qp_num(qp);
+    ASSERT_TRUE(send_msg(wfd, me));
+
+    victim_report rep = {0, 0, 0};
+    while (!fd_readable(rfd, 0)) {
+        progress_all();
+        hca_wc_t wc;
+        while (cq->pop(&wc)) {
+            if (wc.status == HCA_WC_SUCCESS) {
+                ++rep.ok;
+                rep.real_ok += (wc.imm_data == REAL_IMM);
+            } else {
+                ++rep.errors;
+            }
+            ASSERT_EQ(0, post_recv1(qp, buf + wc.wr_id * RX_LEN, RX_LEN,
+                                    hca_mr_lkey(mr), wc.wr_id));
+        }
+    }
+    ASSERT_TRUE(expect_token(rfd, 1));
+    ASSERT_TRUE(send_msg(wfd, rep));
+}
+
+forge_msg_t forged_hdr(uint8_t op, uint8_t flags, uint32_t src_pid,
+                       uint32_t src_ctx, uint32_t src_qpn, uint32_t dst_qpn,
+                       uint32_t length, uint32_t msg_len)
+{
+    forge_msg_t h;
+    memset(&h, 0, sizeof(h));
+    h.op       = op;
+    h.flags    = flags;
+    h.data_off = 64;
+    h.src_pid  = src_pid;
+    h.src_ctx  = src_ctx;
+    h.src_qpn  = src_qpn;
+    h.dst_qpn  = dst_qpn;
+    h.length   = length;
+    h.msg_len  = msg_len;
+    return h;
+}
+
+/* Wire constants a forger knows (hca_wire.h, which is C only). */
+const uint8_t  MSG_SEND = 1, MSG_SEND_PULL = 2, MSG_FIRST = 1, MSG_LAST = 2;
+const uint32_t SLOT_PAYLOAD = 8192;
+
+} // namespace
+
+/* Forged slots written into a receiver's ring by another process of its
+ * user: SEND_PULLs that name the receiver itself as their source (it used
+ * to memcpy from the address in the slot: SIGSEGV), and first fragments
+ * whose rest never comes (each used to hold a posted receive forever:
+ * after RX_DEPTH of them nothing was received again).  The receiver
+ * survives, gives the orphans' receives back (from dead sources at once,
+ * from a live one after HCA_PARTIAL_TIMEOUT_NS or at its next message),
+ * and receives a real message. */
+TEST_F(hca_test, ForgedRingMessages)
+{
+    child_t *v = fork_child(victim_body, 60);
+    ASSERT_NE(nullptr, v);
+    peer_info vi;
+    ASSERT_TRUE(recv_msg(v->rfd, &vi));
+    forge_t *fr = nullptr;
+    ASSERT_EQ(0, forge_open(&vi.addr, vi.qpn[0], &fr));
+
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    const uint32_t vqpn = vi.qpn[0];
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, connect_qp(qp, vi.addr, vqpn));
+
+    /* SEND_PULLs from "the victim itself", iovs anywhere: a pull header
+     * (answer slot, stamp) and one iov (address, length) */
+    for (uint32_t i = 0; i < 8; ++i) {
+        uint32_t pull[2] = {i, 1 + i};
+        uint64_t iov[2]  = {0x1000ull * (i + 1), 20000};
+        uint8_t payload[sizeof(pull) + sizeof(iov)];
+        memcpy(payload, pull, sizeof(pull));
+        memcpy(payload + sizeof(pull), iov, sizeof(iov));
+        forge_msg_t h = forged_hdr(MSG_SEND_PULL, MSG_FIRST | MSG_LAST,
+                                   vi.addr.pid, vi.addr.ctx_id, vqpn, vqpn,
+                                   0, 20000);
+        h.num_iov = 1;
+        ASSERT_EQ(0, forge_put(fr, &h, payload, sizeof(payload),
+                               TIMEOUT_MS));
+    }
+    /* orphan first fragments: 2 * RX_DEPTH from sources that do not
+     * exist, RX_DEPTH / 2 from a live one (this process), the first of
+     * those from the QP whose real SEND follows (which ends it: a
+     * source's messages arrive in order) */
+    static uint8_t frag[SLOT_PAYLOAD];
+    for (int i = 0; i < 2 * RX_DEPTH; ++i) {
+        forge_msg_t h = forged_hdr(MSG_SEND, MSG_FIRST, 0x3ffff000u + i, 7,
+                                   4097, vqpn, SLOT_PAYLOAD,
+                                   4 * SLOT_PAYLOAD);
+        ASSERT_EQ(0, forge_put(fr, &h, frag, sizeof(frag), TIMEOUT_MS));
+    }
+    for (int i = 0; i < RX_DEPTH / 2; ++i) {
+        forge_msg_t h = forged_hdr(MSG_SEND, MSG_FIRST, c.addr.pid,
+                                   c.addr.ctx_id,
+                                   (i == 0) ? hca_qp_num(qp) : 0x100000u + i,
+                                   vqpn,
+                                   SLOT_PAYLOAD, 4 * SLOT_PAYLOAD);
+        ASSERT_EQ(0, forge_put(fr, &h, frag, sizeof(frag), TIMEOUT_MS));
+    }
+    forge_close(fr);
+
+    /* then a real SEND, which must arrive */
+    char msg[64] = "real";
+    hca_sge_t s      = mk_sge(msg, sizeof(msg), 0);
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND_WITH_IMM, &s, 1,
+                             HCA_SEND_SIGNALED | HCA_SEND_INLINE, 1, 0, 0);
+    wr.imm_data = REAL_IMM;
+    ASSERT_EQ(0, post_retry(qp, &wr));
+    EXPECT_TRUE(wait_status(cq, 1, HCA_WC_SUCCESS))
+            << "the real SEND did not get into the victim's ring";
+    sleep_ms(3000); /* past HCA_PARTIAL_TIMEOUT_NS: the live orphans end */
+
+    ASSERT_TRUE(send_token(v->wfd, 1));
+    victim_report rep;
+    ASSERT_TRUE(recv_msg(v->rfd, &rep)) << "the victim died";
+    EXPECT_EQ(1u, rep.real_ok) << "the real message was not received";
+    EXPECT_EQ((uint64_t)(2 * RX_DEPTH + RX_DEPTH / 2), rep.errors)
+            << "each orphan gives its receive back with an error";
+    EXPECT_TRUE(wait_child(v));
+}

@@ -1,0 +1,36 @@
+/*
+ * forge.h - what a forger of the same user can do to a receiver: map its
+ * receive ring by the names its address gives, and publish slots of its
+ * own making.  C (the wire structures use C11 atomics), called from the
+ * googletest suites.
+ */
+#ifndef HCA_TEST_FORGE_H
+#define HCA_TEST_FORGE_H
+
+#include "hca_dev.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct forge forge_t;
+
+/* A message header's fields, all of them the forger's choice. */
+typedef struct forge_msg {
+    uint8_t  op, flags, num_iov, data_off;
+    uint32_t src_pid, src_ctx, src_qpn, dst_qpn, imm, length, msg_len;
+} forge_msg_t;
+
+/* Maps the receive ring of QP qpn of the context at addr. */
+int  forge_open(const hca_port_addr_t *addr, uint32_t qpn, forge_t **f_p);
+/* Publishes one slot (waits while the ring is full, up to timeout_ms):
+ * the header, then n payload bytes at data_off.  0, or -ETIMEDOUT. */
+int  forge_put(forge_t *f, const forge_msg_t *m, const void *payload,
+               size_t n, int timeout_ms);
+void forge_close(forge_t *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
