@@ -192,6 +192,10 @@ static void hca_cq_progress(hca_cq_t *cq)
             ++i;
         }
     }
+    if (HCA_UNLIKELY(cq->dev->fault.ring_stall_ms != 0) &&
+        hca_fault_ring_stalled(&cq->dev->fault)) {
+        return;
+    }
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
         /* partials: their orphans end even when nothing else comes */
         if (!hca_ring_empty(&cq->rqs[i]->ring) ||

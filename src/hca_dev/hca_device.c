@@ -151,6 +151,8 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     dev->next_ring_id = 1;
     pthread_mutex_init(&dev->lock, NULL);
     pthread_mutex_init(&dev->fence_lock, NULL);
+    pthread_mutex_init(&dev->qobj_lock, NULL);
+    hca_fault_init(&dev->fault);
 
     rc = hca_host_id_get(&dev->host);
     if (rc == 0) {
@@ -224,6 +226,7 @@ err_free:
     free(dev->cqs);
     free(dev->mapper_views);
     pthread_mutex_destroy(&dev->fence_lock);
+    pthread_mutex_destroy(&dev->qobj_lock);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
     return rc;
@@ -257,6 +260,7 @@ int hca_device_close(hca_device_t *dev)
     free(dev->cqs);
     free(dev->mapper_views);
     pthread_mutex_destroy(&dev->fence_lock);
+    pthread_mutex_destroy(&dev->qobj_lock);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
     return 0;

@@ -28,8 +28,9 @@ typedef struct hca_fabric_ops {
     /* Checks the response of an issued WQE: DONE when it arrived (and
      * hca_wqe_done() was called) or ISSUED/PARTIAL while waiting. */
     hca_exec_t (*poll_response)(struct hca_qp *qp, hca_wqe_t *wqe);
-    /* 1 if the peer is alive. */
-    int        (*peer_alive)(struct hca_qp *qp);
+    /* HCA_WC_SUCCESS while the peer is alive and answering; else why
+     * the QP fails (gone: RETRY_EXC_ERR, cannot answer: REM_OP_ERR). */
+    hca_wc_status_t (*peer_status)(struct hca_qp *qp);
 } hca_fabric_ops_t;
 
 extern const hca_fabric_ops_t hca_fabric_shm;
@@ -39,8 +40,9 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr);
 void        hca_peers_destroy(hca_device_t *dev);
 hca_map_t  *hca_peer_ring(hca_device_t *dev, hca_peer_t *peer,
                           uint32_t ring_id);
-hca_map_t  *hca_peer_qobj(hca_device_t *dev, hca_peer_t *peer,
-                          uint32_t qpn);
+/* Maps a requester QP's q object (not cached: see hca_answer.c). */
+hca_map_t  *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
+                              uint32_t qpn);
 hca_map_t  *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer,
                         uint32_t dm_id);
 int         hca_peer_alive(hca_peer_t *peer);

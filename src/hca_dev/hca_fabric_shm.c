@@ -150,7 +150,12 @@ void hca_peers_destroy(hca_device_t *dev)
         dev->peers       = peer->next;
         hca_access_unregister(dev, peer);
         hca_map_list_destroy(&peer->rings);
-        hca_map_list_destroy(&peer->qobjs);
+        while (peer->qobjs != NULL) {
+            hca_map_t *map = peer->qobjs;
+            peer->qobjs    = map->next;
+            hca_shm_destroy(&map->shm);
+            free(map);
+        }
         hca_map_list_destroy(&peer->dms);
         hca_shm_destroy(&peer->ctx);
         free(peer);
@@ -188,7 +193,7 @@ static hca_map_t *hca_peer_map(hca_device_t *dev, hca_peer_t *peer,
     if (map != NULL) {
         goto out;
     }
-    map = calloc(1, sizeof(*map));
+    map = hca_fault(dev, HCA_FAULT_MAP) ? NULL : calloc(1, sizeof(*map));
     if (map == NULL) {
         goto out;
     }
@@ -253,10 +258,26 @@ hca_map_t *hca_peer_ring(hca_device_t *dev, hca_peer_t *peer,
                         sizeof(hca_ring_hdr_t), hca_ring_map_check);
 }
 
-hca_map_t *hca_peer_qobj(hca_device_t *dev, hca_peer_t *peer, uint32_t qpn)
+hca_map_t *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
+                             uint32_t qpn)
 {
-    return hca_peer_map(dev, peer, &peer->qobjs, "q", qpn,
-                        sizeof(hca_qobj_hdr_t), hca_qobj_map_check);
+    hca_map_t *map = hca_fault(dev, HCA_FAULT_MAP) ? NULL :
+                     calloc(1, sizeof(*map));
+    char name[96];
+
+    if (map == NULL) {
+        return NULL;
+    }
+    hca_obj_name(name, sizeof(name), peer->pidns, peer->addr.pid,
+                 peer->addr.ctx_id, "q", qpn);
+    if ((hca_shm_map(&map->shm, name, sizeof(hca_qobj_hdr_t)) != 0) ||
+        (hca_qobj_map_check(map) != 0)) {
+        hca_shm_destroy(&map->shm);
+        free(map);
+        return NULL;
+    }
+    map->id = qpn;
+    return map;
 }
 
 hca_map_t *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer, uint32_t dm_id)
@@ -953,22 +974,27 @@ static hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe)
 
 /* The peer process and its target QP: a QP destroyed under us (its ring
  * discarded with our messages in it) would otherwise be waited for
- * forever. */
-static int hca_shm_peer_alive(hca_qp_t *qp)
+ * forever; and a peer that could not answer us says so in our QP's
+ * published entry (hca_answer.c). */
+static hca_wc_status_t hca_shm_peer_status(hca_qp_t *qp)
 {
     uint32_t idx = HCA_QPN_INDEX(qp->dest_qpn);
 
+    if (HCA_UNLIKELY(atomic_load(&qp->pub->nak_qpn) == qp->qpn)) {
+        return HCA_WC_REM_OP_ERR;
+    }
     if (qp->peer == NULL) {
         qp->peer = hca_peer_get(qp->dev, &qp->dest);
         if (qp->peer == NULL) {
-            return 0;
+            return HCA_WC_RETRY_EXC_ERR;
         }
     }
-    if (!hca_peer_alive(qp->peer)) {
-        return 0;
+    if (!hca_peer_alive(qp->peer) || (idx == 0) ||
+        (idx >= qp->peer->hdr.max_qp) ||
+        (atomic_load(&qp->peer->qp_pub[idx].qpn) != qp->dest_qpn)) {
+        return HCA_WC_RETRY_EXC_ERR;
     }
-    return (idx != 0) && (idx < qp->peer->hdr.max_qp) &&
-           (atomic_load(&qp->peer->qp_pub[idx].qpn) == qp->dest_qpn);
+    return HCA_WC_SUCCESS;
 }
 
 const hca_fabric_ops_t hca_fabric_shm = {
@@ -976,5 +1002,5 @@ const hca_fabric_ops_t hca_fabric_shm = {
     .connect       = hca_shm_connect,
     .exec          = hca_shm_exec,
     .poll_response = hca_shm_poll_response,
-    .peer_alive    = hca_shm_peer_alive,
+    .peer_status   = hca_shm_peer_status,
 };

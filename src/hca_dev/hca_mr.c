@@ -87,7 +87,7 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
         return -EINVAL;
     }
 
-    mr = calloc(1, sizeof(*mr));
+    mr = hca_fault(dev, HCA_FAULT_REG) ? NULL : calloc(1, sizeof(*mr));
     if (mr == NULL) {
         return -ENOMEM;
     }

@@ -67,6 +67,7 @@ uint32_t hca_ns_inode(const char *kind);
 typedef struct hca_map {
     struct hca_map *next;
     uint64_t        id;
+    uint64_t        used;     /* q objects: last use (hca_answer.c) */
     hca_shm_t       shm;
     hca_ring_t      ring;     /* for rings */
     hca_resp_slot_t *resp;    /* q objects: validated at map time, never */
@@ -88,7 +89,7 @@ typedef struct hca_peer {
     hca_notify_t      *notify;
     hca_ring_t         svc;
     _Atomic(hca_map_t*) rings;
-    _Atomic(hca_map_t*) qobjs;
+    hca_map_t         *qobjs;      /* under dev->qobj_lock */
     _Atomic(hca_map_t*) dms;
     int                cma_ok;     /* single copy permitted to this peer */
     hca_mapper_t      *mappers;    /* its mapper table, busy words */
@@ -100,6 +101,23 @@ typedef struct hca_peer {
 } hca_peer_t;
 
 typedef struct hca_mapper_view hca_mapper_view_t;
+
+/* Fault injection (hca_fault.c): HCA_FAULT="map=P,reg=P,answer_delay_us=N,
+ * ring_stall_ms=N" (P a probability in [0,1]); off by default. */
+typedef enum {
+    HCA_FAULT_MAP = 0,     /* a peer's object cannot be mapped */
+    HCA_FAULT_REG,         /* a registration fails (-ENOMEM) */
+    HCA_FAULT_LAST
+} hca_fault_kind_t;
+
+typedef struct hca_fault_cfg {
+    int              enabled;
+    uint32_t         prob[HCA_FAULT_LAST];  /* of 2^32 */
+    uint32_t         answer_delay_us;       /* before each answer */
+    uint32_t         ring_stall_ms;         /* the owner stops consuming
+                                               its receive rings */
+    _Atomic uint64_t seq;
+} hca_fault_cfg_t;
 
 /* ---------------------------------------------------------------- device */
 
@@ -134,6 +152,10 @@ struct hca_device {
     hca_mapper_t      *mappers;    /* in ctx: who accesses our memory */
     hca_mapper_view_t *mapper_views; /* our mappings of their contexts */
     pthread_mutex_t    fence_lock; /* mapper_views */
+    pthread_mutex_t    qobj_lock;  /* peers' q objects (hca_answer.c) */
+    uint32_t           n_qobjs;
+    uint64_t           qobj_tick;
+    hca_fault_cfg_t    fault;
     hca_busy_t        *busy;       /* in ctx: our QPs' busy words */
     int                mb_ok;      /* registered for membarrier: our
                                       deregistrations run it */
@@ -400,6 +422,36 @@ static inline void hca_mpt_release(hca_mpt_entry_t *entry)
 hca_wc_status_t hca_sge_check(hca_device_t *dev, uint32_t pd_handle,
                               const hca_sge_t *sge, int num_sge,
                               unsigned access);
+
+/* ---------------------------------------------------------------- faults */
+
+void hca_fault_init(hca_fault_cfg_t *cfg);
+int  hca_fault_hit(hca_fault_cfg_t *cfg, hca_fault_kind_t kind);
+/* ring_stall_ms: 1 in the first half of every 2 * ring_stall_ms. */
+int  hca_fault_ring_stalled(const hca_fault_cfg_t *cfg);
+/* 1 if an injected fault of this kind happens now. */
+static inline int hca_fault(hca_device_t *dev, hca_fault_kind_t kind)
+{
+    return HCA_UNLIKELY(dev->fault.enabled) && hca_fault_hit(&dev->fault, kind);
+}
+
+/* ---------------------------------------------------------------- answers */
+
+/* An answer being written to a requester (hca_answer.c). */
+typedef struct hca_answer {
+    hca_peer_t *peer;
+    hca_map_t  *map;       /* its q object: map->bounce for chunks */
+    uint32_t    src_qpn;
+    uint32_t    resp_idx;
+} hca_answer_t;
+
+/* 0: the requester's response slot resp_idx is ready (finish with
+ * hca_answer_end, soon: a lock is held); -1: no answer is possible (the
+ * requester is gone or forged, or its QP was told to fail). */
+int  hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
+                      uint32_t src_qpn, uint32_t resp_idx, hca_answer_t *a);
+void hca_answer_end(hca_device_t *dev, hca_answer_t *a, uint32_t stamp,
+                    hca_wc_status_t status, uint64_t value);
 
 /* ---------------------------------------------------------------- fabric */
 

@@ -177,6 +177,7 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     pub->send_cq_idx = qp->send_cq->idx;
     pub->recv_cq_idx = qp->recv_cq->idx;
     pub->sq_depth    = depth;
+    atomic_store(&pub->nak_qpn, 0);
     atomic_store_explicit(&pub->qpn, qp->qpn, memory_order_release);
 
     if (qp->srq != NULL) {
@@ -619,14 +620,17 @@ int hca_post_recv(hca_qp_t *qp, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr)
 
 int hca_qp_check_peer(hca_qp_t *qp)
 {
+    hca_wc_status_t status;
+
     if ((qp->dest_qpn == 0) || (qp->dest_qpn == HCA_QPN_ANY)) {
         return 1;
     }
-    if (hca_qp_fabric(qp)->peer_alive(qp)) {
+    status = hca_qp_fabric(qp)->peer_status(qp);
+    if (status == HCA_WC_SUCCESS) {
         return 1;
     }
     if (qp->state != HCA_QPS_ERR) {
-        hca_qp_to_err(qp, HCA_WC_RETRY_EXC_ERR);
+        hca_qp_to_err(qp, status);
     }
     return 0;
 }

@@ -52,58 +52,15 @@ HCA_INLINE int hca_resp_source_ok(const hca_qp_t *qp, const hca_msg_hdr_t *hdr)
             (qp->dest.ctx_id == hdr->src_ctx));
 }
 
-static hca_peer_t *hca_resp_peer(hca_device_t *dev, const hca_msg_hdr_t *hdr)
-{
-    hca_port_addr_t addr;
-
-    memset(&addr, 0, sizeof(addr));
-    addr.host   = dev->host;
-    addr.pid    = hdr->src_pid;
-    addr.ctx_id = hdr->src_ctx;
-    return hca_peer_get(dev, &addr);
-}
-
-/* Answers a SEND_PULL in the sender's q object and wakes it if armed. */
+/* Answers a SEND_PULL in the sender's q object (and wakes it). */
 static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
-                            const uint8_t *payload, hca_wc_status_t status)
+                            const hca_pull_hdr_t *pull, hca_wc_status_t status)
 {
-    hca_peer_t *peer = hca_resp_peer(dev, hdr);
-    uint32_t src_idx = hdr->src_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
-    hca_resp_slot_t *slot;
-    hca_notify_t *notify;
-    hca_pull_hdr_t pull;
-    hca_map_t *map;
-    uint32_t cq_idx;
+    hca_answer_t a;
 
-    memcpy(&pull, payload, sizeof(pull)); /* once: shared with the sender */
-    if (peer == NULL) {
-        return;
-    }
-    map = hca_peer_qobj(dev, peer, hdr->src_qpn);
-    if (map == NULL) {
-        return;
-    }
-    if (pull.resp_idx >= map->sq_depth) {
-        return;
-    }
-    slot         = &map->resp[pull.resp_idx];
-    slot->status = status;
-    slot->value  = 0;
-    atomic_store_explicit(&slot->stamp, pull.resp_stamp,
-                          memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
-
-    if ((src_idx == 0) || (src_idx >= peer->hdr.max_qp)) {
-        return;
-    }
-    cq_idx = peer->qp_pub[src_idx].send_cq_idx;
-    if (cq_idx >= peer->hdr.max_cq) {
-        return;
-    }
-    notify = &peer->notify[cq_idx];
-    if (atomic_load(&notify->armed) && atomic_exchange(&notify->armed, 0)) {
-        hca_notify_signal(dev, peer->pidns, peer->addr.pid,
-                          peer->addr.ctx_id, cq_idx);
+    if (hca_answer_begin(dev, hdr->src_pid, hdr->src_ctx, hdr->src_qpn,
+                         pull->resp_idx, &a) == 0) {
+        hca_answer_end(dev, &a, pull->resp_stamp, status, 0);
     }
 }
 
@@ -365,10 +322,15 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
     if (hdr->op == HCA_MSG_NOP) {
         return 0; /* a cancelled direct send */
     }
+    if (hdr->op == HCA_MSG_SEND_PULL) {
+        memcpy(&pull, payload, sizeof(pull)); /* once: the sender's */
+        memcpy(wiov, payload + sizeof(pull),
+               sizeof(hca_wire_iov_t) * hdr->num_iov);
+    }
     if ((qp == NULL) || (qp->rq != rq) || !hca_resp_source_ok(qp, hdr)) {
         if (hdr->op == HCA_MSG_SEND_PULL) {
             /* a QP destroyed meanwhile is gone, as if it never answered */
-            hca_resp_answer(dev, hdr, payload,
+            hca_resp_answer(dev, hdr, &pull,
                             (qp == NULL) ? HCA_WC_RETRY_EXC_ERR :
                                            HCA_WC_REM_INV_REQ_ERR);
         }
@@ -388,9 +350,6 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
         return 0;
 
     case HCA_MSG_SEND_PULL:
-        memcpy(&pull, payload, sizeof(pull)); /* once: the sender's */
-        memcpy(wiov, payload + sizeof(pull),
-               sizeof(hca_wire_iov_t) * hdr->num_iov);
         if ((hdr->src_pid == dev->pid) && (hdr->src_ctx == dev->ctx_id) &&
             !hca_resp_pull_is_ours(dev, hdr, wiov, &pull)) {
             /* names us as its source, but no QP of ours sent it: forged.
@@ -406,7 +365,7 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
             return -EAGAIN;
         }
         status = hca_resp_pull(dev, rwqe, hdr, wiov);
-        hca_resp_answer(dev, hdr, payload, (status == HCA_WC_LOC_LEN_ERR) ?
+        hca_resp_answer(dev, hdr, &pull, (status == HCA_WC_LOC_LEN_ERR) ?
                         HCA_WC_REM_INV_REQ_ERR : status);
         hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
         return 0;

@@ -85,32 +85,15 @@ static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
 
 static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
 {
-    uint32_t src_idx = req->src_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
     hca_wc_status_t status;
-    hca_port_addr_t addr;
-    hca_resp_slot_t *slot;
-    hca_notify_t *notify;
     uint64_t value = 0;
-    hca_peer_t *peer;
-    hca_map_t *map;
-    uint32_t cq_idx;
+    hca_answer_t a;
 
-    memset(&addr, 0, sizeof(addr));
-    addr.host   = dev->host;
-    addr.pid    = req->src_pid;
-    addr.ctx_id = req->src_ctx;
-    peer        = hca_peer_get(dev, &addr);
-    if ((peer == NULL) || (src_idx == 0) || (src_idx >= peer->hdr.max_qp)) {
-        return; /* nobody to answer */
+    if (hca_answer_begin(dev, req->src_pid, req->src_ctx, req->src_qpn,
+                         req->resp_idx, &a) != 0) {
+        return; /* counted there; the requester is told if it can be */
     }
-    map = hca_peer_qobj(dev, peer, req->src_qpn);
-    if (map == NULL) {
-        return;
-    }
-    if (req->resp_idx >= map->sq_depth) {
-        return;
-    }
-    status = hca_svc_execute(dev, req, map->bounce, &value);
+    status = hca_svc_execute(dev, req, a.map->bounce, &value);
     __atomic_fetch_add(&dev->svc_cnt->responder_ops, 1, __ATOMIC_RELAXED);
     if (status == HCA_WC_SUCCESS) {
         __atomic_fetch_add(&dev->svc_cnt->rx_ops[req->opcode], 1,
@@ -119,23 +102,7 @@ static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
                            (hca_opcode[req->opcode].flags & HCA_OPF_ATOMIC) ?
                            req->size : req->length, __ATOMIC_RELAXED);
     }
-
-    slot         = &map->resp[req->resp_idx];
-    slot->status = status;
-    slot->value  = value;
-    atomic_store_explicit(&slot->stamp, req->resp_stamp,
-                          memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
-
-    cq_idx = peer->qp_pub[src_idx].send_cq_idx;
-    if (cq_idx < peer->hdr.max_cq) {
-        notify = &peer->notify[cq_idx];
-        if (atomic_load(&notify->armed) &&
-            atomic_exchange(&notify->armed, 0)) {
-            hca_notify_signal(dev, peer->pidns, peer->addr.pid,
-                              peer->addr.ctx_id, cq_idx);
-        }
-    }
+    hca_answer_end(dev, &a, req->resp_stamp, status, value);
 }
 
 static int hca_svc_drain(hca_device_t *dev)

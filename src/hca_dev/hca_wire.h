@@ -79,7 +79,11 @@ typedef struct hca_qp_pub {
     uint32_t         send_cq_idx; /* notify slots */
     uint32_t         recv_cq_idx;
     uint32_t         sq_depth;    /* response slots in its q object */
-    uint32_t         reserved;
+    _Atomic uint32_t nak_qpn;     /* written by a peer that could not
+                                     answer a request of QP nak_qpn (it
+                                     could not map its q object): that QP
+                                     fails (REM_OP_ERR) at its next
+                                     liveness check */
 } hca_qp_pub_t;
 
 /* -------------------------------------------------------------- notify */

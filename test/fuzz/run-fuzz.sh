@@ -76,6 +76,7 @@ for h in $harnesses; do
     # seeds of the repo are only read
     mkdir -p "$build/corpus/$h" "$build/artifacts/$h"
     log=$build/$h.log
+    before=$(ls "$build/artifacts/$h" | wc -l)
     start=$(date +%s)
     # shellcheck disable=SC2086 # HCA_FUZZ_FLAGS is a list of flags
     "$build/$h" -max_total_time="$secs" -print_final_stats=1 -timeout=30 \
@@ -90,14 +91,18 @@ for h in $harnesses; do
         # no final stats (killed): the last progress line has the count
         execs=$(sed -n 's/^#\([0-9][0-9]*\).*/\1/p' "$log" | tail -n 1)
     fi
-    if [ $rc -eq 0 ]; then
+    # with -fork=N -ignore_crashes=1 in HCA_FUZZ_FLAGS a run exits 0
+    # after crashes: count the inputs it saved
+    found=$(( $(ls "$build/artifacts/$h" | wc -l) - before ))
+    if [ $rc -eq 0 ] && [ $found -eq 0 ]; then
         result="ok"
     else
         status=1
         what=$(grep -m 1 -E '^SUMMARY: |==FUZZ== |ERROR: libFuzzer' "$log")
         unit=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" |
                tail -n 1)
-        result="CRASH (exit $rc): ${what:-see $log}; input: ${unit:-none}"
+        result="CRASH (exit $rc, $found new in $build/artifacts/$h):"
+        result="$result ${what:-see $log}; input: ${unit:-none}"
     fi
     printf '%-10s %4s s  %10s execs  %s\n' "$h:" "$elapsed" \
         "${execs:-?}" "$result"

@@ -43,7 +43,7 @@ end=$(( ${EPOCHREALTIME/./} + secs * 1000000 ))
 # reap PID: classifies a sender that ended.
 reap() {
     local pid=$1 rc
-    wait "$pid"
+    wait "$pid" 2>/dev/null
     rc=$?
     if [ -n "${killed[$pid]:-}" ]; then
         [ $rc = 137 ] && nkilled=$((nkilled + 1))
@@ -60,6 +60,8 @@ reap() {
     unset "sid[$pid]" "kill_at[$pid]" "deadline[$pid]" "killed[$pid]"
 }
 
+# bash reports every sender it sees killed ("Killed ..."): to a log
+exec 3>&2 2>>"$d/shell.log"
 while :; do
     now=${EPOCHREALTIME/./}
     if ! rel_alive "$rpid"; then
@@ -91,14 +93,15 @@ while :; do
             killed[$pid]=1
         elif [ "$now" -gt "${deadline[$pid]}" ]; then
             hangs=$((hangs + 1))
-            echo "sender ${sid[$pid]}: HANG: still running ${rel_timeout}s after its end"
+            echo "sender ${sid[$pid]}: HANG: still running ${rel_timeout}s after its end, in step '$(cat "$d/send.${sid[$pid]}.stage" 2>/dev/null)'"
             kill -9 "$pid"
-            wait "$pid"
+            wait "$pid" 2>/dev/null
             unset "sid[$pid]" "kill_at[$pid]" "deadline[$pid]" "killed[$pid]"
         fi
     done
     sleep 0.02
 done
+exec 2>&3 3>&-
 
 touch "$d/stop"
 rel_wait "$rpid" "$rel_timeout"

@@ -12,6 +12,8 @@
  * and rendezvous), puts into its slot of the region (20%) and fetch-adds
  * on the counter (10%).  Then it flushes, sends FIN carrying the number of
  * messages it sent, and exits 0.  Senders the script kills send no FIN.
+ * A sender writes the step it is in to DIR/send.ID.stage (traffic,
+ * complete, flush_fin, close), so that a hang is attributed to a step.
  *
  * Message tag: sender id << 40 | FIN bit << 39 | sequence number; payload:
  * words rel_word(id << 32 | seq, k).  The receiver checks messages in the
@@ -426,6 +428,14 @@ static void send_cb(void *request, ucs_status_t st, void *user_data)
     ucp_request_free(request);
 }
 
+static void send_stage(const char *name)
+{
+    char file[64];
+
+    snprintf(file, sizeof(file), "send.%llu.stage", (unsigned long long)s.id);
+    rel_put_text(dir, file, "%s\n", name);
+}
+
 static int sender(uint64_t id, double seconds)
 {
     ucp_ep_params_t ep_params = {
@@ -466,6 +476,7 @@ static int sender(uint64_t id, double seconds)
         rel_die("out of memory");
     }
 
+    send_stage("traffic");
     end = rel_mono_ns() + (uint64_t)(seconds * 1e9);
     while ((rel_mono_ns() < end) && (s.errors == 0)) {
         for (int slot = 0; (slot < DEPTH) && (s.errors == 0); ++slot) {
@@ -512,9 +523,11 @@ static int sender(uint64_t id, double seconds)
         }
         ucp_worker_progress(worker);
     }
+    send_stage("complete");
     while (s.outstanding > 0) {
         ucp_worker_progress(worker);
     }
+    send_stage("flush_fin");
     if (s.errors == 0) {
         ucs_status_ptr_t sp = ucp_ep_flush_nbx(ep, &plain);
 
@@ -533,6 +546,7 @@ static int sender(uint64_t id, double seconds)
             }
         }
     }
+    send_stage("close");
     ucp_rkey_destroy(rkey);
     wait_request(ucp_ep_close_nbx(ep, &close_p));
     ucp_worker_destroy(worker);

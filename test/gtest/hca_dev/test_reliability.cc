@@ -342,3 +342,155 @@ TEST_F(hca_test, ForgedRingMessages)
             << "each orphan gives its receive back with an error";
     EXPECT_TRUE(wait_child(v));
 }
+
+/* ------------------------------------------------------------ answers */
+
+namespace {
+
+/* Lines of /proc/self/maps: this process's mappings. */
+int maps_count()
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    int n   = 0;
+    if (f == nullptr) {
+        return -1;
+    }
+    for (int c; (c = fgetc(f)) != EOF;) {
+        n += (c == '\n');
+    }
+    fclose(f);
+    return n;
+}
+
+/* A target that answers through its responder thread: a QP that accepts
+ * any source and one MR of plain memory (atomics on it are executed by
+ * the responder).  Sends its info, then on token 1 its mapping count
+ * before and now, then exits on token 2. */
+void answering_target(int rfd, int wfd)
+{
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY));
+    uint8_t *buf = c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, buf);
+    memset(buf, 0, 4096);
+    hca_mr_t *mr = c.reg(pd, buf, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    peer_info me;
+    memset(&me, 0, sizeof(me));
+    me.addr     = c.addr;
+    me.qpn[0]   = hca_qp_num(qp);
+    me.raddr[0] = (uint64_t)(uintptr_t)buf;
+    me.rkey[0]  = hca_mr_rkey(mr);
+    int before  = maps_count();
+    ASSERT_TRUE(send_msg(wfd, me));
+    ASSERT_TRUE(expect_token(rfd, 1, 300000));
+    int counts[2] = {before, maps_count()};
+    ASSERT_TRUE(send_msg(wfd, counts));
+    ASSERT_TRUE(expect_token(rfd, 2));
+}
+
+/* One QP of this process: connect to the target, fetch-add 1 on its
+ * plain memory (its responder answers), wait for the completion. */
+hca_wc_status_t churn_fetch_add(ctx &c, hca_pd_t *pd, cqw *cq,
+                                const peer_info &t, uint64_t *result,
+                                uint32_t lkey)
+{
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    if (qp == nullptr) {
+        return HCA_WC_GENERAL_ERR;
+    }
+    hca_wc_status_t st = HCA_WC_GENERAL_ERR;
+    if (connect_qp(qp, t.addr, t.qpn[0]) == 0) {
+        hca_sge_t s      = mk_sge(result, 8, lkey);
+        hca_send_wr_t wr = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &s, 1,
+                                 HCA_SEND_SIGNALED, 7, t.raddr[0], t.rkey[0]);
+        wr.compare_add = 1;
+        hca_wc_t wc;
+        if ((post_retry(qp, &wr) == 0) && wait_wc(cq, &wc, TIMEOUT_MS)) {
+            st = wc.status;
+        }
+    }
+    c.destroy_qp(qp);
+    return st;
+}
+
+} // namespace
+
+/* Many QPs, one after the other, each answered once by the target's
+ * responder: the target's mappings of their q objects stay bounded (it
+ * kept every one, and at vm.max_map_count it dropped requests without an
+ * answer), and every operation completes with the right value. */
+TEST_F(hca_test, QpChurnBoundedMappings)
+{
+    const int QPS = 800; /* > 3 x the target's cache of q objects */
+    child_t *tch  = fork_child(answering_target, 300);
+    ASSERT_NE(nullptr, tch);
+    peer_info t;
+    ASSERT_TRUE(recv_msg(tch->rfd, &t));
+
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    uint64_t *result = (uint64_t*)c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, result);
+    hca_mr_t *mr = c.reg(pd, result, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    for (int i = 0; i < QPS; ++i) {
+        *result = ~0ull;
+        ASSERT_EQ(HCA_WC_SUCCESS,
+                  churn_fetch_add(c, pd, cq, t, result, hca_mr_lkey(mr)))
+                << "QP " << i;
+        ASSERT_EQ((uint64_t)i, *result) << "QP " << i;
+    }
+    ASSERT_TRUE(send_token(tch->wfd, 1));
+    int counts[2];
+    ASSERT_TRUE(recv_msg(tch->rfd, &counts));
+    EXPECT_LT(counts[1] - counts[0], 300)
+            << "the target maps " << counts[1] - counts[0]
+            << " more objects after answering " << QPS << " QPs";
+    ASSERT_TRUE(send_token(tch->wfd, 2));
+    EXPECT_TRUE(wait_child(tch));
+}
+
+/* A target that cannot map the requester's q object (injected: every
+ * mapping fails) cannot answer; the requester is told, and its WR fails
+ * with REM_OP_ERR at its next liveness check instead of waiting
+ * forever. */
+TEST_F(hca_test, UnanswerableRequestFails)
+{
+    child_t *tch = fork_child([](int rfd, int wfd) {
+        setenv("HCA_FAULT", "map=1", 1);
+        answering_target(rfd, wfd);
+    }, 60);
+    ASSERT_NE(nullptr, tch);
+    peer_info t;
+    ASSERT_TRUE(recv_msg(tch->rfd, &t));
+
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    uint64_t *result = (uint64_t*)c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, result);
+    hca_mr_t *mr = c.reg(pd, result, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    double t0 = now_ms();
+    EXPECT_EQ(HCA_WC_REM_OP_ERR,
+              churn_fetch_add(c, pd, cq, t, result, hca_mr_lkey(mr)));
+    EXPECT_LT(now_ms() - t0, 1000.0);
+    ASSERT_TRUE(send_token(tch->wfd, 1));
+    int counts[2];
+    ASSERT_TRUE(recv_msg(tch->rfd, &counts));
+    ASSERT_TRUE(send_token(tch->wfd, 2));
+    EXPECT_TRUE(wait_child(tch));
+}
