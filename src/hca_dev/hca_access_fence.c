@@ -222,7 +222,7 @@ static int hca_view_get(hca_device_t *dev, hca_mapper_view_t *view,
         return 0;
     }
     hca_view_drop(view);
-    hca_obj_name(name, sizeof(name), dev->pidns, pid, ctx_id, "ctx", 0);
+    hca_ctx_name(name, sizeof(name), dev->pidns, pid, ctx_id);
     rc = hca_shm_map(&view->shm, name, sizeof(hdr));
     if (rc == -ENOENT) {
         return 1; /* closed: its accesses are over */

@@ -162,6 +162,6 @@ void hca_answer_end(hca_device_t *dev, hca_answer_t *a, uint32_t stamp,
     notify = &peer->notify[cq_idx];
     if (atomic_load(&notify->armed) && atomic_exchange(&notify->armed, 0)) {
         hca_notify_signal(dev, peer->pidns, peer->addr.pid,
-                          peer->addr.ctx_id, cq_idx);
+                          peer->addr.ctx_id, peer->hdr.name_nonce, cq_idx);
     }
 }

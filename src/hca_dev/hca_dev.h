@@ -165,13 +165,6 @@ uint32_t hca_mr_rkey(const hca_mr_t *mr);
  * in the owner's address space (*dm_base_p).  0 for plain memory. */
 uint32_t hca_mr_dm_id(const hca_mr_t *mr, uint64_t *dm_base_p);
 
-/* Maps device memory dm_id of the context at addr (same host only) into
- * this process, for direct loads/stores (UCT rkey_ptr).  Unmap with
- * hca_dm_unmap_remote(). */
-int  hca_dm_map_remote(const hca_port_addr_t *addr, uint32_t dm_id,
-                       void **base_p, size_t *length_p);
-void hca_dm_unmap_remote(void *base, size_t length);
-
 /* A peer's device memory mapped here for direct loads and stores (UCT
  * rkey_ptr), with its MPT: hca_dm_view_ptr() checks the key, the entry's
  * state, that the MR lies in this device memory, the remote read and

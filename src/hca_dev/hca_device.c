@@ -77,8 +77,7 @@ static int hca_ctx_create(hca_device_t *dev)
     busy_off   = off;
     total      = off + sizeof(hca_busy_t) * (HCA_MAX_QP + 1);
 
-    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
-                 "ctx", 0);
+    hca_ctx_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id);
     rc = hca_shm_create(&dev->ctx, name, total, dev->numa_node);
     if (rc != 0) {
         return rc;
@@ -111,6 +110,7 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->hdr->counters_offset = cnt_off;
     dev->hdr->mappers_offset  = map_off;
     dev->hdr->busy_offset     = busy_off;
+    dev->hdr->name_nonce      = dev->name_nonce;
     dev->hdr->direct_fence    = (uint32_t)hca_access_fence_init(dev);
     dev->hdr->single_copy = (uint32_t)dev->single_copy;
     dev->hdr->probe_addr  = (uint64_t)(uintptr_t)&dev->probe_value;
@@ -185,6 +185,10 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
 
     /* random first tags (as rxe does): keys of different contexts and runs
      * differ, so a key from elsewhere is very unlikely to match */
+    if (getrandom(&dev->name_nonce, sizeof(dev->name_nonce), 0) !=
+        (ssize_t)sizeof(dev->name_nonce)) {
+        dev->name_nonce = (uint32_t)(hca_now_ns() * 2654435761u) ^ dev->pid;
+    }
     if (getrandom(dev->mpt_tag, HCA_MAX_MR, 0) != HCA_MAX_MR) {
         for (uint32_t i = 0; i < HCA_MAX_MR; ++i) {
             dev->mpt_tag[i] = (uint8_t)((dev->pid * 2654435761u) >> 24) ^
@@ -199,7 +203,17 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
         goto err_free;
     }
 
-    rc = hca_ctx_create(dev);
+    /* another user may have planted our context's name: take the next
+     * context id (it is in our address, whatever it is) */
+    for (int tries = 0; tries < 64; ++tries) {
+        rc = hca_ctx_create(dev);
+        if (rc != -EEXIST) {
+            break;
+        }
+        hca_log("the name of context %u of pid %u is taken by another "
+                "user: trying the next", dev->ctx_id, dev->pid);
+        dev->ctx_id = atomic_fetch_add(&hca_next_ctx_id, 1);
+    }
     if (rc != 0) {
         goto err_close_sock;
     }
@@ -337,9 +351,12 @@ int hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr)
 }
 
 /* The abstract socket address of consumer idx (a CQ, or HCA_NOTIFY_SVC)
- * of context (pidns, pid, ctx). */
+ * of context (pidns, pid, ctx): with the context's random nonce, so that
+ * no other process can bind it first and keep the context from opening
+ * (abstract names carry no permissions). */
 static socklen_t hca_notify_addr(struct sockaddr_un *sa, uint32_t pidns,
-                                 uint32_t pid, uint32_t ctx, uint32_t idx)
+                                 uint32_t pid, uint32_t ctx, uint32_t nonce,
+                                 uint32_t idx)
 {
     int n;
 
@@ -347,10 +364,10 @@ static socklen_t hca_notify_addr(struct sockaddr_un *sa, uint32_t pidns,
     sa->sun_family = AF_UNIX;
     if (idx == HCA_NOTIFY_SVC) {
         n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1,
-                     "hca.%u.%u.%u.svc", pidns, pid, ctx);
+                     "hca.%u.%u.%u.%08x.svc", pidns, pid, ctx, nonce);
     } else {
         n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1,
-                     "hca.%u.%u.%u.cq%u", pidns, pid, ctx, idx);
+                     "hca.%u.%u.%u.%08x.cq%u", pidns, pid, ctx, nonce, idx);
     }
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
@@ -358,10 +375,10 @@ static socklen_t hca_notify_addr(struct sockaddr_un *sa, uint32_t pidns,
 /* Any thread: wakes the consumer (pid, ctx, idx) of this host.  A full
  * socket buffer means a wakeup is already pending, so EAGAIN is fine. */
 void hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
-                       uint32_t ctx, uint32_t idx)
+                       uint32_t ctx, uint32_t nonce, uint32_t idx)
 {
     struct sockaddr_un sa;
-    socklen_t len = hca_notify_addr(&sa, pidns, pid, ctx, idx);
+    socklen_t len = hca_notify_addr(&sa, pidns, pid, ctx, nonce, idx);
     char byte     = 1;
 
     (void)sendto(dev->send_sock, &byte, 1, MSG_DONTWAIT,
@@ -374,7 +391,7 @@ int hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p)
 {
     struct sockaddr_un sa;
     socklen_t len = hca_notify_addr(&sa, dev->pidns, dev->pid, dev->ctx_id,
-                                    idx);
+                                    dev->name_nonce, idx);
     int fd, rc;
 
     fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

@@ -47,8 +47,8 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
     if (view == NULL) {
         return -ENOMEM;
     }
-    hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id, "ctx", 0);
+    hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
+                 addr->ctx_id);
     rc = hca_shm_map(&view->ctx, name, sizeof(hdr));
     if (rc != 0) {
         goto err;
@@ -64,7 +64,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
         goto err;
     }
     hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id, "dm", dm_id);
+                 addr->ctx_id, hdr.name_nonce, "dm", dm_id);
     rc = hca_shm_map(&view->dm, name, 1);
     if (rc != 0) {
         goto err;

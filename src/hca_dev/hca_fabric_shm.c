@@ -18,7 +18,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- peers */
 
@@ -99,8 +101,8 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
     if (peer == NULL) {
         goto out;
     }
-    hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id, "ctx", 0);
+    hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
+                 addr->ctx_id);
     if ((hca_shm_map(&peer->ctx, name, sizeof(hca_ctx_hdr_t)) != 0) ||
         (memcpy(&peer->hdr, peer->ctx.addr, sizeof(peer->hdr)),
          hca_peer_validate(&peer->hdr, peer->ctx.length, addr) != 0)) {
@@ -198,7 +200,7 @@ static hca_map_t *hca_peer_map(hca_device_t *dev, hca_peer_t *peer,
         goto out;
     }
     hca_obj_name(name, sizeof(name), peer->pidns, peer->addr.pid,
-                 peer->addr.ctx_id, kind, id);
+                 peer->addr.ctx_id, peer->hdr.name_nonce, kind, id);
     if ((hca_shm_map(&map->shm, name, min_length) != 0) ||
         ((check != NULL) && (check(map) != 0))) {
         hca_shm_destroy(&map->shm);
@@ -269,7 +271,7 @@ hca_map_t *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
         return NULL;
     }
     hca_obj_name(name, sizeof(name), peer->pidns, peer->addr.pid,
-                 peer->addr.ctx_id, "q", qpn);
+                 peer->addr.ctx_id, peer->hdr.name_nonce, "q", qpn);
     if ((hca_shm_map(&map->shm, name, sizeof(hca_qobj_hdr_t)) != 0) ||
         (hca_qobj_map_check(map) != 0)) {
         hca_shm_destroy(&map->shm);
@@ -561,7 +563,8 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_ring_publish(&peer->svc, idx);
     if (HCA_UNLIKELY(wake)) {
         hca_notify_signal(qp->dev, peer->pidns, peer->addr.pid,
-                          peer->addr.ctx_id, HCA_NOTIFY_SVC);
+                          peer->addr.ctx_id, peer->hdr.name_nonce,
+                          HCA_NOTIFY_SVC);
     }
     qp->cnt->responder_ops++;
     return HCA_EXEC_ISSUED;
@@ -895,12 +898,33 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
 
 /* ---------------------------------------------------------------- ops */
 
+/* Another user's process: its objects are private to its user (0600)
+ * and ours to ours, so neither side could answer the other.  Refused at
+ * connect, both ways (root too), with a line that says why. */
+static int hca_shm_other_user(uint32_t pid)
+{
+    char path[32];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "/proc/%u", pid);
+    if ((stat(path, &st) != 0) || (st.st_uid == geteuid())) {
+        return 0; /* ours, or not there yet (looked up again later) */
+    }
+    hca_log("pid %u belongs to uid %u, and we are uid %u: hca connects "
+            "processes of one user only", pid, (unsigned)st.st_uid,
+            (unsigned)geteuid());
+    return 1;
+}
+
 static int hca_shm_connect(hca_qp_t *qp)
 {
     /* resolve now if we can; a peer that is not there yet is looked up
      * again on the first post (and then fails with RETRY_EXC) */
     if (!hca_port_addr_reachable(qp->dev, &qp->dest)) {
         return -EHOSTUNREACH;
+    }
+    if (hca_shm_other_user(qp->dest.pid)) {
+        return -EACCES;
     }
     qp->peer     = hca_peer_get(qp->dev, &qp->dest);
     qp->tgt_ring = NULL;

@@ -142,8 +142,8 @@ int hca_port_addr_alive(const hca_port_addr_t *addr)
     if ((kill((pid_t)addr->pid, 0) != 0) && (errno == ESRCH)) {
         return 0;
     }
-    hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id, "ctx", 0);
+    hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
+                 addr->ctx_id);
     if (hca_shm_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* its context is closed */
     }

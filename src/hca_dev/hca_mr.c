@@ -13,7 +13,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 int hca_pd_alloc(hca_device_t *dev, hca_pd_t **pd_p)
 {
@@ -271,7 +270,7 @@ int hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p)
     pthread_mutex_unlock(&dev->lock);
 
     hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
-                 "dm", dm->id);
+                 dev->name_nonce, "dm", dm->id);
     rc = hca_shm_create(&dm->shm, name, length, dev->numa_node);
     if (rc != 0) {
         free(dm);
@@ -328,32 +327,4 @@ uint32_t hca_mr_dm_id(const hca_mr_t *mr, uint64_t *dm_base_p)
     }
     *dm_base_p = entry->addr - entry->dm_offset;
     return entry->dm_id;
-}
-
-int hca_dm_map_remote(const hca_port_addr_t *addr, uint32_t dm_id,
-                      void **base_p, size_t *length_p)
-{
-    hca_host_id_t self;
-    char name[96];
-    hca_shm_t shm;
-    int rc;
-
-    if ((hca_host_id_get(&self) != 0) ||
-        !hca_host_id_equal(&self, &addr->host)) {
-        return -EHOSTUNREACH;
-    }
-    hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id, "dm", dm_id);
-    rc = hca_shm_map(&shm, name, 1);
-    if (rc != 0) {
-        return rc;
-    }
-    *base_p   = shm.addr;
-    *length_p = shm.length;
-    return 0;
-}
-
-void hca_dm_unmap_remote(void *base, size_t length)
-{
-    munmap(base, length);
 }

@@ -53,8 +53,10 @@ int  hca_shm_create(hca_shm_t *shm, const char *name, size_t length,
 int  hca_shm_map(hca_shm_t *shm, const char *name, size_t min_length);
 void hca_shm_destroy(hca_shm_t *shm);
 void hca_shm_reclaim(uint32_t pidns, uint32_t self_pid, int first_open);
+void hca_ctx_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
+                  uint32_t ctx);
 void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
-                  uint32_t ctx, const char *kind, uint64_t id);
+                  uint32_t ctx, uint32_t nonce, const char *kind, uint64_t id);
 
 /* ---------------------------------------------------------------- host */
 
@@ -128,6 +130,7 @@ struct hca_device {
     uint32_t           pid;
     uint32_t           pidns;
     uint32_t           ctx_id;
+    uint32_t           name_nonce; /* hca_obj_name() of our objects */
     uint64_t           start_time;
     hca_host_id_t      host;
     pthread_mutex_t    lock;       /* tables, peers, counters */
@@ -251,7 +254,8 @@ typedef struct hca_rwqe {
 typedef struct hca_partial {
     struct hca_partial *next;
     uint32_t            src_pid, src_ctx, src_qpn;
-    uint32_t            offset;
+    uint32_t            offset;     /* bytes placed */
+    uint32_t            msg_len;    /* as its first fragment said */
     int                 error;      /* hca_wc_status_t */
     uint64_t            last_ns;    /* its latest fragment */
     hca_rwqe_t          rwqe;
@@ -488,7 +492,7 @@ int      hca_svc_start(hca_device_t *dev);
 void     hca_svc_stop(hca_device_t *dev);
 int      hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p);
 void     hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
-                           uint32_t ctx, uint32_t idx);
+                           uint32_t ctx, uint32_t nonce, uint32_t idx);
 
 static inline uint32_t hca_roundup_pow2(uint32_t v)
 {

@@ -59,8 +59,8 @@ static int hca_qp_qobj_create(hca_qp_t *qp)
     char name[96];
     int rc;
 
-    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id, "q",
-                 qp->qpn);
+    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
+                 dev->name_nonce, "q", qp->qpn);
     rc = hca_shm_create(&qp->qobj, name, bounce_off + HCA_BOUNCE_SIZE,
                         dev->numa_node);
     if (rc != 0) {

@@ -27,7 +27,11 @@ static int hca_resp_validate(const hca_msg_hdr_t *hdr)
     case HCA_MSG_SEND:
         return (hdr->length <= hca_msg_room(hdr->data_off)) &&
                (hdr->msg_len <= HCA_MAX_MSG) &&
-               (hdr->length <= hdr->msg_len);
+               (hdr->length <= hdr->msg_len) &&
+               /* a whole message in one slot is all there is of it */
+               (((hdr->flags & (HCA_MSG_FIRST | HCA_MSG_LAST)) !=
+                 (HCA_MSG_FIRST | HCA_MSG_LAST)) ||
+                (hdr->length == hdr->msg_len));
     case HCA_MSG_SEND_PULL:
         return (hdr->num_iov <= HCA_MAX_SGE) &&
                (sizeof(hca_pull_hdr_t) +
@@ -398,6 +402,7 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
             partial->src_ctx = hdr->src_ctx;
             partial->src_qpn = hdr->src_qpn;
             partial->offset  = hdr->length;
+            partial->msg_len = hdr->msg_len;
             partial->error   = status;
             partial->last_ns = hca_now_ns();
             partial->rwqe    = *rwqe;
@@ -410,14 +415,28 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
         if (partial == NULL) {
             return 0; /* its start was dropped (QP reset): drop the rest */
         }
+        /* the message's length is its first fragment's: a fragment
+         * that says otherwise, or runs past it, fails the message (which
+         * completes with what was placed, never more) */
+        if ((partial->error == HCA_WC_SUCCESS) &&
+            ((hdr->msg_len != partial->msg_len) ||
+             (hdr->length > partial->msg_len - partial->offset))) {
+            partial->error = HCA_WC_REM_INV_REQ_ERR;
+        }
         if (partial->error == HCA_WC_SUCCESS) {
             partial->error = hca_resp_place(&partial->rwqe, partial->offset,
                                             payload, hdr->length);
+            partial->offset += hdr->length;
         }
-        partial->offset += hdr->length;
         partial->last_ns = hca_now_ns();
         if (hdr->flags & HCA_MSG_LAST) {
-            hca_resp_complete(qp, &partial->rwqe, hdr,
+            hca_msg_hdr_t whole = *hdr;
+            whole.msg_len = partial->msg_len;
+            if ((partial->error == HCA_WC_SUCCESS) &&
+                (partial->offset != partial->msg_len)) {
+                partial->error = HCA_WC_REM_INV_REQ_ERR; /* bytes missing */
+            }
+            hca_resp_complete(qp, &partial->rwqe, &whole,
                               (hca_wc_status_t)partial->error, HCA_WC_RECV);
             hca_partial_free(qp, partial);
         }

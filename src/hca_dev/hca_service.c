@@ -173,7 +173,7 @@ void hca_svc_stop(hca_device_t *dev)
     }
     atomic_store(&dev->svc_stop, 1);
     hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
-                      HCA_NOTIFY_SVC);
+                      dev->name_nonce, HCA_NOTIFY_SVC);
     pthread_join(dev->svc_thread, NULL);
     close(dev->svc_sock);
     dev->svc_started = 0;

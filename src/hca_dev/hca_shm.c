@@ -3,9 +3,14 @@
  * (mode 0600, on the device's NUMA node), mapping by peers, removal on
  * close, and reclaiming the objects of owners that died.
  *
- * Names: /dev/shm/hca.<pidns>.<pid>.<ctx>.<kind><id>.  The owner creates
- * "ctx" first and removes it last, so a ctx object that exists tells a
- * live owner (pid + start time in its header) from a dead one.
+ * Names: /dev/shm/hca.<pidns>.<pid>.<ctx>.ctx0 for the context, and
+ * /dev/shm/hca.<pidns>.<pid>.<ctx>.<nonce>.<kind><id> for the others,
+ * where nonce is random and published in the context's header: another
+ * user can plant a context name (the owner then takes another context
+ * id), but not the others.  The owner creates "ctx" first and removes it
+ * last, so a ctx object that exists tells a live owner (pid + start time
+ * in its header) from a dead one.  Objects are 0600 and only mapped if
+ * they belong to our user.
  */
 #include "hca_priv.h"
 
@@ -21,11 +26,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
-                  uint32_t ctx, const char *kind, uint64_t id)
+void hca_ctx_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
+                  uint32_t ctx)
 {
-    snprintf(buf, len, "/hca.%u.%u.%u.%s%llu", pidns, pid, ctx, kind,
-             (unsigned long long)id);
+    snprintf(buf, len, "/hca.%u.%u.%u.ctx0", pidns, pid, ctx);
+}
+
+void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
+                  uint32_t ctx, uint32_t nonce, const char *kind, uint64_t id)
+{
+    snprintf(buf, len, "/hca.%u.%u.%u.%08x.%s%llu", pidns, pid, ctx, nonce,
+             kind, (unsigned long long)id);
 }
 
 int hca_shm_create(hca_shm_t *shm, const char *name, size_t length,
@@ -36,8 +47,12 @@ int hca_shm_create(hca_shm_t *shm, const char *name, size_t length,
     memset(shm, 0, sizeof(*shm));
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if ((fd < 0) && (errno == EEXIST)) {
-        /* a leftover of an earlier process with our pid */
-        shm_unlink(name);
+        /* a leftover of an earlier process with our pid; if it cannot be
+         * removed it is another user's (/dev/shm is sticky): -EEXIST,
+         * and the caller picks another name */
+        if (shm_unlink(name) != 0) {
+            return -EEXIST;
+        }
         fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     }
     if (fd < 0) {
@@ -87,6 +102,13 @@ int hca_shm_map(hca_shm_t *shm, const char *name, size_t min_length)
         close(fd);
         return rc;
     }
+    if ((st.st_uid != geteuid()) || (st.st_mode & 077)) {
+        /* not made by a process of our user, or open to others: one
+         * planted by someone else (root included: hca connects the
+         * processes of one user, both ways) */
+        close(fd);
+        return -EACCES;
+    }
     if ((size_t)st.st_size < min_length) {
         close(fd);
         return -EPROTO;
@@ -128,7 +150,7 @@ static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
     if ((kill((pid_t)pid, 0) != 0) && (errno == ESRCH)) {
         return 1;
     }
-    hca_obj_name(name, sizeof(name), pidns, pid, ctx, "ctx", 0);
+    hca_ctx_name(name, sizeof(name), pidns, pid, ctx);
     if (hca_shm_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* being created or closed by a live owner */
     }

@@ -79,7 +79,7 @@ HCA_INLINE void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake)
 {
     if (HCA_UNLIKELY(wake)) {
         hca_notify_signal(qp->dev, qp->peer->pidns, qp->peer->addr.pid,
-                          qp->peer->addr.ctx_id,
+                          qp->peer->addr.ctx_id, qp->peer->hdr.name_nonce,
                           atomic_load(&ring->hdr->notify_idx));
     }
 }

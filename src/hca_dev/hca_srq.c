@@ -34,8 +34,8 @@ int hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
     pthread_mutex_lock(&dev->lock);
     rq->ring_id = dev->next_ring_id++;  /* never reused: peers cache it */
     pthread_mutex_unlock(&dev->lock);
-    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id, "r",
-                 rq->ring_id);
+    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
+                 dev->name_nonce, "r", rq->ring_id);
     rc = hca_shm_create(&rq->shm, name,
                         hca_ring_bytes(HCA_RING_SLOTS, HCA_RING_SLOT_SIZE),
                         dev->numa_node);

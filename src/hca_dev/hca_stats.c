@@ -49,6 +49,7 @@ static void hca_stats_name(char *buf, size_t len, uint32_t pidns,
 static int hca_stats_map(uint32_t pidns, const char *devname, int create,
                          hca_shm_t *shm)
 {
+    struct stat st;
     char name[96];
     int fd;
 
@@ -58,10 +59,20 @@ static int hca_stats_map(uint32_t pidns, const char *devname, int create,
     if (fd < 0) {
         return -errno;
     }
+    /* another user's (planted, or theirs): not ours to count in, and a
+     * short one would fault our stores */
+    if ((fstat(fd, &st) != 0) || (st.st_uid != geteuid())) {
+        close(fd);
+        return -EACCES;
+    }
     /* every creator sets the same size: a race is harmless */
     if (create && (ftruncate(fd, sizeof(hca_counters_t)) != 0)) {
         close(fd);
         return -errno;
+    }
+    if (!create && ((size_t)st.st_size < sizeof(hca_counters_t))) {
+        close(fd);
+        return -EPROTO;
     }
     shm->addr = mmap(NULL, sizeof(hca_counters_t), PROT_READ | PROT_WRITE,
                      MAP_SHARED, fd, 0);

@@ -3,7 +3,8 @@
  * fabric.  Peers map these objects and read them; every field that comes
  * from a peer is validated before it is used (see hca_fabric_shm.c).
  *
- * Objects (POSIX shm, mode 0600, named by hca_shm_name()):
+ * Objects (POSIX shm, mode 0600, named by hca_ctx_name() and, with the
+ * context's name_nonce, hca_obj_name()):
  *   ctx   one per opened device context: header, MPT, published QP table,
  *         CQ notify table, service ring (requests for the responder thread)
  *   r<N>  a receive ring (a QP's own receive queue, or an SRQ's)
@@ -247,7 +248,9 @@ typedef struct hca_ctx_hdr {
     uint64_t busy_offset;      /* max_qp + 1 hca_busy_t, by QP index */
     _Atomic uint32_t qp_hwm;   /* highest QP index ever used: how far a
                                   deregistration scans the busy words */
-    uint32_t reserved;
+    uint32_t name_nonce;       /* random: in the names of every other
+                                  object and socket of the context, so
+                                  that no other user can take them first */
 } hca_ctx_hdr_t;
 
 /* Who accesses this context's memory from another process: a requester

@@ -298,6 +298,7 @@ static void fz_world_fini(void)
     hca_pd_dealloc(w->spd);
     hca_device_close(w->victim);
     hca_device_close(w->sender);
+    close(w->wake_sock);
     kill(w->child, SIGKILL);
     waitpid(w->child, NULL, 0);
 }
@@ -384,12 +385,32 @@ fz_world_t *fz_world_init(void)
                     w->vqp[i]->rq->ring_id);
         }
     }
+    /* the address its service thread sleeps on, from the socket itself:
+     * the harness needs no knowledge of how the library names it */
+    w->svc_addr_len = sizeof(w->svc_addr);
+    if (getsockname(w->victim->svc_sock, (struct sockaddr*)&w->svc_addr,
+                    &w->svc_addr_len) != 0) {
+        fz_fail("set-up: getsockname(service socket): %s", strerror(errno));
+    }
+    w->wake_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (w->wake_sock < 0) {
+        fz_fail("set-up: socket: %s", strerror(errno));
+    }
     fz_ready = 1;
     atexit(fz_world_fini);
     return w;
 }
 
 /* ---------------------------------------------------------------- victim */
+
+void fz_wake_svc(fz_world_t *w)
+{
+    char byte = 0;
+
+    /* a full socket buffer means a wake-up is pending already */
+    (void)sendto(w->wake_sock, &byte, 1, MSG_DONTWAIT,
+                 (const struct sockaddr*)&w->svc_addr, w->svc_addr_len);
+}
 
 void fz_qp_restart(fz_world_t *w, int qp)
 {

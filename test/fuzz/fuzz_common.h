@@ -25,7 +25,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 /* Victim QPs, by role */
 enum {
@@ -66,6 +68,10 @@ typedef struct fz_world {
     pid_t            child;        /* a fork of ours, no device open: single
                                       copy from it works, it has no ctx */
     uint32_t         dead_pid;     /* above PID_MAX_LIMIT: never exists */
+    /* the victim's service socket, to wake its thread */
+    int              wake_sock;
+    struct sockaddr_un svc_addr;
+    socklen_t        svc_addr_len;
     /* receive accounting, per victim QP since its last restart */
     uint64_t         posted[FZ_NUM_QP];
     uint64_t         completed[FZ_NUM_QP];
@@ -113,6 +119,8 @@ uint32_t fz_pick_dst_qpn(const fz_world_t *w, int qp, uint8_t sel,
 
 /* Remote access a victim QP allows (HCA_ACCESS_REMOTE_*). */
 unsigned fz_victim_access(int qp);
+/* Wakes the victim's service thread (a claim found it armed). */
+void fz_wake_svc(fz_world_t *w);
 /* Victim QP qp: RESET -> INIT -> RTR (-> RTS), so that every input starts
  * from the same state (no half-received messages, no receives). */
 void fz_qp_restart(fz_world_t *w, int qp);

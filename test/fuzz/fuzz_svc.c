@@ -229,8 +229,7 @@ static uint64_t fz_svc_post(fz_world_t *w, const hca_svc_req_t *req)
            sizeof(*req) - sizeof(req->stamp));
     hca_ring_publish(ring, idx);
     if (wake) {
-        hca_notify_signal(w->sender, w->vpeer->pidns, w->vaddr.pid,
-                          w->vaddr.ctx_id, HCA_NOTIFY_SVC);
+        fz_wake_svc(w);
     }
     return idx;
 }

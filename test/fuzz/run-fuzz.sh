@@ -14,6 +14,9 @@
 #   HCA_FUZZ_FLAGS   extra libFuzzer flags, e.g. "-seed=1"
 #   CC_FUZZ          compiler (default: clang)
 #
+# Flags and object lists are split on purpose (SC2086); artifact names are
+# libFuzzer's crash-<sha1> (SC2012).
+# shellcheck disable=SC2086,SC2012
 set -u
 
 secs=${1:-30}
@@ -39,7 +42,7 @@ if ! command -v "$cc" > /dev/null 2>&1 ||
    ! "$cc" -fsanitize=fuzzer,address,undefined "$probe.c" -o "$probe" \
         > "$probe.log" 2>&1; then
     echo "SKIPPED: clang/libFuzzer not installed ($cc -fsanitize=fuzzer" \
-         "failed; on Debian: apt-get install clang libclang-rt-dev)"
+         "failed; on Debian 12: apt-get install clang libclang-rt-14-dev)"
     exit 0
 fi
 
@@ -78,7 +81,6 @@ for h in $harnesses; do
     log=$build/$h.log
     before=$(ls "$build/artifacts/$h" | wc -l)
     start=$(date +%s)
-    # shellcheck disable=SC2086 # HCA_FUZZ_FLAGS is a list of flags
     "$build/$h" -max_total_time="$secs" -print_final_stats=1 -timeout=30 \
         -artifact_prefix="$build/artifacts/$h/" ${HCA_FUZZ_FLAGS:-} \
         "$build/corpus/$h" "$here/corpus/$h" > "$log" 2>&1

@@ -1,6 +1,8 @@
 /*
  * forge.c - see forge.h.  Uses the wire formats (hca_wire.h, hca_ring.h)
- * as any process of the user could, not the library.
+ * as any process of the user could, not the library: the context object
+ * is named after the address, and its header holds the nonce of the
+ * other names.
  */
 #define _GNU_SOURCE
 #include "forge.h"
@@ -62,8 +64,9 @@ int forge_open(const hca_port_addr_t *addr, uint32_t qpn, forge_t **f_p)
     }
     hdr = f->ctx;
     pub = (const hca_qp_pub_t*)((const uint8_t*)f->ctx + hdr->qp_offset);
-    snprintf(name, sizeof(name), "/hca.%u.%u.%u.r%u", addr->host.pid_ns,
-             addr->pid, addr->ctx_id, pub[qpn & 0xfff].ring_id);
+    snprintf(name, sizeof(name), "/hca.%u.%u.%u.%08x.r%u",
+             addr->host.pid_ns, addr->pid, addr->ctx_id, hdr->name_nonce,
+             pub[qpn & 0xfff].ring_id);
     f->base = forge_map(name, &f->len);
     if (f->base == NULL) {
         forge_close(f);

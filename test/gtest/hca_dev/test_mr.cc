@@ -298,29 +298,63 @@ TEST_F(Mr, DmId)
     EXPECT_EQ(0u, hca_mr_dm_id(rm, &basem));
 }
 
-/* hca_dm_map_remote: another context's device memory mapped here. */
-TEST_F(Mr, DmMapRemote)
+/* hca_dm_view: another context's device memory mapped here, and every
+ * pointer checked as any access is: key (index and tag), state, rights,
+ * range.  A pointer handed out stays mapped after the MR is gone. */
+TEST_F(Mr, DmView)
 {
     ctx o;
     ASSERT_TRUE(o.open());
     hca_pd_t *pd = o.new_pd();
     uint8_t *d   = o.alloc(MEM_DM, 65536);
     ASSERT_NE(nullptr, d);
-    hca_mr_t *mr = o.reg(pd, d, 65536, ACCESS_ALL);
-    ASSERT_NE(nullptr, mr);
     memset(d, SENTINEL, 65536);
+    hca_mr_t *mr = o.reg(pd, d + 4096, 8192, ACCESS_ALL);
+    hca_mr_t *ro = o.reg(pd, d + 16384, 4096,
+                         HCA_ACCESS_LOCAL_WRITE | HCA_ACCESS_REMOTE_READ);
+    hca_mr_t *lo = o.reg(pd, d + 20480, 4096, HCA_ACCESS_LOCAL_WRITE);
+    ASSERT_TRUE(mr && ro && lo);
     uint64_t base = 0;
     uint32_t id   = hca_mr_dm_id(mr, &base);
     ASSERT_NE(0u, id);
-    void *p    = nullptr;
-    size_t len = 0;
-    ASSERT_EQ(0, hca_dm_map_remote(&o.addr, id, &p, &len));
+    const uint32_t key = hca_mr_rkey(mr);
+
+    hca_dm_view_t *v = nullptr;
+    ASSERT_EQ(0, hca_dm_view_open(&o.addr, id, &v));
+    void *p = nullptr;
+    ASSERT_EQ(0, hca_dm_view_ptr(v, key, base + 4096 + 10, &p));
     ASSERT_NE(nullptr, p);
-    EXPECT_GE(len, 65536u);
-    EXPECT_EQ(-1, check_byte(p, 65536, SENTINEL));
-    fill_pattern((uint8_t*)p + 10, 1000, 4);
-    EXPECT_EQ(-1, check_pattern(d + 10, 1000, 4)) << "not the same memory";
-    hca_dm_unmap_remote(p, len);
-    EXPECT_LT(hca_dm_map_remote(&o.addr, id + 1000, &p, &len), 0)
+    EXPECT_EQ(-1, check_byte(p, 8192 - 10, SENTINEL));
+    fill_pattern(p, 1000, 4);
+    EXPECT_EQ(-1, check_pattern(d + 4096 + 10, 1000, 4)) << "not the same memory";
+    void *q = nullptr;
+    EXPECT_EQ(0, hca_dm_view_ptr(v, key, base + 4096 + 8191, &q));
+
+    /* outside the MR, though inside the device memory */
+    EXPECT_EQ(-EACCES, hca_dm_view_ptr(v, key, base + 4095, &q));
+    EXPECT_EQ(-EACCES, hca_dm_view_ptr(v, key, base + 4096 + 8192, &q));
+    /* wrong keys: every single-bit change, and some others */
+    int passed = 0;
+    for (int bit = 0; bit < 32; ++bit) {
+        passed += (hca_dm_view_ptr(v, key ^ (1u << bit), base + 4096, &q) == 0);
+    }
+    for (uint32_t k : {0u, ~0u, key + 256, key - 256, key + 1}) {
+        passed += (hca_dm_view_ptr(v, k, base + 4096, &q) == 0);
+    }
+    EXPECT_EQ(0, passed) << "wrong keys gave pointers";
+    /* no pointer without remote read and write */
+    EXPECT_EQ(-EACCES, hca_dm_view_ptr(v, hca_mr_rkey(ro), base + 16384, &q));
+    EXPECT_EQ(-EACCES, hca_dm_view_ptr(v, hca_mr_rkey(lo), base + 20480, &q));
+
+    /* stale: after the deregistration the key gives nothing, and the
+     * pointer handed out before stays mapped (its loads do not fault) */
+    ASSERT_EQ(0, o.dereg(mr));
+    EXPECT_EQ(-EACCES, hca_dm_view_ptr(v, key, base + 4096, &q));
+    volatile uint8_t *old = (volatile uint8_t*)p;
+    EXPECT_EQ(0u, (unsigned)(old[0] ^ old[0]));
+    hca_dm_view_close(v);
+
+    hca_dm_view_t *bad = nullptr;
+    EXPECT_LT(hca_dm_view_open(&o.addr, id + 1000, &bad), 0)
             << "no such device memory";
 }

@@ -1235,8 +1235,10 @@ TEST_F(Procs, RkeyPtr)
     EXPECT_TRUE(wait_child(ch));
 }
 
-/* hca_dm_map_remote on the device memory of another process. */
-TEST_F(Procs, DmMapRemote)
+/* hca_dm_view on the device memory of another process: stores through the
+ * pointer land in its MR and nowhere else; after it deregistered the MR,
+ * the key gives no pointer. */
+TEST_F(Procs, DmView)
 {
     child_t *ch = fork_child([](int rfd, int wfd) {
         ctx c;
@@ -1253,6 +1255,7 @@ TEST_F(Procs, DmMapRemote)
         uint64_t b = 0;
         me.qpn[0]  = hca_mr_dm_id(mr, &b);   /* the dm id */
         me.raddr[0] = b;
+        me.rkey[0]  = hca_mr_rkey(mr);
         ASSERT_NE(0u, me.qpn[0]);
         EXPECT_EQ((uint64_t)(uintptr_t)d, b);
         ASSERT_TRUE(send_msg(wfd, me));
@@ -1261,21 +1264,25 @@ TEST_F(Procs, DmMapRemote)
         EXPECT_EQ(-1, check_byte(d, 4096, SENTINEL));
         EXPECT_EQ(-1, check_byte(d + 4096 + 8192, (1 << 20) - 4096 - 8192,
                                  SENTINEL));
+        ASSERT_EQ(0, c.dereg(mr));
         ASSERT_TRUE(send_token(wfd, 2));
+        ASSERT_TRUE(expect_token(rfd, 3));
     });
     ASSERT_NE(nullptr, ch);
     peer_info pi;
     ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    void *p    = nullptr;
-    size_t len = 0;
-    ASSERT_EQ(0, hca_dm_map_remote(&pi.addr, pi.qpn[0], &p, &len));
-    ASSERT_NE(nullptr, p);
-    EXPECT_GE(len, (size_t)(1 << 20));
-    EXPECT_EQ(-1, check_byte(p, 1 << 20, SENTINEL));
-    fill_pattern((uint8_t*)p + 4096, 8192, 17);
-    hca_dm_unmap_remote(p, len);
+    hca_dm_view_t *v = nullptr;
+    ASSERT_EQ(0, hca_dm_view_open(&pi.addr, pi.qpn[0], &v));
+    void *p = nullptr;
+    ASSERT_EQ(0, hca_dm_view_ptr(v, pi.rkey[0], pi.raddr[0] + 4096, &p));
+    EXPECT_EQ(-1, check_byte(p, 8192, SENTINEL));
+    fill_pattern(p, 8192, 17);
     ASSERT_TRUE(send_token(ch->wfd, 1));
-    EXPECT_TRUE(expect_token(ch->rfd, 2));
+    ASSERT_TRUE(expect_token(ch->rfd, 2));
+    EXPECT_EQ(-EACCES, hca_dm_view_ptr(v, pi.rkey[0], pi.raddr[0] + 4096, &p))
+            << "a pointer for a deregistered MR";
+    hca_dm_view_close(v);
+    ASSERT_TRUE(send_token(ch->wfd, 3));
     EXPECT_TRUE(wait_child(ch));
 }
 
