@@ -135,6 +135,13 @@ int  hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr);
 /* Is the process that owns addr still running?  1 alive, 0 gone. */
 int  hca_port_addr_alive(const hca_port_addr_t *addr);
 
+/* Looks for peers of dev whose process is gone (kill(pid, 0): one cheap
+ * syscall per peer, so it can run every 100 ms).  QPs connected to them
+ * fail at their next operation or hca_qp_check_peer().  Returns how many
+ * peers of dev were ever found dead: a caller that saw the number change
+ * checks its QPs. */
+uint64_t hca_device_check_peers(hca_device_t *dev);
+
 
 /* ---------------------------------------------------------------- PD / MR */
 

@@ -16,6 +16,7 @@
 #include "hca_shm_target.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -285,6 +286,25 @@ hca_map_t *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
 hca_map_t *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer, uint32_t dm_id)
 {
     return hca_peer_map(dev, peer, &peer->dms, "dm", dm_id, 1, NULL);
+}
+
+uint64_t hca_device_check_peers(hca_device_t *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    for (hca_peer_t *peer = dev->peers; peer != NULL; peer = peer->next) {
+        if (peer->self || peer->counted_dead) {
+            continue;
+        }
+        if ((kill((pid_t)peer->addr.pid, 0) != 0) && (errno == ESRCH)) {
+            atomic_store(&peer->dead, 1);
+        }
+        if (atomic_load(&peer->dead)) { /* here, or by a liveness check */
+            peer->counted_dead = 1;
+            atomic_fetch_add(&dev->dead_peers, 1);
+        }
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return atomic_load(&dev->dead_peers);
 }
 
 int hca_peer_alive(hca_peer_t *peer)

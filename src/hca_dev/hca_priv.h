@@ -99,6 +99,7 @@ typedef struct hca_peer {
     _Atomic int        access_mode;/* HCA_ACCESS_* (hca_access_fence.h) */
     int                mapper_slot;/* ours in its mapper table, or -1 */
     _Atomic int        dead;
+    int                counted_dead; /* in dev->dead_peers (dev->lock) */
     int                self;       /* our own context */
 } hca_peer_t;
 
@@ -152,6 +153,7 @@ struct hca_device {
     uint32_t           next_pd;
     uint32_t           n_pd;
     hca_peer_t        *peers;
+    _Atomic uint64_t   dead_peers; /* found dead so far */
     hca_mapper_t      *mappers;    /* in ctx: who accesses our memory */
     hca_mapper_view_t *mapper_views; /* our mappings of their contexts */
     pthread_mutex_t    fence_lock; /* mapper_views */

@@ -348,7 +348,7 @@ ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     return uct_hca_ep_post(ep, &wr);
 }
 
-static void uct_hca_ep_peer_check(uct_hca_ep_t *ep)
+void uct_hca_ep_peer_check(uct_hca_ep_t *ep)
 {
     if (!hca_qp_check_peer(ep->qp)) {
         uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep,

@@ -8,6 +8,7 @@
 #include <ucs/arch/cpu.h>
 #include <ucs/debug/log.h>
 #include <ucs/sys/string.h>
+#include <ucs/time/time.h>
 #include <string.h>
 
 #define UCT_HCA_POLL_BATCH 16
@@ -354,6 +355,35 @@ uct_hca_iface_poll_inplace(uct_hca_iface_t *iface)
     return count;
 }
 
+/* Every UCT_HCA_PEER_CHECK_MS: did a peer's process die?  Without it a
+ * sender into a dead peer's ring (tag eager traffic) or its device memory
+ * noticed only when the ring filled, or at UCP's keepalive (18-20 s).
+ * Only the eps of this iface are checked, and only after the device found
+ * a dead peer (one kill(pid, 0) per peer per interval otherwise). */
+#define UCT_HCA_PEER_CHECK_MS 100
+
+static UCS_F_NOINLINE void uct_hca_iface_check_peers(uct_hca_iface_t *iface)
+{
+    ucs_time_t now = ucs_get_time();
+    uct_hca_ep_t *ep;
+    uint64_t dead;
+
+    if (now < iface->next_peer_check) {
+        return;
+    }
+    iface->next_peer_check = now + ucs_time_from_msec(UCT_HCA_PEER_CHECK_MS);
+    dead = hca_device_check_peers(iface->md->dev);
+    if (dead == iface->dead_peers) {
+        return;
+    }
+    iface->dead_peers = dead;
+    ucs_list_for_each(ep, &iface->ep_list, list) {
+        if (ep->status == UCS_OK) {
+            uct_hca_ep_peer_check(ep);
+        }
+    }
+}
+
 unsigned uct_hca_iface_progress(uct_iface_h tl_iface)
 {
     uct_hca_iface_t *iface = ucs_derived_of(tl_iface, uct_hca_iface_t);
@@ -387,6 +417,10 @@ unsigned uct_hca_iface_progress(uct_iface_h tl_iface)
     }
     ucs_arbiter_dispatch(&iface->arbiter, 1, uct_hca_ep_process_pending,
                          &count);
+    /* the clock is read once per 1024 calls only */
+    if (ucs_unlikely((++iface->progress_calls & 1023) == 0)) {
+        uct_hca_iface_check_peers(iface);
+    }
     if (ucs_unlikely(iface->failed_eps != 0)) {
         uct_hca_iface_report_errors(iface);
     }

@@ -149,6 +149,9 @@ typedef struct uct_hca_iface {
     size_t                rx_headroom;
     unsigned              tx_credits;  /* signalled ops that fit the CQ */
     unsigned              failed_eps;  /* eps waiting for error report */
+    unsigned              progress_calls;
+    ucs_time_t            next_peer_check;
+    uint64_t              dead_peers;  /* hca_device_check_peers() seen */
     struct {
         size_t            seg_size;
         unsigned          rx_queue_len;
@@ -184,6 +187,9 @@ typedef struct uct_hca_ep {
     int                  no_resource;  /* last send found no room */
     int                  in_pending;   /* dispatching its pending queue */
 } uct_hca_ep_t;
+
+/* Fails the ep (reported from progress) if its peer is gone. */
+void uct_hca_ep_peer_check(uct_hca_ep_t *ep);
 
 UCS_CLASS_DECLARE(uct_hca_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(uct_hca_ep_t, uct_ep_t, const uct_ep_params_t*);

@@ -32,6 +32,7 @@
 #include "ucp_test_common.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <signal.h>
 #include <sys/wait.h>
@@ -1122,6 +1123,100 @@ TEST_P(UcpFailedEp, PeerWorkerGoneReportsOneStatus)
 /* posix is no reference here: UCP 1.13 finds no peer failure support on
  * it (select.c: "posix/memory - no peer failure handler") */
 INSTANTIATE_TEST_SUITE_P(UcpSemantics, UcpFailedEp,
+                         ::testing::Values("hca", "tcp"), tls_name);
+
+/* UCP_ERR_HANDLING_MODE_PEER with UCX's default keepalive: the peer is
+ * SIGKILLed while this side sends small tagged messages (eager: each is
+ * complete once it is in the peer's ring, so no operation waits for the
+ * dead peer), or while it only waits for a message from it.  On hca this
+ * used to be noticed only by UCP's keepalive (18-20 s); the device's
+ * sweep of its peers' processes notices it within 1 s, as tcp does. */
+class UcpDeadPeerDetection : public uct_test_base,
+                             public ::testing::WithParamInterface<std::string> {
+protected:
+    void detect(bool sending)
+    {
+        run_isolated([&]() {
+            sem_client c;
+            sem_opts o;
+            o.tls      = GetParam();
+            o.features = UCP_FEATURE_TAG;
+            o.err_peer = true;
+            ASSERT_NO_FATAL_FAILURE(c.start(o));
+            std::vector<char> buf(64);
+            ASSERT_EQ(UCS_OK, c.p.wait(ucp_tag_send(c.p, buf.data(), 64, 1)));
+            ASSERT_EQ(1u, c.peer_recv(1, 64, 1).first);
+
+            op_track recv;
+            ucs_status_ptr_t rreq = nullptr;
+            if (!sending) {
+                ucp_request_param_t prm = track_param(&recv);
+                prm.cb.recv = [](void *req, ucs_status_t st,
+                                 const ucp_tag_recv_info_t*, void *arg) {
+                    op_track_cb(req, st, arg);
+                };
+                rreq = ucp_tag_recv_nbx(c.p.worker, buf.data(), 64, 77,
+                                        ~0ull, &prm);
+                ASSERT_TRUE(UCS_PTR_IS_PTR(rreq));
+                track(&recv, rreq);
+            }
+            ASSERT_EQ(0, kill(c.kid.pid, SIGKILL));
+            EXPECT_EQ(128 + SIGKILL, wait_child(c.kid.pid));
+            c.kid.pid = -1;
+            double t0 = now_sec();
+            std::deque<op_track> sends;
+            uint64_t tag = 2;
+            bool seen = c.progress_until([&]() {
+                if (c.es.calls > 0) {
+                    return true;
+                }
+                if (sending && (sends.size() < 100000)) {
+                    sends.emplace_back();
+                    ucp_request_param_t prm = track_param(&sends.back());
+                    track(&sends.back(),
+                          ucp_tag_send_nbx(c.p.ep, buf.data(), 64, tag++,
+                                           &prm));
+                }
+                return false;
+            }, 30);
+            double dt = now_sec() - t0;
+            printf("[ INFO     ] %s, %s: the error callback %.3f s after "
+                   "the kill, %zu sends\n", o.tls.c_str(),
+                   sending ? "sending" : "receiving", dt, sends.size());
+            ASSERT_TRUE(seen) << "no error callback within 30 s";
+            EXPECT_LT(dt, 1.0);
+            if (!sending) {
+                /* a receive is not the ep's: nothing from the dead peer
+                 * will match it, so it is cancelled */
+                ucp_request_cancel(c.p.worker, rreq);
+            }
+            EXPECT_TRUE(c.progress_until([&]() {
+                for (const op_track &t : sends) {
+                    if (t.queued && (t.calls == 0)) {
+                        return false;
+                    }
+                }
+                return sending || (recv.calls > 0);
+            }, 5)) << "requests left after the failure";
+            c.kid.ch.close_fds();
+            if (!::testing::Test::HasFailure()) {
+                c.p.cleanup();
+            }
+        }, 60);
+    }
+};
+
+TEST_P(UcpDeadPeerDetection, TagSenderWithinASecond)
+{
+    detect(true);
+}
+
+TEST_P(UcpDeadPeerDetection, TagReceiverWithinASecond)
+{
+    detect(false);
+}
+
+INSTANTIATE_TEST_SUITE_P(UcpSemantics, UcpDeadPeerDetection,
                          ::testing::Values("hca", "tcp"), tls_name);
 
 /* ------------------------------------------------------------ item 4 */
