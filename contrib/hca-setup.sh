@@ -7,8 +7,10 @@
 #   deps   install the Debian packages hca needs (only what is missing) and
 #          the UCX source tree of the installed UCX version
 #   build  deps + autogen + configure (in build/) + make
-#   test   build + make check, then the googletest suites again built with
-#          AddressSanitizer (in <build>-asan; HCA_ASAN=0 skips that)
+#   test   build + make check, the libFuzzer harnesses (test/fuzz, 30 s
+#          each), the short reliability campaigns (test/reliability), then
+#          the googletest suites again built with AddressSanitizer (in
+#          <build>-asan; HCA_ASAN=0 skips that)
 #   demo   build + show hca working: the device, ucx_info, MPI and
 #          OpenSHMEM programs over UCX_TLS=hca,self with the transport
 #          proven (hca-run --verbose), a ucx_perftest comparison with
@@ -33,6 +35,7 @@ packages=(
     build-essential autoconf automake libtool pkg-config dpkg-dev patch xz-utils
     libucx-dev ucx-utils libnuma-dev googletest libgtest-dev
     openmpi-bin libopenmpi-dev valgrind iproute2 procps
+    clang libclang-rt-14-dev util-linux
 )
 
 log() { echo "hca-setup: $*"; }
@@ -271,15 +274,28 @@ do_build() {
 }
 
 do_test() {
+    local rc=0
     log "make check"
     # -k: every suite runs even if an earlier one failed; the status is
     # still non-zero.
     if make -k -C "$builddir" check; then
         log "make check: all tests passed"
     else
-        local rc=$?
+        rc=$?
         log "make check: FAILED (exit status $rc)"
-        exit $rc
+    fi
+    # forged input from other processes: libFuzzer over the ring consumer
+    # and the responder, HCA_FUZZ_SECONDS each (default 30)
+    log "libFuzzer harnesses (test/fuzz)"
+    HCA_FUZZ_BUILD=${builddir}-fuzz \
+        "$topdir/test/fuzz/run-fuzz.sh" "${HCA_FUZZ_SECONDS:-30}" || rc=1
+    # killed peers, churn, other users, a soak: the short campaigns
+    log "reliability campaigns, short (test/reliability)"
+    HCA_BUILD_DIR=$builddir \
+        "$topdir/test/reliability/run-all.sh" --short || rc=1
+    if [ $rc -ne 0 ]; then
+        log "tests: FAILED"
+        exit 1
     fi
 }
 

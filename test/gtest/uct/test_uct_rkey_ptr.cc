@@ -1,7 +1,8 @@
 /*
  * test_uct_rkey_ptr.cc - uct_rkey_ptr: on a peer's device memory it gives
  * a local pointer whose loads see the peer's data (and whose stores the
- * peer sees); on plain registered memory it returns UCS_ERR_UNREACHABLE.
+ * peer sees); on plain registered memory it returns UCS_ERR_UNREACHABLE;
+ * a stale or wrong key gives no pointer.
  */
 #include "uct_test_common.h"
 
@@ -116,6 +117,48 @@ TEST_P(UctRkeyPtr, MappingOutlivesOtherRkeysOfTheSameMemory)
     EXPECT_EQ(-1, pat_check(pb, len, 41));
     b.release();
     tgt->free(r.id);
+}
+
+/* Pointers only for a valid key of a registered region: every single-bit
+ * change of the key (the packed rkey starts with the 32-bit device key)
+ * and the key of a deregistered region give none.  A pointer handed out
+ * before the deregistration stays mapped until the rkey is released, as
+ * with UCX's posix and xpmem (its loads do not fault). */
+TEST_P(UctRkeyPtr, StaleAndWrongKeysGiveNoPointer)
+{
+    const size_t len = 65536;
+    target::rbuf r   = tgt->alloc(MEM_MD_ALLOC, len);
+    ASSERT_GT(r.id, 0);
+    tgt->fill(r.id, 0, len, 51, 0);
+    ASSERT_GE(r.rkey.size(), sizeof(uint32_t));
+
+    int passed = 0;
+    for (int bit = 0; bit < 32; ++bit) {
+        std::string bad = r.rkey;
+        uint32_t key;
+        memcpy(&key, &bad[0], sizeof(key));
+        key ^= 1u << bit;
+        memcpy(&bad[0], &key, sizeof(key));
+        rkey_holder rk;
+        ASSERT_EQ(UCS_OK, rk.unpack(e.component, bad));
+        void *p = nullptr;
+        if (uct_rkey_ptr(e.component, &rk.b, r.addr, &p) == UCS_OK) {
+            ++passed;
+        }
+    }
+    EXPECT_EQ(0, passed) << "mutated keys gave pointers";
+
+    rkey_holder rk;
+    ASSERT_EQ(UCS_OK, rk.unpack(e.component, r.rkey));
+    void *p = nullptr;
+    ASSERT_EQ(UCS_OK, uct_rkey_ptr(e.component, &rk.b, r.addr, &p));
+    tgt->free(r.id); /* deregistered and freed by its owner */
+    void *q = nullptr;
+    EXPECT_NE(UCS_OK, uct_rkey_ptr(e.component, &rk.b, r.addr, &q))
+        << "a pointer for a deregistered region";
+    volatile const char *old = (volatile const char*)p;
+    EXPECT_EQ(0, old[0] ^ old[0]); /* still mapped */
+    rk.release();
 }
 
 INSTANTIATE_TEST_SUITE_P(hca, UctRkeyPtr,
