@@ -139,8 +139,12 @@ hca_wc_status_t hca_access_begin(hca_qp_t *qp, uint32_t rkey,
         return HCA_WC_STATUS_LAST;
     }
     entry = &peer->mpt[index];
-    hca_access_announce(qp, mode);
-    hca_access_mark(entry, (uint32_t)peer->mapper_slot);
+    /* fenced here, always: these accesses cost a copy or a system call,
+     * against which a fence is nothing, and the owner's deregistration
+     * then needs no membarrier (UCP deregisters a rendezvous buffer per
+     * message) */
+    hca_access_announce(qp, HCA_ACCESS_BUSY_FENCED);
+    hca_access_mark(entry, (uint32_t)peer->mapper_slot, 0);
     if ((atomic_load(&entry->state) != HCA_MPT_VALID) ||
         (atomic_load(&entry->key) != rkey)) {
         goto err;
@@ -307,9 +311,12 @@ static void hca_fence_slot(hca_device_t *dev, int i)
     atomic_compare_exchange_strong(&dev->mappers[i].id, &id, 0);
 }
 
-void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors)
+void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors,
+                           int unfenced)
 {
-    if (dev->mb_ok &&
+    /* a membarrier interrupts every CPU running a registered process
+     * (tens of us on a VM): only for entries whose accessors rely on it */
+    if (unfenced && dev->mb_ok &&
         (hca_membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0) &&
         (hca_membarrier(MEMBARRIER_CMD_GLOBAL) != 0)) {
         hca_log("membarrier failed (%s): an access that began just before "

@@ -50,18 +50,21 @@ HCA_INLINE void hca_access_end(hca_qp_t *qp)
 }
 
 /* Names our mapper slot in the entry, so that its deregistration waits for
- * us.  A store only the first time: later accesses find it there. */
-HCA_INLINE void hca_access_mark(hca_mpt_entry_t *entry, uint32_t slot)
+ * us, and (unfenced) that our busy store relies on its membarrier.
+ * Stores only the first time: later accesses find them there. */
+HCA_INLINE void hca_access_mark(hca_mpt_entry_t *entry, uint32_t slot,
+                                int unfenced)
 {
     uint32_t mine = slot + 1;
     uint32_t seen = atomic_load(&entry->accessors);
 
-    if (HCA_LIKELY((seen == mine) || (seen == HCA_MPT_ACCESSORS_MANY))) {
-        return;
-    }
-    if ((seen != 0) ||
-        !atomic_compare_exchange_strong(&entry->accessors, &seen, mine)) {
+    if (HCA_UNLIKELY((seen != mine) && (seen != HCA_MPT_ACCESSORS_MANY)) &&
+        ((seen != 0) ||
+         !atomic_compare_exchange_strong(&entry->accessors, &seen, mine))) {
         atomic_store(&entry->accessors, HCA_MPT_ACCESSORS_MANY);
+    }
+    if (unfenced && HCA_UNLIKELY(!atomic_load(&entry->unfenced))) {
+        atomic_store(&entry->unfenced, 1);
     }
 }
 

@@ -179,7 +179,8 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
      * hca_access_fence.c); the mark is renewed on every access because a
      * new registration under the same key starts unmarked */
     hca_access_announce(qp, qp->dcache.mode);
-    hca_access_mark(entry, (uint32_t)qp->peer->mapper_slot);
+    hca_access_mark(entry, (uint32_t)qp->peer->mapper_slot,
+                    qp->dcache.mode == HCA_ACCESS_BUSY);
     if (HCA_UNLIKELY((atomic_load_explicit(&entry->state,
                                            memory_order_seq_cst) !=
                       HCA_MPT_VALID) ||

@@ -129,6 +129,7 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
                        (uint64_t)((uintptr_t)addr -
                                   (uintptr_t)dm->shm.addr) : 0;
     atomic_store_explicit(&entry->accessors, 0, memory_order_relaxed);
+    atomic_store_explicit(&entry->unfenced, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->key, mr->key, memory_order_relaxed);
     atomic_store_explicit(&entry->state, HCA_MPT_VALID,
                           memory_order_release);
@@ -165,7 +166,8 @@ int hca_mr_dereg(hca_mr_t *mr)
      *    accessed skips this. */
     accessors = atomic_load(&entry->accessors);
     if (accessors != 0) {
-        hca_access_fence_wait(dev, accessors);
+        hca_access_fence_wait(dev, accessors,
+                              atomic_load(&entry->unfenced) != 0);
     }
     pthread_mutex_lock(&dev->lock);
     atomic_store(&entry->key, 0);

@@ -390,7 +390,8 @@ struct hca_qp {
 int  hca_access_fence_init(hca_device_t *dev);
 /* After an entry was invalidated: waits for the accesses of the mappers
  * its `accessors` names, each while its process lives. */
-void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors);
+void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors,
+                           int unfenced);
 void hca_access_fence_close(hca_device_t *dev);
 size_t hca_mapper_view_size(void);
 /* At close: leave the peer's mapper table. */

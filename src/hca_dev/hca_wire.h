@@ -59,7 +59,10 @@ typedef struct hca_mpt_entry {
     _Atomic uint32_t accessors; /* who may be inside an access: 0 nobody,
                                    slot + 1 of one mapper, or
                                    HCA_MPT_ACCESSORS_MANY */
-    uint32_t         reserved[3];
+    _Atomic uint32_t unfenced;  /* an accessor relies on the owner's
+                                   membarrier (its busy store has no fence
+                                   of its own): dereg must run it */
+    uint32_t         reserved[2];
 } hca_mpt_entry_t;              /* one cache line: no entry straddles two */
 
 #define HCA_MPT_ACCESSORS_MANY 0xffffffffu
