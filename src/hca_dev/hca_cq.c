@@ -179,6 +179,21 @@ static void hca_cq_busy_del(hca_cq_t *cq, uint32_t i)
     cq->busy_qps[i]          = cq->busy_qps[--cq->n_busy_qps];
 }
 
+/* Every 16384 polls: a slot claimed by a producer that was killed before
+ * it published would stop its ring for good (hca_ring_dead_claim). */
+static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
+{
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        hca_rq_t *rq = cq->rqs[i];
+        while (hca_ring_empty(&rq->ring) && hca_ring_dead_claim(&rq->ring)) {
+            hca_ring_release(&rq->ring,
+                             atomic_load(&rq->ring.hdr->tail));
+            __atomic_fetch_add(&cq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
+                               1, __ATOMIC_RELAXED);
+        }
+    }
+}
+
 /* Only QPs waiting for something are visited: an idle poll touches the
  * receive rings and the CQ and nothing else. */
 static void hca_cq_progress(hca_cq_t *cq)
@@ -195,6 +210,9 @@ static void hca_cq_progress(hca_cq_t *cq)
     if (HCA_UNLIKELY(cq->dev->fault.ring_stall_ms != 0) &&
         hca_fault_ring_stalled(&cq->dev->fault)) {
         return;
+    }
+    if (HCA_UNLIKELY((++cq->idle_polls & 16383) == 0)) {
+        hca_cq_reap_dead_claims(cq);
     }
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
         /* partials: their orphans end even when nothing else comes */

@@ -20,6 +20,7 @@
 #define HCA_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HCA_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define HCA_INLINE      static inline __attribute__((always_inline))
+#define HCA_NOINLINE    __attribute__((noinline))
 #define HCA_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Device limits (per opened context) */
@@ -218,6 +219,7 @@ struct hca_cq {
     uint64_t         cons;
     int              overflow;
     int              overflow_handled; /* its QPs were moved to ERR */
+    uint32_t         idle_polls;  /* when to look for dead claimers */
     int              sock;        /* bound AF_UNIX datagram socket */
     int              refs;
     struct hca_qp  **send_qps;    /* every QP sending to this CQ */

@@ -5,7 +5,11 @@
  * Every slot starts with a 64-bit stamp: a slot at ring index i is
  * published when its stamp equals i + 1.  This is the owner mark of the
  * slot for the wrap it belongs to, so a stale slot of an earlier wrap is
- * never mistaken for a new one.
+ * never mistaken for a new one.  Between its claim and its publish the
+ * stamp names the producer (HCA_STAMP_CLAIMED | pid << 32 | low 32 bits
+ * of i + 1): a producer killed while it writes the slot would otherwise
+ * block the ring for good, and its consumer can tell it from a slow one
+ * (hca_ring_dead_claim).
  */
 #ifndef HCA_RING_H
 #define HCA_RING_H
@@ -13,9 +17,11 @@
 #include "hca_wire.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 /* A consumer that is about to sleep sets this bit of head (only while
  * head == tail: nothing claimed and not consumed).  The producer whose
@@ -34,7 +40,10 @@ typedef struct hca_ring {
                                      only grows, so while head stays below
                                      it + slots the consumer's tail line
                                      need not be read (mm's cached tail) */
+    uint32_t         claimer;     /* our pid, in the stamps we claim */
 } hca_ring_t;
+
+#define HCA_STAMP_CLAIMED (1ull << 63)
 
 static inline void hca_ring_attach(hca_ring_t *ring, void *base,
                                    uint32_t slots, uint32_t slot_size)
@@ -43,6 +52,7 @@ static inline void hca_ring_attach(hca_ring_t *ring, void *base,
     ring->slots     = (uint8_t*)base + sizeof(hca_ring_hdr_t);
     ring->mask      = slots - 1;
     ring->slot_size = slot_size;
+    ring->claimer   = (uint32_t)getpid();
     atomic_init(&ring->cached_tail, 0);
 }
 
@@ -112,6 +122,12 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
                                                   h + 1,
                                                   memory_order_seq_cst,
                                                   memory_order_relaxed)) {
+            /* who writes it, until the publish (same line as the data) */
+            atomic_store_explicit((_Atomic uint64_t*)hca_ring_slot(ring, h),
+                                  HCA_STAMP_CLAIMED |
+                                  ((uint64_t)(ring->claimer & 0x7fffffffu)
+                                   << 32) | (uint32_t)(h + 1),
+                                  memory_order_relaxed);
             *idx_p  = h;
             *wake_p = (head & HCA_RING_ARMED) != 0;
             return 0;
@@ -171,6 +187,32 @@ static inline void *hca_ring_peek(hca_ring_t *ring, uint64_t *idx_p)
 static inline void hca_ring_release(hca_ring_t *ring, uint64_t idx)
 {
     atomic_store_explicit(&ring->hdr->tail, idx + 1, memory_order_release);
+}
+
+/* Consumer, now and then while nothing is published at tail: 1 if the
+ * slot at tail was claimed by a process that is gone (killed between its
+ * claim and its publish).  The caller then releases it unread.  A
+ * producer killed between its claim and its stamp (two instructions)
+ * is not seen. */
+static inline int hca_ring_dead_claim(hca_ring_t *ring)
+{
+    uint64_t tail = atomic_load_explicit(&ring->hdr->tail,
+                                         memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&ring->hdr->head,
+                                         memory_order_relaxed);
+    uint64_t s;
+    pid_t pid;
+
+    if ((head & ~HCA_RING_ARMED) == tail) {
+        return 0;
+    }
+    s = atomic_load_explicit((_Atomic uint64_t*)hca_ring_slot(ring, tail),
+                             memory_order_acquire);
+    if (!(s & HCA_STAMP_CLAIMED) || ((uint32_t)s != (uint32_t)(tail + 1))) {
+        return 0; /* published, or not stamped yet */
+    }
+    pid = (pid_t)((s >> 32) & 0x7fffffffu);
+    return (kill(pid, 0) != 0) && (errno == ESRCH);
 }
 
 /* Anyone: nothing published at tail (may be stale by the time it returns). */

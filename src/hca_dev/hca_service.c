@@ -136,7 +136,13 @@ static void *hca_svc_thread(void *arg)
         if (hca_ring_arm(&dev->svc) != 0) {
             if (hca_ring_empty(&dev->svc)) {
                 /* a slot claimed before the arm and not yet published:
-                 * its producer will not wake us, so look again soon */
+                 * its producer will not wake us, so look again soon;
+                 * unless it was killed before it published */
+                if (hca_ring_dead_claim(&dev->svc)) {
+                    hca_ring_release(&dev->svc,
+                                     atomic_load(&dev->svc.hdr->tail));
+                    continue;
+                }
                 (void)poll(&pfd, 1, 1);
             }
             continue;

@@ -111,6 +111,21 @@ int forge_put(forge_t *f, const forge_msg_t *m, const void *payload,
     return 0;
 }
 
+int forge_claim(forge_t *f, int timeout_ms)
+{
+    struct timespec ts = {0, 1000000};
+    uint64_t idx;
+    int wake = 0;
+
+    while (hca_ring_claim(&f->ring, &idx, &wake) != 0) {
+        if (timeout_ms-- <= 0) {
+            return -ETIMEDOUT;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 void forge_close(forge_t *f)
 {
     if (f->base != NULL) {

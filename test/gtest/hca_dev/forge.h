@@ -27,6 +27,9 @@ int  forge_open(const hca_port_addr_t *addr, uint32_t qpn, forge_t **f_p);
  * the header, then n payload bytes at data_off.  0, or -ETIMEDOUT. */
 int  forge_put(forge_t *f, const forge_msg_t *m, const void *payload,
                size_t n, int timeout_ms);
+/* Claims one slot and never publishes it (as a producer killed while it
+ * writes); 0, or -ETIMEDOUT. */
+int  forge_claim(forge_t *f, int timeout_ms);
 void forge_close(forge_t *f);
 
 #ifdef __cplusplus

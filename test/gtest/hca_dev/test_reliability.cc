@@ -343,6 +343,53 @@ TEST_F(hca_test, ForgedRingMessages)
     EXPECT_TRUE(wait_child(v));
 }
 
+/* A producer killed between its claim of a ring slot and its publish (a
+ * window as long as its copy, or a UCT pack callback): the slot names it,
+ * and the consumer gives the slot back once it finds the producer gone;
+ * a real SEND behind it arrives.  It used to block the ring for good, and
+ * every later sender with it. */
+TEST_F(hca_test, DeadProducerDoesNotBlockRing)
+{
+    child_t *v = fork_child(victim_body, 60);
+    ASSERT_NE(nullptr, v);
+    peer_info vi;
+    ASSERT_TRUE(recv_msg(v->rfd, &vi));
+    child_t *p = fork_child([vi](int rfd, int wfd) {
+        forge_t *f = nullptr;
+        ASSERT_EQ(0, forge_open(&vi.addr, vi.qpn[0], &f));
+        ASSERT_EQ(0, forge_claim(f, TIMEOUT_MS));
+        ASSERT_TRUE(send_token(wfd, 1));
+        (void)expect_token(rfd, 2, 60000); /* killed while it waits */
+    }, 60);
+    ASSERT_NE(nullptr, p);
+    ASSERT_TRUE(expect_token(p->rfd, 1));
+    kill_child(p);
+
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, connect_qp(qp, vi.addr, vi.qpn[0]));
+    char msg[64] = "real";
+    hca_sge_t s      = mk_sge(msg, sizeof(msg), 0);
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND_WITH_IMM, &s, 1,
+                             HCA_SEND_SIGNALED | HCA_SEND_INLINE, 1, 0, 0);
+    wr.imm_data = REAL_IMM;
+    ASSERT_EQ(0, post_retry(qp, &wr));
+    EXPECT_TRUE(wait_status(cq, 1, HCA_WC_SUCCESS));
+    sleep_ms(500);
+
+    ASSERT_TRUE(send_token(v->wfd, 1));
+    victim_report rep;
+    ASSERT_TRUE(recv_msg(v->rfd, &rep)) << "the victim died";
+    EXPECT_EQ(1u, rep.real_ok)
+            << "the SEND behind the dead producer's slot was not received";
+    EXPECT_TRUE(wait_child(v));
+}
+
 /* ------------------------------------------------------------ answers */
 
 namespace {
