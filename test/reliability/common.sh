@@ -8,6 +8,8 @@
 #   REL_LOGDIR     logs of failed runs (default: $REL_BIN/logs/<campaign>)
 #   REL_TIMEOUT    seconds a process may take before it counts as hung and
 #                  is killed with SIGKILL (default: 20)
+#   REL_BACKTRACE  0: no gdb backtrace of hung processes (default: one,
+#                  in the run directory as hang-PID.bt, if gdb is there)
 #   REL_SEED       seed of the random choices (default: from the clock);
 #                  printed, so a failing campaign can be replayed
 #   REL_KEEPALIVE  UCX_KEEPALIVE_INTERVAL for the UCP programs (default
@@ -17,6 +19,7 @@
 #   UCX_TLS        default hca,self
 #
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # rel_rc, rel_hung... are read by the scripts
 
 rel_srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rel_topsrc=$(cd "$rel_srcdir/../.." && pwd)
@@ -77,14 +80,32 @@ rel_alive() {
     [ "${stat:0:1}" != Z ]
 }
 
+# rel_backtrace PID: every thread's stack of a hung process, into
+# $rel_run_dir/hang-PID.bt (if gdb is installed and REL_BACKTRACE != 0).
+rel_backtrace() {
+    [ "${REL_BACKTRACE:-1}" != 0 ] && command -v gdb >/dev/null || return 0
+    timeout -s KILL 30 gdb -p "$1" -batch -ex 'thread apply all bt' \
+        >"$rel_run_dir/hang-$1.bt" 2>&1
+}
+
+# The innermost hca function on the main thread's stack of hung process
+# $1, if any ("hca_mr_dereg"); gdb lists the main thread as "Thread 1".
+rel_hang_where() {
+    awk '/^Thread / {main = ($2 == 1)}
+         main && match($0, / in [A-Za-z0-9_]*hca[A-Za-z0-9_]* /) {
+             print substr($0, RSTART + 4, RLENGTH - 5); exit }' \
+        "$rel_run_dir/hang-$1.bt" 2>/dev/null
+}
+
 # rel_wait PID SECONDS: waits for child PID; if it still runs after
-# SECONDS, kills it with SIGKILL.  Sets rel_rc (its exit status) and
-# rel_hung (1 if it was killed here).
+# SECONDS, takes its backtrace and kills it with SIGKILL.  Sets rel_rc (its
+# exit status) and rel_hung (1 if it was killed here).
 rel_wait() {
     local pid=$1 end=$(( $(rel_now_us) + $2 * 1000000 ))
     rel_hung=0
     while rel_alive "$pid"; do
         if [ "$(rel_now_us)" -gt "$end" ]; then
+            rel_backtrace "$pid"
             kill -9 "$pid" 2>/dev/null
             rel_hung=1
             break

@@ -47,7 +47,7 @@ for ((i = 1; i <= runs; i++)); do
     elif [ $rel_hung = 1 ]; then
         hangs=$((hangs + 1))
         [ $mem = heap ] && hang_heap=$((hang_heap + 1)) || hang_dm=$((hang_dm + 1))
-        echo "run $i: $mem: HANG outside dereg: $(tail -n 1 <<<"$out") (logs: $d)"
+        echo "run $i: $mem: HANG outside dereg ($(rel_hang_where "$pid")): $(tail -n 1 <<<"$out") (logs: $d)"
         rel_keep_run
     elif [ $rel_rc -gt 128 ]; then
         crashes=$((crashes + 1))

@@ -90,6 +90,15 @@ static void target(int fd, unsigned flags)
     exit(0);
 }
 
+/* Drops what a destroyed QP left in the CQ (flushed WRs of a stuck op). */
+static void drain_cq(rel_dev_t *d)
+{
+    hca_wc_t wc[16];
+
+    while (hca_cq_poll(d->cq, 16, wc) > 0) {
+    }
+}
+
 int main(int argc, char **argv)
 {
     uint64_t ok = 0, stuck = 0, errors = 0, corrupt = 0, last = 0;
@@ -208,12 +217,7 @@ int main(int argc, char **argv)
             hca_qp_modify(qp, &a, HCA_QP_ATTR_STATE);
         }
         hca_qp_destroy(qp);
-        /* drain what the destroyed QP left in the CQ */
-        {
-            hca_wc_t wc[16];
-            while (hca_cq_poll(d.cq, 16, wc) > 0) {
-            }
-        }
+        drain_cq(&d);
         c.cmd = CMD_DESTROY;
         c.qpn = tqpn;
         rel_send_all(sv[0], &c, sizeof(c));
@@ -224,8 +228,7 @@ int main(int argc, char **argv)
     tmaps1 = rel_map_count(pid);
     rmaps1 = rel_map_count(getpid());
 
-    cmd_t quit = {.cmd = CMD_QUIT};
-    rel_send_all(sv[0], &quit, sizeof(quit));
+    rel_send_all(sv[0], &(cmd_t){.cmd = CMD_QUIT}, sizeof(cmd_t));
     waitpid(pid, NULL, 0);
     hca_mr_dereg(mr);
     free(buf);

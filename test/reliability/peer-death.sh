@@ -67,7 +67,7 @@ for ((i = 1; i <= runs; i++)); do
     pid_target=$!
     "$prog" requester "$wl" "$mem" "$d" >"$d/requester.log" 2>&1 &
     pid_requester=$!
-    if [ $(rel_rand 100) -lt 15 ]; then
+    if [ "$(rel_rand 100)" -lt 15 ]; then
         delay=$(rel_rand 50)
         when="start+${delay}ms"
     else
@@ -95,7 +95,7 @@ for ((i = 1; i <= runs; i++)); do
     status=$(rel_field "$result" status)
     if [ $rel_hung = 1 ]; then
         hangs=$((hangs + 1))
-        run_failed "$i" "HANG: the $survivor did not exit within ${rel_timeout}s, in step '$(cat "$d/$survivor.stage" 2>/dev/null || echo setup)'"
+        run_failed "$i" "HANG: the $survivor did not exit within ${rel_timeout}s, in step '$(cat "$d/$survivor.stage" 2>/dev/null || echo setup)' ($(rel_hang_where "$spid")) after: $(cat "$d/$survivor.outcome" 2>/dev/null || echo -)"
     elif [ "$src" -gt 128 ]; then
         crashes=$((crashes + 1))
         run_failed "$i" "CRASH: the $survivor died of signal $((src - 128))"

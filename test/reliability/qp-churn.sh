@@ -38,7 +38,7 @@ line=$(grep '^qps=' "$d/out.log")
 hang=0 crash=0
 if [ $rel_hung = 1 ]; then
     hang=1
-    echo "HANG: dev_churn did not finish (last: $(tail -n 1 "$d/err.log")) (logs: $d)"
+    echo "HANG: dev_churn did not finish ($(rel_hang_where "$pid"); last: $(tail -n 1 "$d/err.log")) (logs: $d)"
 elif [ $rel_rc -gt 128 ]; then
     crash=1
     echo "CRASH: dev_churn died of signal $((rel_rc - 128)) (logs: $d)"

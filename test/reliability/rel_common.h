@@ -100,7 +100,8 @@ static inline uint64_t rel_mono_ns(void)
 
 static inline void rel_sleep_us(unsigned us)
 {
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000l};
+    struct timespec ts = {.tv_sec  = us / 1000000,
+                          .tv_nsec = (long)(us % 1000000) * 1000};
 
     nanosleep(&ts, NULL);
 }

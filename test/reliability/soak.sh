@@ -77,7 +77,7 @@ while :; do
             sid[$!]=$nsend
             deadline[$!]=$(( now + (dur_ms / 1000 + rel_timeout) * 1000000 ))
             # start-up takes a few hundred ms: the kill lands in the traffic
-            if [ $(rel_rand 100) -lt 40 ]; then
+            if [ "$(rel_rand 100)" -lt 40 ]; then
                 kill_at[$!]=$(( now + (200 + $(rel_rand dur_ms)) * 1000 ))
             fi
         done
@@ -93,7 +93,8 @@ while :; do
             killed[$pid]=1
         elif [ "$now" -gt "${deadline[$pid]}" ]; then
             hangs=$((hangs + 1))
-            echo "sender ${sid[$pid]}: HANG: still running ${rel_timeout}s after its end, in step '$(cat "$d/send.${sid[$pid]}.stage" 2>/dev/null)'"
+            rel_backtrace "$pid"
+            echo "sender ${sid[$pid]}: HANG: still running ${rel_timeout}s after its end, in step '$(cat "$d/send.${sid[$pid]}.stage" 2>/dev/null)' ($(rel_hang_where "$pid"))"
             kill -9 "$pid"
             wait "$pid" 2>/dev/null
             unset "sid[$pid]" "kill_at[$pid]" "deadline[$pid]" "killed[$pid]"
@@ -108,7 +109,7 @@ rel_wait "$rpid" "$rel_timeout"
 res=$(cat "$d/recv.result" 2>/dev/null)
 if [ $rel_hung = 1 ]; then
     hangs=$((hangs + 1))
-    echo "receiver: HANG after the stop, in step '$(cat "$d/recv.stage" 2>/dev/null)'"
+    echo "receiver: HANG after the stop, in step '$(cat "$d/recv.stage" 2>/dev/null)' ($(rel_hang_where "$rpid")); before the stop: $(cat "$d/recv.outcome" 2>/dev/null)"
 elif [ $rel_rc -gt 128 ]; then
     crashes=$((crashes + 1))
     echo "receiver: CRASH: signal $((rel_rc - 128))"
@@ -119,15 +120,16 @@ fi
 grep -m 5 CORRUPTION "$d/recv.log"
 f() { local v; v=$(rel_field "$res" "$1"); echo "${v:--}"; }
 lost=$(f lost) dup=$(f duplicated) reord=$(f reordered) corr=$(f corrupt)
-echo "soak ${secs}s: senders=$nsend finished=$finished killed=$nkilled msgs=$(f msgs) lost=$lost duplicated=$dup reordered=$reord corruptions=$corr aborted=$(f aborted) hangs=$hangs crashes=$crashes errors=$errors"
 bad=$((hangs + crashes + errors))
 for v in "$lost" "$dup" "$reord" "$corr"; do
     [ "$v" = - ] || bad=$((bad + v))
 done
-if [ $bad = 0 ] && [ -n "$res" ]; then
+[ -z "$res" ] && bad=$((bad + 1))
+if [ $bad = 0 ]; then
     rel_drop_run
-    exit 0
+else
+    echo "logs: $d"
+    rel_keep_run
 fi
-echo "logs: $d"
-rel_keep_run
-exit 1
+echo "soak ${secs}s: senders=$nsend finished=$finished killed=$nkilled msgs=$(f msgs) lost=$lost duplicated=$dup reordered=$reord corruptions=$corr aborted=$(f aborted) hangs=$hangs crashes=$crashes errors=$errors"
+[ $bad = 0 ]

@@ -20,9 +20,12 @@
  * failure (error callback or a failed request), then ends the way an
  * application must: force-close the endpoint, complete or cancel every
  * request, check the data it holds, ucp_mem_unmap, destroy the worker and
- * the context.  Before each of these steps it writes the step's name to
- * DIR/ROLE.stage, so that a hang is attributed to a step.  At the end it
- * writes DIR/ROLE.result, one line:
+ * the context.  It writes "traffic" to DIR/ROLE.stage when it starts
+ * its operations.  Before the cleanup steps it writes what it saw to
+ * DIR/ROLE.outcome (failed=0|1 first_error=... detect_ns=T ops=N
+ * outstanding=N), and
+ * before each step the step's name to DIR/ROLE.stage, so that a hang is
+ * attributed to a step.  At the end it writes DIR/ROLE.result, one line:
  *
  *   status=S detect_ns=T ops=N errors=E corrupt=C first_error=WHAT
  *
@@ -452,6 +455,7 @@ static void requester_run(uint64_t deadline)
         fail(st, "ucp_ep_rkey_unpack");
         return;
     }
+    stage("traffic");
     while (!g.failed && (rel_mono_ns() < deadline)) {
         /* at most DEPTH posts between progress calls: operations that
          * complete at once would otherwise never let us out */
@@ -679,6 +683,9 @@ static void target_run(uint64_t deadline)
     /* raddr, address length, rkey length, address, rkey */
     info_len = 16 + g.addr_len + rkey_len;
     info     = malloc(info_len);
+    if (info == NULL) {
+        rel_die("out of memory");
+    }
     alen     = (uint32_t)g.addr_len;
     memcpy(info, &(uint64_t){(uintptr_t)g.mem}, 8);
     memcpy(info + 8, &alen, 4);
@@ -703,6 +710,7 @@ static void target_run(uint64_t deadline)
         rel_put_text(g.dir, "target.ready", "1\n");
     }
     free(peer);
+    stage("traffic");
     while (!g.failed && (rel_mono_ns() < deadline)) {
         progress();
         target_check_recvs();
@@ -741,6 +749,13 @@ static int finish(bool contacted)
     const char *status;
     int rc;
 
+    /* what was seen before the cleanup, in case the cleanup hangs */
+    rel_put_text(g.dir, g.is_target ? "target.outcome" : "requester.outcome",
+                 "failed=%d first_error=%s detect_ns=%llu ops=%llu "
+                 "outstanding=%d\n",
+                 g.failed, g.first_error[0] ? g.first_error : "-",
+                 (unsigned long long)g.detect_ns, (unsigned long long)g.ops,
+                 g.outstanding);
     if (g.ep != NULL) {
         stage("ep_close");
         wait_request(ucp_ep_close_nbx(g.ep, &p));

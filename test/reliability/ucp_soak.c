@@ -29,9 +29,10 @@
  *   aborted     receives completed with an error (a sender died in a
  *               rendezvous): reported, not a failure
  *
- * At stop it drains for 200 ms, cancels its receives, checks the put area,
- * unmaps the region and destroys everything (writing each step to
- * DIR/recv.stage), then writes DIR/recv.result:
+ * At stop it writes its counts so far to DIR/recv.outcome, drains for
+ * 200 ms, cancels its receives, checks the put area, unmaps the region and
+ * destroys everything (writing each step to DIR/recv.stage), then writes
+ * DIR/recv.result:
  *
  *   senders=S fin=F msgs=M lost=L duplicated=D reordered=R corrupt=C aborted=A
  *
@@ -315,6 +316,15 @@ static int receiver(void)
         ucp_worker_progress(worker);
         drain();
     }
+    /* the counts so far, in case the end hangs */
+    rel_put_text(dir, "recv.outcome",
+                 "senders=%llu fin=%llu msgs=%llu duplicated=%llu "
+                 "reordered=%llu corrupt=%llu aborted=%llu\n",
+                 (unsigned long long)r.senders, (unsigned long long)r.fin,
+                 (unsigned long long)r.msgs, (unsigned long long)r.dup,
+                 (unsigned long long)r.reorder,
+                 (unsigned long long)r.corrupt,
+                 (unsigned long long)r.aborted);
     stage("drain");
     for (end = rel_mono_ns() + 200000000ull; rel_mono_ns() < end;) {
         ucp_worker_progress(worker);

@@ -81,9 +81,22 @@ rel_wait "$squat_pid" 30
 
 echo "(b) UCP between root and nobody"
 rel_ucx_env
+# outcome ROLE: what ROLE saw before its cleanup, with the time of its
+# first error since the pair started ($t0, $sub of cross).
+outcome() {
+    local o det
+    o=$(cat "$sub/$1.outcome" 2>/dev/null) || { echo "(no outcome)"; return; }
+    det=$(rel_field "$o" detect_ns)
+    if [ "${det:-0}" != 0 ]; then
+        o+=" (first error $(( (det / 1000 - t0) / 1000 )) ms after start)"
+    fi
+    echo "$o"
+}
+
 # cross TARGET_USER REQUESTER_USER: sets cross_result
 cross() {
-    local tcmd=() rcmd=() sub=$d/$1-to-$2 t0 t1 tpid rpid rrc res
+    local tcmd=() rcmd=() t1 tpid rpid rrc res
+    sub=$d/$1-to-$2
     [ "$1" = nobody ] && tcmd=("${nobody[@]}")
     [ "$2" = nobody ] && rcmd=("${nobody[@]}")
     mkdir -p "$sub" && chmod 0777 "$sub"
@@ -104,6 +117,7 @@ cross() {
     if [ "$rhung" = 1 ] || [ "$rel_hung" = 1 ]; then
         hangs=$((hangs + 1))
         cross_result="HANG(requester stage: $(cat "$sub/requester.stage" 2>/dev/null), target stage: $(cat "$sub/target.stage" 2>/dev/null))"
+        echo "  $1 target, $2 requester: HANG; requester $(outcome requester); target $(outcome target)"
     elif [ "$rrc" -gt 128 ] || [ "$rel_rc" -gt 128 ]; then
         crashes=$((crashes + 1))
         cross_result="CRASH(requester $rrc, target $rel_rc)"
@@ -111,7 +125,7 @@ cross() {
         cross_result="works(${ms}ms)"
     else
         cross_result="fails(${ms}ms,$(rel_field "$res" first_error))"
-        echo "  $1 target, $2 requester: requester exit $rrc, target exit $rel_rc; requester: $res"
+        echo "  $1 target, $2 requester: requester exit $rrc, target exit $rel_rc; requester: $res; $(outcome requester)"
         grep -m 3 -i 'error\|fail' "$sub/requester.log" "$sub/target.log" | sed 's/^/    /'
     fi
 }
