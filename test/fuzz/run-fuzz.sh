@@ -75,6 +75,16 @@ for h in $harnesses; do
         "$build/obj/fuzz_common.o" $objs -lnuma -lpthread -lrt \
         -o "$build/$h" || exit 2
 
+    # the inputs that once broke it (crashes/<ring|svc>-*) first: each
+    # must pass now
+    regress=$(ls "$here/crashes/${h#fuzz_}-"* 2>/dev/null)
+    if [ -n "$regress" ] &&
+       ! "$build/$h" $regress > "$build/$h.regress.log" 2>&1; then
+        status=1
+        printf '%-10s a reproducer of crashes/ fails again: see %s\n' \
+            "$h:" "$build/$h.regress.log"
+    fi
+
     # new inputs go to the build dir's corpus (the first directory); the
     # seeds of the repo are only read
     mkdir -p "$build/corpus/$h" "$build/artifacts/$h"
