@@ -12,10 +12,10 @@
 #                  in the run directory as hang-PID.bt, if gdb is there)
 #   REL_SEED       seed of the random choices (default: from the clock);
 #                  printed, so a failing campaign can be replayed
-#   REL_KEEPALIVE  UCX_KEEPALIVE_INTERVAL for the UCP programs (default
-#                  100ms): a passive side sees a dead peer only through
-#                  keepalive, whose default interval (20s) is above the
-#                  campaigns' timeout
+#   REL_KEEPALIVE  UCX_KEEPALIVE_INTERVAL for the UCP programs (default:
+#                  UCX's own, 20s; hca's device finds a dead peer within
+#                  100 ms by itself, so a passive side needs no busier
+#                  keepalive)
 #   UCX_TLS        default hca,self
 #
 # shellcheck shell=bash
@@ -52,7 +52,9 @@ rel_ucx_env() {
     [ -f "$mod" ] || { rel_say "error: $mod not built"; exit 2; }
     export LD_PRELOAD=$mod${LD_PRELOAD:+:$LD_PRELOAD}
     export UCX_TLS=${UCX_TLS:-hca,self}
-    export UCX_KEEPALIVE_INTERVAL=${REL_KEEPALIVE:-100ms}
+    if [ -n "${REL_KEEPALIVE:-}" ]; then
+        export UCX_KEEPALIVE_INTERVAL=$REL_KEEPALIVE
+    fi
 }
 
 # A fresh run directory (kept only if rel_keep_run is called).

@@ -30,8 +30,9 @@
  *   status=S detect_ns=T ops=N errors=E corrupt=C first_error=WHAT
  *
  * T is CLOCK_REALTIME at the first failure seen; the script subtracts the
- * time of its kill.  A passive target sees a dead requester only through
- * UCP's keepalive (UCX_KEEPALIVE_INTERVAL, set by the script).
+ * time of its kill.  A passive target sees a dead requester through hca's
+ * sweep of its peers (100 ms), or UCP's keepalive (UCX_KEEPALIVE_INTERVAL,
+ * REL_KEEPALIVE of the script).
  *
  * Data checks (corruptions):
  *   put    the target's put area: every word is zero or was written there
