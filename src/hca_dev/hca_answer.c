@@ -94,7 +94,7 @@ static hca_map_t *hca_qobj_map(hca_device_t *dev, hca_peer_t *peer,
     if (map == NULL) {
         return NULL;
     }
-    map->used = ++dev->qobj_tick;
+    map->used   = ++dev->qobj_tick;
     map->next   = peer->qobjs;
     peer->qobjs = map;
     dev->n_qobjs++;
@@ -122,13 +122,14 @@ int hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
         usleep(dev->fault.answer_delay_us);
     }
     pthread_mutex_lock(&dev->qobj_lock);
-    a->map = hca_fault(dev, HCA_FAULT_MAP) ? NULL :
-             hca_qobj_map(dev, a->peer, src_qpn);
+    a->map = hca_qobj_map(dev, a->peer, src_qpn);
     if (a->map == NULL) {
         pthread_mutex_unlock(&dev->qobj_lock);
-        hca_log("cannot map the q object of QP 0x%x of pid %u: it fails",
-                src_qpn, src_pid);
-        atomic_store(&a->peer->qp_pub[src_idx].nak_qpn, src_qpn);
+        if (atomic_exchange(&a->peer->qp_pub[src_idx].nak_qpn, src_qpn) !=
+            src_qpn) { /* once per QP */
+            hca_log("cannot map the q object of QP 0x%x of pid %u to "
+                    "answer it: that QP fails", src_qpn, src_pid);
+        }
         __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_REM_OP_ERR], 1,
                            __ATOMIC_RELAXED);
         return -1;

@@ -541,3 +541,135 @@ TEST_F(hca_test, UnanswerableRequestFails)
     ASSERT_TRUE(send_token(tch->wfd, 2));
     EXPECT_TRUE(wait_child(tch));
 }
+
+/* ------------------------------------------------------------ faults */
+
+/* Injected delays lose nothing: a target whose responder answers 2 ms
+ * late and that stops consuming its receive ring for 50 ms out of every
+ * 100 still executes every fetch-add exactly once and receives every
+ * SEND, in order (senders meet a full ring and retry). */
+TEST_F(hca_test, InjectedDelaysLoseNothing)
+{
+    const int ADDS = 100, SENDS = 300;
+    child_t *tch   = fork_child([](int rfd, int wfd) {
+        setenv("HCA_FAULT", "answer_delay_us=2000,ring_stall_ms=50", 1);
+        ctx c;
+        ASSERT_TRUE(c.open(0));
+        hca_pd_t *pd = c.new_pd();
+        cqw *cq      = c.new_cq(1024);
+        ASSERT_NE(nullptr, cq);
+        hca_qp_t *qp = c.new_qp(pd, cq, cq);
+        ASSERT_NE(nullptr, qp);
+        ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+        ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY));
+        uint8_t *buf = c.alloc(MEM_MALLOC, 4096 + 64 * 64);
+        ASSERT_NE(nullptr, buf);
+        memset(buf, 0, 4096);
+        hca_mr_t *mr = c.reg(pd, buf, 4096 + 64 * 64, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        for (int i = 0; i < 64; ++i) {
+            ASSERT_EQ(0, post_recv1(qp, buf + 4096 + i * 64, 64,
+                                    hca_mr_lkey(mr), i));
+        }
+        peer_info me;
+        memset(&me, 0, sizeof(me));
+        me.addr     = c.addr;
+        me.qpn[0]   = hca_qp_num(qp);
+        me.raddr[0] = (uint64_t)(uintptr_t)buf;
+        me.rkey[0]  = hca_mr_rkey(mr);
+        ASSERT_TRUE(send_msg(wfd, me));
+        uint32_t next = 0;
+        double end    = now_ms() + 60000;
+        while ((next < (uint32_t)SENDS) && (now_ms() < end)) {
+            progress_all();
+            hca_wc_t wc;
+            while (cq->pop(&wc)) {
+                ASSERT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+                EXPECT_EQ(next, wc.imm_data) << "out of order";
+                ++next;
+                ASSERT_EQ(0, post_recv1(qp, buf + 4096 + wc.wr_id * 64, 64,
+                                        hca_mr_lkey(mr), wc.wr_id));
+            }
+        }
+        EXPECT_EQ((uint32_t)SENDS, next) << "SENDs received";
+        ASSERT_TRUE(expect_token(rfd, 1));
+        uint64_t total;
+        memcpy(&total, buf, 8);
+        ASSERT_TRUE(send_msg(wfd, total));
+    }, 120);
+    ASSERT_NE(nullptr, tch);
+    peer_info t;
+    ASSERT_TRUE(recv_msg(tch->rfd, &t));
+
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(1024);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, connect_qp(qp, t.addr, t.qpn[0]));
+    uint64_t *result = (uint64_t*)c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, result);
+    hca_mr_t *mr = c.reg(pd, result, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    for (int i = 0; i < ADDS; ++i) {
+        hca_sge_t s      = mk_sge(result, 8, hca_mr_lkey(mr));
+        hca_send_wr_t wr = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &s, 1,
+                                 HCA_SEND_SIGNALED, i, t.raddr[0], t.rkey[0]);
+        wr.compare_add = 1;
+        ASSERT_EQ(0, post_retry(qp, &wr));
+        ASSERT_TRUE(wait_status(cq, i, HCA_WC_SUCCESS));
+        ASSERT_EQ((uint64_t)i, *result);
+    }
+    for (int i = 0; i < SENDS; ++i) {
+        char msg[64] = {0};
+        hca_sge_t s      = mk_sge(msg, sizeof(msg), 0);
+        hca_send_wr_t wr = mk_wr(HCA_WR_SEND_WITH_IMM, &s, 1,
+                                 HCA_SEND_SIGNALED | HCA_SEND_INLINE,
+                                 1000 + i, 0, 0);
+        wr.imm_data = (uint32_t)i;
+        ASSERT_EQ(0, post_retry(qp, &wr));
+        ASSERT_TRUE(wait_status(cq, 1000 + i, HCA_WC_SUCCESS));
+    }
+    ASSERT_TRUE(send_token(tch->wfd, 1));
+    uint64_t total = 0;
+    ASSERT_TRUE(recv_msg(tch->rfd, &total));
+    EXPECT_EQ((uint64_t)ADDS, total) << "fetch-adds executed";
+    EXPECT_TRUE(wait_child(tch));
+}
+
+/* Injected registration failures: each fails with -ENOMEM and leaves no
+ * trace; the others work and deregister. */
+TEST_F(hca_test, InjectedRegistrationFailures)
+{
+    child_t *ch = fork_child([](int, int) {
+        setenv("HCA_FAULT", "reg=0.5", 1);
+        ctx c;
+        ASSERT_TRUE(c.open(0));
+        hca_pd_t *pd = nullptr;
+        ASSERT_EQ(0, hca_pd_alloc(c.dev, &pd));
+        static uint8_t buf[4096];
+        std::vector<hca_mr_t*> ok;
+        int failed = 0;
+        for (int i = 0; i < 200; ++i) {
+            hca_mr_t *mr = nullptr;
+            int rc = hca_mr_reg(pd, buf, sizeof(buf), ACCESS_ALL, &mr);
+            if (rc == 0) {
+                ok.push_back(mr);
+            } else {
+                ASSERT_EQ(-ENOMEM, rc);
+                ++failed;
+            }
+        }
+        EXPECT_GT(failed, 50);
+        EXPECT_GT((int)ok.size(), 50);
+        for (hca_mr_t *mr : ok) {
+            ASSERT_EQ(0, hca_mr_dereg(mr));
+        }
+        EXPECT_EQ(0, hca_pd_dealloc(pd)) << "a failed registration kept a "
+                                            "reference";
+    }, 60);
+    ASSERT_NE(nullptr, ch);
+    EXPECT_TRUE(wait_child(ch));
+}
