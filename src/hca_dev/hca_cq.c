@@ -185,7 +185,10 @@ static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
 {
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
         hca_rq_t *rq = cq->rqs[i];
-        while (hca_ring_empty(&rq->ring) && hca_ring_dead_claim(&rq->ring)) {
+        uint64_t mark;
+        while (hca_ring_empty(&rq->ring) &&
+               hca_ring_claim_at_tail(&rq->ring, &mark) &&
+               hca_claimer_gone(mark)) {
             hca_ring_release(&rq->ring,
                              atomic_load(&rq->ring.hdr->tail));
             __atomic_fetch_add(&cq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],

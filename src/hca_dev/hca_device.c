@@ -158,6 +158,7 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     if (rc == 0) {
         rc = hca_proc_start_time(dev->pid, &dev->start_time);
     }
+    dev->claim_mark = hca_claim_mark(dev->pid, dev->start_time);
     if (rc != 0) {
         goto err_free;
     }

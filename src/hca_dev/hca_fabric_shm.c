@@ -123,6 +123,7 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
     peer->busy    = (hca_busy_t*)(base + peer->hdr.busy_offset);
     hca_ring_attach(&peer->svc, base + peer->hdr.svc_offset, HCA_SVC_SLOTS,
                     sizeof(hca_svc_req_t));
+    peer->svc.claim_mark = dev->claim_mark;
     peer->cma_ok = hca_peer_probe_cma(dev, peer);
     peer->mapper_slot = -1;
     peer->next   = dev->peers;
@@ -177,7 +178,7 @@ static hca_map_t *hca_map_find(_Atomic(hca_map_t*) *list, uint64_t id)
     return NULL;
 }
 
-typedef int (*hca_map_check_t)(hca_map_t *map);
+typedef int (*hca_map_check_t)(hca_device_t *dev, hca_map_t *map);
 
 /* Looks up (or maps and publishes) object `kind``id` of the peer. */
 static hca_map_t *hca_peer_map(hca_device_t *dev, hca_peer_t *peer,
@@ -203,7 +204,7 @@ static hca_map_t *hca_peer_map(hca_device_t *dev, hca_peer_t *peer,
     hca_obj_name(name, sizeof(name), peer->pidns, peer->addr.pid,
                  peer->addr.ctx_id, peer->hdr.name_nonce, kind, id);
     if ((hca_shm_map(&map->shm, name, min_length) != 0) ||
-        ((check != NULL) && (check(map) != 0))) {
+        ((check != NULL) && (check(dev, map) != 0))) {
         hca_shm_destroy(&map->shm);
         free(map);
         map = NULL;
@@ -217,7 +218,7 @@ out:
     return map;
 }
 
-static int hca_ring_map_check(hca_map_t *map)
+static int hca_ring_map_check(hca_device_t *dev, hca_map_t *map)
 {
     hca_ring_hdr_t *hdr = map->shm.addr;
 
@@ -228,6 +229,7 @@ static int hca_ring_map_check(hca_map_t *map)
         return -EPROTO;
     }
     hca_ring_attach(&map->ring, hdr, HCA_RING_SLOTS, HCA_RING_SLOT_SIZE);
+    map->ring.claim_mark = dev->claim_mark;
     return 0;
 }
 

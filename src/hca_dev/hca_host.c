@@ -152,3 +152,13 @@ int hca_port_addr_alive(const hca_port_addr_t *addr)
     hca_shm_destroy(&shm);
     return alive;
 }
+
+int hca_claimer_gone(uint64_t mark)
+{
+    uint32_t pid = (uint32_t)((mark >> 41) & 0x3fffffu);
+    uint64_t start;
+
+    /* gone, a zombie, or its pid now another process's */
+    return (hca_proc_start_time(pid, &start) != 0) ||
+           (((start & 0x1ffffffull) << 16) != (mark & (0x1ffffffull << 16)));
+}

@@ -62,6 +62,8 @@ void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
 /* ---------------------------------------------------------------- host */
 
 int      hca_proc_start_time(uint32_t pid, uint64_t *start_p);
+/* 1 if the producer of a claim mark (hca_ring.h) is gone. */
+int      hca_claimer_gone(uint64_t mark);
 uint32_t hca_ns_inode(const char *kind);
 
 /* ---------------------------------------------------------------- peers */
@@ -133,6 +135,7 @@ struct hca_device {
     uint32_t           pidns;
     uint32_t           ctx_id;
     uint32_t           name_nonce; /* hca_obj_name() of our objects */
+    uint64_t           claim_mark; /* in the ring slots we claim */
     uint64_t           start_time;
     hca_host_id_t      host;
     pthread_mutex_t    lock;       /* tables, peers, counters */

@@ -6,10 +6,11 @@
  * published when its stamp equals i + 1.  This is the owner mark of the
  * slot for the wrap it belongs to, so a stale slot of an earlier wrap is
  * never mistaken for a new one.  Between its claim and its publish the
- * stamp names the producer (HCA_STAMP_CLAIMED | pid << 32 | low 32 bits
- * of i + 1): a producer killed while it writes the slot would otherwise
- * block the ring for good, and its consumer can tell it from a slow one
- * (hca_ring_dead_claim).
+ * stamp names the producer: its claim mark (HCA_STAMP_CLAIMED, its pid
+ * and the low bits of its start time, which tell it from a later process
+ * with the same pid) | the low 16 bits of i + 1.  A producer killed while
+ * it writes the slot would otherwise block the ring for good; its
+ * consumer can tell it from a slow one (hca_ring_claim_at_tail).
  */
 #ifndef HCA_RING_H
 #define HCA_RING_H
@@ -17,11 +18,9 @@
 #include "hca_wire.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <unistd.h>
 
 /* A consumer that is about to sleep sets this bit of head (only while
  * head == tail: nothing claimed and not consumed).  The producer whose
@@ -40,10 +39,18 @@ typedef struct hca_ring {
                                      only grows, so while head stays below
                                      it + slots the consumer's tail line
                                      need not be read (mm's cached tail) */
-    uint32_t         claimer;     /* our pid, in the stamps we claim */
+    uint64_t         claim_mark;  /* ours (hca_claim_mark), 0: unnamed */
 } hca_ring_t;
 
+/* A claim mark: bit 63, pid in bits 41-62 (pid_max <= 2^22), the low 25
+ * bits of its start time (clock ticks since boot) in bits 16-40. */
 #define HCA_STAMP_CLAIMED (1ull << 63)
+
+static inline uint64_t hca_claim_mark(uint32_t pid, uint64_t start_time)
+{
+    return HCA_STAMP_CLAIMED | ((uint64_t)(pid & 0x3fffffu) << 41) |
+           ((start_time & 0x1ffffffull) << 16);
+}
 
 static inline void hca_ring_attach(hca_ring_t *ring, void *base,
                                    uint32_t slots, uint32_t slot_size)
@@ -52,7 +59,7 @@ static inline void hca_ring_attach(hca_ring_t *ring, void *base,
     ring->slots     = (uint8_t*)base + sizeof(hca_ring_hdr_t);
     ring->mask      = slots - 1;
     ring->slot_size = slot_size;
-    ring->claimer   = (uint32_t)getpid();
+    ring->claim_mark = 0;
     atomic_init(&ring->cached_tail, 0);
 }
 
@@ -123,11 +130,12 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
                                                   memory_order_seq_cst,
                                                   memory_order_relaxed)) {
             /* who writes it, until the publish (same line as the data) */
-            atomic_store_explicit((_Atomic uint64_t*)hca_ring_slot(ring, h),
-                                  HCA_STAMP_CLAIMED |
-                                  ((uint64_t)(ring->claimer & 0x7fffffffu)
-                                   << 32) | (uint32_t)(h + 1),
-                                  memory_order_relaxed);
+            if (ring->claim_mark != 0) {
+                atomic_store_explicit(
+                        (_Atomic uint64_t*)hca_ring_slot(ring, h),
+                        ring->claim_mark | ((h + 1) & 0xffffu),
+                        memory_order_relaxed);
+            }
             *idx_p  = h;
             *wake_p = (head & HCA_RING_ARMED) != 0;
             return 0;
@@ -189,30 +197,29 @@ static inline void hca_ring_release(hca_ring_t *ring, uint64_t idx)
     atomic_store_explicit(&ring->hdr->tail, idx + 1, memory_order_release);
 }
 
-/* Consumer, now and then while nothing is published at tail: 1 if the
- * slot at tail was claimed by a process that is gone (killed between its
- * claim and its publish).  The caller then releases it unread.  A
- * producer killed between its claim and its stamp (two instructions)
- * is not seen. */
-static inline int hca_ring_dead_claim(hca_ring_t *ring)
+/* Consumer, now and then while nothing is published at tail: 1 with
+ * the claim mark of the slot at tail (*mark_p) if a producer claimed it
+ * and has not published it.  If that producer is gone (hca_claimer_gone)
+ * the consumer releases the slot unread.  A producer killed between its
+ * claim and its stamp (two instructions) is not seen. */
+static inline int hca_ring_claim_at_tail(hca_ring_t *ring, uint64_t *mark_p)
 {
     uint64_t tail = atomic_load_explicit(&ring->hdr->tail,
                                          memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&ring->hdr->head,
                                          memory_order_relaxed);
     uint64_t s;
-    pid_t pid;
 
     if ((head & ~HCA_RING_ARMED) == tail) {
         return 0;
     }
     s = atomic_load_explicit((_Atomic uint64_t*)hca_ring_slot(ring, tail),
                              memory_order_acquire);
-    if (!(s & HCA_STAMP_CLAIMED) || ((uint32_t)s != (uint32_t)(tail + 1))) {
+    if (!(s & HCA_STAMP_CLAIMED) || ((s & 0xffffu) != ((tail + 1) & 0xffffu))) {
         return 0; /* published, or not stamped yet */
     }
-    pid = (pid_t)((s >> 32) & 0x7fffffffu);
-    return (kill(pid, 0) != 0) && (errno == ESRCH);
+    *mark_p = s & ~0xffffull;
+    return 1;
 }
 
 /* Anyone: nothing published at tail (may be stale by the time it returns). */

@@ -45,6 +45,29 @@ static void *forge_map(const char *name, size_t *len)
     return (p == MAP_FAILED) ? NULL : p;
 }
 
+/* Our start time (field 22 of /proc/self/stat), for the claim mark that
+ * any producer stamps into the slots it claims. */
+static uint64_t forge_start_time(void)
+{
+    char buf[1024];
+    const char *p;
+    int field = 2;
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n;
+
+    if (f == NULL) {
+        return 0;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p      = strrchr(buf, ')');
+    for (; (p != NULL) && *p && (field < 22); ++p) {
+        field += (*p == ' ');
+    }
+    return (p != NULL) ? strtoull(p, NULL, 10) : 0;
+}
+
 int forge_open(const hca_port_addr_t *addr, uint32_t qpn, forge_t **f_p)
 {
     forge_t *f = calloc(1, sizeof(*f));
@@ -73,6 +96,8 @@ int forge_open(const hca_port_addr_t *addr, uint32_t qpn, forge_t **f_p)
         return -ENOENT;
     }
     hca_ring_attach(&f->ring, f->base, HCA_RING_SLOTS, HCA_RING_SLOT_SIZE);
+    f->ring.claim_mark = hca_claim_mark((uint32_t)getpid(),
+                                        forge_start_time());
     *f_p = f;
     return 0;
 }
