@@ -136,7 +136,8 @@ int  hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr);
 int  hca_port_addr_alive(const hca_port_addr_t *addr);
 
 /* Looks for peers of dev whose process is gone (kill(pid, 0): one cheap
- * syscall per peer, so it can run every 100 ms).  QPs connected to them
+ * syscall per peer, so it can run every 100 ms; and, in turn, one peer's
+ * start time, which also finds a zombie or a reused pid).  QPs connected to them
  * fail at their next operation or hca_qp_check_peer().  Returns how many
  * peers of dev were ever found dead: a caller that saw the number change
  * checks its QPs. */

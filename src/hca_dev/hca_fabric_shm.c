@@ -292,18 +292,28 @@ hca_map_t *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer, uint32_t dm_id)
 
 uint64_t hca_device_check_peers(hca_device_t *dev)
 {
+    uint32_t n = 0, full;
+
     pthread_mutex_lock(&dev->lock);
+    full = dev->sweep_turn++;
     for (hca_peer_t *peer = dev->peers; peer != NULL; peer = peer->next) {
         if (peer->self || peer->counted_dead) {
             continue;
         }
+        /* kill(pid, 0) for all; the start time (which also tells a
+         * zombie, and a pid taken by a new process) for one, in turn */
         if ((kill((pid_t)peer->addr.pid, 0) != 0) && (errno == ESRCH)) {
             atomic_store(&peer->dead, 1);
+        } else if (n++ == full) {
+            (void)hca_peer_alive(peer);
         }
         if (atomic_load(&peer->dead)) { /* here, or by a liveness check */
             peer->counted_dead = 1;
             atomic_fetch_add(&dev->dead_peers, 1);
         }
+    }
+    if (full >= n) {
+        dev->sweep_turn = 0;
     }
     pthread_mutex_unlock(&dev->lock);
     return atomic_load(&dev->dead_peers);

@@ -158,6 +158,8 @@ struct hca_device {
     uint32_t           n_pd;
     hca_peer_t        *peers;
     _Atomic uint64_t   dead_peers; /* found dead so far */
+    uint32_t           sweep_turn; /* hca_device_check_peers: whose start
+                                      time is read this time */
     hca_mapper_t      *mappers;    /* in ctx: who accesses our memory */
     hca_mapper_view_t *mapper_views; /* our mappings of their contexts */
     pthread_mutex_t    fence_lock; /* mapper_views */
