@@ -37,7 +37,7 @@ rel_setup() {
     rel_name=$1
     rel_logdir=${REL_LOGDIR:-$rel_bin/logs/$1}
     mkdir -p "$rel_logdir" || exit 2
-    make -s -C "$rel_srcdir" HCA_BUILD="$rel_build" O="$rel_bin" \
+    make -s -C "$rel_srcdir" -f helpers.mk HCA_BUILD="$rel_build" O="$rel_bin" \
         >"$rel_logdir/build.log" 2>&1 || {
         cat "$rel_logdir/build.log" >&2
         rel_say "error: cannot build the helpers (is $rel_build built?)"
