@@ -652,6 +652,9 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
                                   dattr.max_inline_data);
     self->tx_credits          = config->tx_cq_len;
     self->failed_eps          = 0;
+    self->progress_calls      = 0;
+    self->next_peer_check     = 0;
+    self->dead_peers          = 0;
     self->cq                  = NULL;
     self->ep_srq              = NULL;
     self->ep_rx_cq            = NULL;
