@@ -123,7 +123,6 @@ hca_wc_status_t hca_access_begin(hca_qp_t *qp, uint32_t rkey,
     hca_peer_t *peer = qp->peer;
     uint32_t index   = rkey >> 8;
     hca_mpt_entry_t *entry;
-    uint64_t start, len;
     int mode;
 
     if (peer->self) {
@@ -145,16 +144,8 @@ hca_wc_status_t hca_access_begin(hca_qp_t *qp, uint32_t rkey,
      * message) */
     hca_access_announce(qp, HCA_ACCESS_BUSY_FENCED);
     hca_access_mark(entry, (uint32_t)peer->mapper_slot, 0);
-    if ((atomic_load(&entry->state) != HCA_MPT_VALID) ||
-        (atomic_load(&entry->key) != rkey)) {
-        goto err;
-    }
-    start = entry->addr;
-    len   = entry->length;
-    if ((entry->pd_handle != pd_handle) ||
-        ((entry->access & access) != access) || (addr < start) ||
-        (addr - start > len) || (length > len - (addr - start)) ||
-        ((align > 1) && (addr % align) != 0)) {
+    if (!hca_mpt_entry_allows(entry, rkey, pd_handle, access, addr, length,
+                              align)) {
         goto err;
     }
     *entry_p = entry;

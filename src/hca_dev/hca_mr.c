@@ -200,23 +200,14 @@ hca_wc_status_t hca_mpt_acquire(hca_mpt_entry_t *table, uint32_t max_mr,
 {
     uint32_t index = rkey >> 8;
     hca_mpt_entry_t *entry;
-    uint64_t start, len;
 
     if ((index == 0) || (index >= max_mr)) {
         return HCA_WC_REM_ACCESS_ERR;
     }
     entry = &table[index];
     atomic_fetch_add(&entry->inflight, 1);
-    if ((atomic_load(&entry->state) != HCA_MPT_VALID) ||
-        (atomic_load(&entry->key) != rkey)) {
-        goto err;
-    }
-    start = entry->addr;
-    len   = entry->length;
-    if ((entry->pd_handle != pd_handle) ||
-        ((entry->access & access) != access) || (addr < start) ||
-        (addr - start > len) || (length > len - (addr - start)) ||
-        ((align > 1) && (addr % align) != 0)) {
+    if (!hca_mpt_entry_allows(entry, rkey, pd_handle, access, addr, length,
+                              align)) {
         goto err;
     }
     *entry_p = entry;

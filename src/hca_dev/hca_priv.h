@@ -420,6 +420,28 @@ void hca_wqe_done(hca_qp_t *qp, hca_wqe_t *wqe, hca_wc_status_t status);
 
 /* ---------------------------------------------------------------- MPT */
 
+/* The checks of every access, after it was announced (pinned or busy
+ * word): the entry is valid under key rkey, of the PD, grants access, and
+ * holds [addr, addr+length) at the alignment.  Fields read once each. */
+static inline int hca_mpt_entry_allows(const hca_mpt_entry_t *entry,
+                                       uint32_t rkey, uint32_t pd_handle,
+                                       unsigned access, uint64_t addr,
+                                       uint64_t length, unsigned align)
+{
+    uint64_t start, len;
+
+    if ((atomic_load(&entry->state) != HCA_MPT_VALID) ||
+        (atomic_load(&entry->key) != rkey)) {
+        return 0;
+    }
+    start = entry->addr;
+    len   = entry->length;
+    return (entry->pd_handle == pd_handle) &&
+           ((entry->access & access) == access) && (addr >= start) &&
+           (addr - start <= len) && (length <= len - (addr - start)) &&
+           ((align <= 1) || ((addr % align) == 0));
+}
+
 /* Checks and pins an entry of a (local or peer's) MPT.  0 on success,
  * else the completion status.  Release with hca_mpt_release(). */
 hca_wc_status_t hca_mpt_acquire(hca_mpt_entry_t *table, uint32_t max_mr,
