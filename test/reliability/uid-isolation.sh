@@ -31,8 +31,20 @@ daemon=(setpriv --reuid=1 --regid=1 --clear-groups)
 rel_setup uid-isolation
 [ "$(id -u)" = 0 ] || { rel_say "error: must run as root"; exit 2; }
 rel_new_run
-d=$rel_run_dir
-chmod 0777 "$d"
+# Other users run the helpers, the library and the module from a copy in
+# a directory they can reach: the build tree may lie under a private one
+# (a clone in a mktemp -d directory, mode 0700).
+stage=$(mktemp -d /tmp/hca-uid.XXXXXX) || exit 2
+trap 'cp -r "$stage/run/." "$rel_run_dir/" 2>/dev/null; rm -rf "$stage"' EXIT
+chmod 0755 "$stage"
+cp "$rel_bin/dev_open" "$rel_bin/squat" "$rel_bin/ucp_peer" \
+   "$rel_build"/src/hca_dev/.libs/libhcadev.so* \
+   "$rel_build/src/uct/hca/.libs/libuct_hca.so" "$stage/" || exit 2
+chmod -R a+rX "$stage"
+export LD_LIBRARY_PATH=$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+rel_bin=$stage
+d=$stage/run
+mkdir -p "$d" && chmod 0777 "$d"
 hangs=0 crashes=0
 
 # open_batch LABEL CMD...: runs dev_open $opens times as CMD; sets
@@ -81,6 +93,7 @@ rel_wait "$squat_pid" 30
 
 echo "(b) UCP between root and nobody"
 rel_ucx_env
+export LD_PRELOAD=$stage/libuct_hca.so
 # outcome ROLE: what ROLE saw before its cleanup, with the time of its
 # first error since the pair started ($t0, $sub of cross).
 outcome() {
