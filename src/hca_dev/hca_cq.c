@@ -1,17 +1,16 @@
 /*
- * hca_cq.c - completion queues.
+ * hca_cq.c - completion queues: a ring of CQEs with push, poll and arm.
  *
  * A power-of-two ring of CQEs with an owner (phase) bit: the producer
  * writes the entry, then stores the owner bit of the current wrap
  * (release); the consumer compares it with the phase it expects (acquire).
  * Producers never overwrite: a full CQ sets the overflow error instead.
- * Polling also runs the engines that feed the CQ (requester retries and
- * responses for its send QPs, the responder for its receive rings).
+ * The QPs and receive rings that feed a CQ are attached to it; running
+ * them is progress's job (hca_progress.c).
  *
- * Blocking: each CQ owns an AF_UNIX datagram socket bound to an abstract
- * name; peers in other processes send a byte to it, but only after the
- * consumer armed (flags in shared memory), so the fast path has no
- * syscall.
+ * Blocking: each CQ owns a notify socket (hca_notify.c); peers in other
+ * processes send a byte to it, but only after the consumer armed (flags
+ * in shared memory), so the fast path has no syscall.
  */
 #include "hca_priv.h"
 
@@ -157,78 +156,9 @@ int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc)
     return 0;
 }
 
-static int hca_qp_busy(const hca_qp_t *qp)
-{
-    return (qp->n_issued != 0) || (qp->sq_exec != qp->sq_head);
-}
-
-void hca_cq_mark_busy(hca_qp_t *qp)
-{
-    hca_cq_t *cq = qp->send_cq;
-
-    if (!qp->on_busy && hca_qp_busy(qp)) {
-        /* room for every attached QP was made at attach */
-        cq->busy_qps[cq->n_busy_qps++] = qp;
-        qp->on_busy                    = 1;
-    }
-}
-
-static void hca_cq_busy_del(hca_cq_t *cq, uint32_t i)
-{
-    cq->busy_qps[i]->on_busy = 0;
-    cq->busy_qps[i]          = cq->busy_qps[--cq->n_busy_qps];
-}
-
-/* Every 16384 polls: a slot claimed by a producer that was killed before
- * it published would stop its ring for good (hca_ring_dead_claim). */
-static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
-{
-    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        hca_rq_t *rq = cq->rqs[i];
-        uint64_t mark;
-        while (hca_ring_empty(&rq->ring) &&
-               hca_ring_claim_at_tail(&rq->ring, &mark) &&
-               hca_claimer_gone(mark)) {
-            hca_ring_release(&rq->ring,
-                             atomic_load(&rq->ring.hdr->tail));
-            __atomic_fetch_add(&cq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
-                               1, __ATOMIC_RELAXED);
-        }
-    }
-}
-
-/* Only QPs waiting for something are visited: an idle poll touches the
- * receive rings and the CQ and nothing else. */
-static void hca_cq_progress(hca_cq_t *cq)
-{
-    for (uint32_t i = 0; i < cq->n_busy_qps;) {
-        hca_qp_t *qp = cq->busy_qps[i];
-        hca_req_progress(qp);
-        if (!hca_qp_busy(qp)) {
-            hca_cq_busy_del(cq, i);
-        } else {
-            ++i;
-        }
-    }
-    if (HCA_UNLIKELY(cq->dev->fault.ring_stall_ms != 0) &&
-        hca_fault_ring_stalled(&cq->dev->fault)) {
-        return;
-    }
-    if (HCA_UNLIKELY((++cq->idle_polls & 16383) == 0)) {
-        hca_cq_reap_dead_claims(cq);
-    }
-    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        /* partials: their orphans end even when nothing else comes */
-        if (!hca_ring_empty(&cq->rqs[i]->ring) ||
-            HCA_UNLIKELY(cq->rqs[i]->n_partials > 0)) {
-            hca_resp_progress(cq->rqs[i], 64);
-        }
-    }
-}
-
 /* Entries were lost: like an HCA's CQ error, every QP that reports to
  * this CQ goes to ERR (once; outside the engines, so no re-entry). */
-static void hca_cq_overflow_error(hca_cq_t *cq)
+void hca_cq_overflow_error(hca_cq_t *cq)
 {
     if (cq->overflow_handled) {
         return;
@@ -247,11 +177,30 @@ static void hca_cq_overflow_error(hca_cq_t *cq)
     }
 }
 
-int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
+/* -EAGAIN if a ring already holds something (claimed or published). */
+int hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
+{
+    int rc = 0;
+
+    atomic_store(&cq->dev->notify[cq->idx].armed, armed);
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        hca_ring_t *ring = &cq->rqs[i]->ring;
+        if (armed) {
+            atomic_store(&ring->hdr->notify_idx, cq->idx);
+            if (hca_ring_arm(ring) != 0) {
+                rc = -EAGAIN;
+            }
+        } else {
+            hca_ring_disarm(ring);
+        }
+    }
+    return rc;
+}
+
+int hca_cq_ring_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
 {
     int n = 0;
 
-    hca_cq_progress(cq);
     while (n < num) {
         hca_cqe_t *cqe = &cq->ring[cq->cons & cq->mask];
         hca_qp_t *qp;
@@ -279,70 +228,6 @@ int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
     return n;
 }
 
-/* 1 if something would produce a completion without a peer's signal. */
-static int hca_cq_pending(hca_cq_t *cq)
-{
-    if (cq->prod != cq->cons) {
-        return 1;
-    }
-    for (uint32_t i = 0; i < cq->n_send_qps; ++i) {
-        hca_qp_t *qp = cq->send_qps[i];
-        /* queued work waits for ring space, which frees without a signal */
-        if (qp->sq_exec != qp->sq_head) {
-            return 1;
-        }
-        for (uint64_t s = qp->sq_tail; s != qp->sq_exec; ++s) {
-            hca_wqe_t *wqe = &qp->sq[s & qp->sq_mask];
-            if ((wqe->state == HCA_WQE_DONE) ||
-                ((wqe->state == HCA_WQE_ISSUED) &&
-                 (atomic_load(&qp->resp[s & qp->sq_mask].stamp) ==
-                  wqe->resp_stamp))) {
-                return 1;
-            }
-        }
-    }
-    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        if (!hca_ring_empty(&cq->rqs[i]->ring)) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* -EAGAIN if a ring already holds something (claimed or published). */
-static int hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
-{
-    int rc = 0;
-
-    atomic_store(&cq->dev->notify[cq->idx].armed, armed);
-    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        hca_ring_t *ring = &cq->rqs[i]->ring;
-        if (armed) {
-            atomic_store(&ring->hdr->notify_idx, cq->idx);
-            if (hca_ring_arm(ring) != 0) {
-                rc = -EAGAIN;
-            }
-        } else {
-            hca_ring_disarm(ring);
-        }
-    }
-    return rc;
-}
-
-int hca_cq_arm(hca_cq_t *cq)
-{
-    /* arm first, then look: a producer that published before the arm is
-     * seen here; one that claims a ring slot after it finds the armed bit
-     * in the ring's head (and its CQE/response producers see the notify
-     * flag: our store is seq_cst, they fence before loading it) */
-    if ((hca_cq_set_armed(cq, 1) != 0) || hca_cq_pending(cq) ||
-        cq->overflow) {
-        hca_cq_set_armed(cq, 0);
-        return -EAGAIN;
-    }
-    return 0;
-}
-
 int hca_cq_fd(hca_cq_t *cq)
 {
     return cq->sock;
@@ -354,28 +239,6 @@ void hca_cq_ack_events(hca_cq_t *cq)
 
     while (recv(cq->sock, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
     }
-}
-
-int hca_cq_wait(hca_cq_t *cq, int timeout_ms)
-{
-    struct pollfd pfd = {.fd = cq->sock, .events = POLLIN};
-    int rc;
-
-    if (hca_cq_arm(cq) == -EAGAIN) {
-        if (hca_cq_pending(cq) || cq->overflow) {
-            return 1;
-        }
-        /* only ring slots claimed before the arm and not yet published:
-         * their producers will not wake us, so look again soon */
-        rc = poll(&pfd, 1, ((timeout_ms >= 0) && (timeout_ms < 1)) ?
-                           timeout_ms : 1);
-        hca_cq_ack_events(cq);
-        return (rc > 0) ? 1 : hca_cq_pending(cq);
-    }
-    rc = poll(&pfd, 1, timeout_ms);
-    hca_cq_set_armed(cq, 0);
-    hca_cq_ack_events(cq);
-    return (rc > 0) ? 1 : hca_cq_pending(cq);
 }
 
 static int hca_ptr_array_add(void ***array, uint32_t *n, void *item)
@@ -427,7 +290,8 @@ void hca_cq_detach_qp(hca_cq_t *cq, hca_qp_t *qp)
 {
     for (uint32_t i = 0; i < cq->n_busy_qps; ++i) {
         if (cq->busy_qps[i] == qp) {
-            hca_cq_busy_del(cq, i);
+            qp->on_busy     = 0;
+            cq->busy_qps[i] = cq->busy_qps[--cq->n_busy_qps];
             break;
         }
     }

@@ -495,6 +495,45 @@ int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
                        uint64_t remote_addr, uint32_t rkey,
                        uint64_t compare_add, uint64_t swap, void *result);
 
+/* The fast paths of a connected QP's fabric, for a transport that caches
+ * them per endpoint: each pointer does what the function of the same name
+ * above does (a call through it is the whole fast path: no dispatch in
+ * between), and answers "does not apply" (-EBUSY, -EAGAIN, NULL) where
+ * the fabric has no such path; caps says which may apply, so a caller
+ * can skip the call.  Valid from RTR until the QP is reset or destroyed;
+ * before RTR every path is "does not apply". */
+enum {
+    HCA_FAST_SEND   = 1u << 0, /* send_reserve/commit/cancel */
+    HCA_FAST_WRITE  = 1u << 1, /* write_direct */
+    HCA_FAST_PTR    = 1u << 2, /* direct_ptr/done */
+    HCA_FAST_ATOMIC = 1u << 3  /* atomic_direct */
+};
+
+typedef struct hca_fast_ops {
+    unsigned caps;             /* HCA_FAST_* */
+    int   (*send_reserve)(hca_qp_t *qp, uint32_t length_hint,
+                          hca_send_slot_t *slot);
+    int   (*send_commit)(hca_qp_t *qp, hca_send_slot_t *slot,
+                         uint32_t length, hca_wr_opcode_t opcode,
+                         uint32_t imm_data);
+    void  (*send_cancel)(hca_qp_t *qp, hca_send_slot_t *slot);
+    int   (*write_direct)(hca_qp_t *qp, const void *buf, size_t length,
+                          uint64_t remote_addr, uint32_t rkey);
+    void *(*direct_ptr)(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                        size_t length, unsigned access);
+    void  (*direct_done)(hca_qp_t *qp);
+    int   (*atomic_direct)(hca_qp_t *qp, hca_wr_opcode_t opcode,
+                           unsigned size, uint64_t remote_addr,
+                           uint32_t rkey, uint64_t compare_add,
+                           uint64_t swap, void *result);
+} hca_fast_ops_t;
+
+const hca_fast_ops_t *hca_qp_fast_ops(const hca_qp_t *qp);
+/* After a fast send_reserve answered -EAGAIN (the target's ring is full):
+ * the rule hca_send_reserve applies itself - -EAGAIN, or -ECONNRESET once
+ * the ring stayed full and its owner is gone (the QP is then in ERR). */
+int hca_qp_send_blocked(hca_qp_t *qp);
+
 /* In-place receive, for a QP created with HCA_QP_CREATE_RECV_INPLACE:
  * hca_recv_peek() returns 1 and describes the next message if it is a
  * SEND that fits one ring slot; data stays valid until

@@ -25,7 +25,7 @@ static pthread_once_t   hca_self_clean  = PTHREAD_ONCE_INIT;
  * devices concurrently). */
 static void hca_reclaim_self(void)
 {
-    hca_shm_reclaim(hca_ns_inode("pid"), (uint32_t)getpid(), 1);
+    hca_memobj_reclaim(hca_ns_inode("pid"), (uint32_t)getpid(), 1);
 }
 
 static int hca_num_devices(void)
@@ -57,7 +57,7 @@ static int hca_ctx_create(hca_device_t *dev)
     size_t off = hca_align_up(sizeof(hca_ctx_hdr_t));
     size_t mpt_off, qp_off, notify_off, svc_off, cnt_off, map_off, busy_off;
     size_t total;
-    char name[96];
+    char name[HCA_OBJ_NAME_MAX];
     int rc;
 
     mpt_off    = off;
@@ -78,7 +78,7 @@ static int hca_ctx_create(hca_device_t *dev)
     total      = off + sizeof(hca_busy_t) * (HCA_MAX_QP + 1);
 
     hca_ctx_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id);
-    rc = hca_shm_create(&dev->ctx, name, total, dev->numa_node);
+    rc = hca_memobj_create(&dev->ctx, name, total, dev->numa_node);
     if (rc != 0) {
         return rc;
     }
@@ -111,14 +111,18 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->hdr->mappers_offset  = map_off;
     dev->hdr->busy_offset     = busy_off;
     dev->hdr->name_nonce      = dev->name_nonce;
-    dev->hdr->direct_fence    = (uint32_t)hca_access_fence_init(dev);
     dev->hdr->single_copy = (uint32_t)dev->single_copy;
     dev->hdr->probe_addr  = (uint64_t)(uintptr_t)&dev->probe_value;
     dev->hdr->probe_value = dev->probe_value;
-    /* magic last: peers validate it before anything else */
+    return 0; /* published by hca_ctx_publish(), once the fabrics filled in
+                 their part */
+}
+
+/* Magic last: peers validate it before anything else. */
+static void hca_ctx_publish(hca_device_t *dev)
+{
     atomic_thread_fence(memory_order_release);
-    dev->hdr->magic       = HCA_WIRE_MAGIC;
-    return 0;
+    dev->hdr->magic = HCA_WIRE_MAGIC;
 }
 
 int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
@@ -138,6 +142,8 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     }
     snprintf(dev->name, sizeof(dev->name), "hca%d", index);
     dev->flags     = flags;
+    dev->trace     = (getenv("HCA_TRACE") != NULL) &&
+                     (atoi(getenv("HCA_TRACE")) > 0);
     dev->numa_node = (numa_available() >= 0) ? index : -1;
     dev->pid       = (uint32_t)getpid();
     dev->pidns     = hca_ns_inode("pid");
@@ -145,13 +151,10 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     ctx_id         = atomic_fetch_add(&hca_next_ctx_id, 1);
     dev->ctx_id    = ctx_id;
     dev->send_sock = -1;
-    dev->svc_sock  = -1;
     dev->next_pd   = 1;
     dev->next_dm_id   = 1;
     dev->next_ring_id = 1;
     pthread_mutex_init(&dev->lock, NULL);
-    pthread_mutex_init(&dev->fence_lock, NULL);
-    pthread_mutex_init(&dev->qobj_lock, NULL);
     hca_fault_init(&dev->fault);
 
     rc = hca_host_id_get(&dev->host);
@@ -170,16 +173,15 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
         (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     }
 
-    hca_shm_reclaim(dev->pidns, dev->pid, 0); /* dead owners' objects */
+    hca_memobj_reclaim(dev->pidns, dev->pid, 0); /* dead owners' objects */
 
     dev->mpt_tag = calloc(HCA_MAX_MR, sizeof(*dev->mpt_tag));
     dev->mrs     = calloc(HCA_MAX_MR, sizeof(*dev->mrs));
     dev->qps     = calloc(HCA_MAX_QP + 1, sizeof(*dev->qps));
     dev->qp_gen  = calloc(HCA_MAX_QP + 1, sizeof(*dev->qp_gen));
     dev->cqs     = calloc(HCA_MAX_CQ, sizeof(*dev->cqs));
-    dev->mapper_views = calloc(HCA_MAX_MAPPERS, hca_mapper_view_size());
     if (!dev->mpt_tag || !dev->mrs || !dev->qps || !dev->qp_gen ||
-        !dev->cqs || !dev->mapper_views) {
+        !dev->cqs) {
         rc = -ENOMEM;
         goto err_free;
     }
@@ -220,17 +222,18 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     }
 
     hca_stats_open(dev);
-    rc = hca_svc_start(dev);
+    rc = hca_fabric_open(dev);
     if (rc != 0) {
         goto err_destroy_ctx;
     }
+    hca_ctx_publish(dev);
 
     *dev_p = dev;
     return 0;
 
 err_destroy_ctx:
-    hca_shm_destroy(&dev->host_stats);
-    hca_shm_destroy(&dev->ctx);
+    hca_memobj_destroy(&dev->host_stats);
+    hca_memobj_destroy(&dev->ctx);
 err_close_sock:
     close(dev->send_sock);
 err_free:
@@ -239,9 +242,6 @@ err_free:
     free(dev->qps);
     free(dev->qp_gen);
     free(dev->cqs);
-    free(dev->mapper_views);
-    pthread_mutex_destroy(&dev->fence_lock);
-    pthread_mutex_destroy(&dev->qobj_lock);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
     return rc;
@@ -254,28 +254,23 @@ int hca_device_close(hca_device_t *dev)
     if (dev == NULL) {
         return -EINVAL;
     }
-    hca_svc_stop(dev);
-    hca_peers_destroy(dev);
+    hca_fabric_close(dev);
     /* device memory the user did not free: its objects must not outlive
      * the context */
     while ((dm = dev->dm_list) != NULL) {
         dev->dm_list = dm->next;
-        hca_shm_destroy(&dm->shm);
+        hca_memobj_destroy(&dm->shm);
         free(dm);
     }
     hca_stats_close(dev);
-    hca_access_fence_close(dev);
     dev->hdr->magic = 0;
-    hca_shm_destroy(&dev->ctx);
+    hca_memobj_destroy(&dev->ctx);
     close(dev->send_sock);
     free(dev->mpt_tag);
     free(dev->mrs);
     free(dev->qps);
     free(dev->qp_gen);
     free(dev->cqs);
-    free(dev->mapper_views);
-    pthread_mutex_destroy(&dev->fence_lock);
-    pthread_mutex_destroy(&dev->qobj_lock);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
     return 0;
@@ -348,62 +343,15 @@ void hca_port_address(hca_device_t *dev, hca_port_addr_t *addr)
 
 int hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr)
 {
-    return hca_host_id_equal(&dev->host, &addr->host);
+    return hca_fabric_for_addr(dev, addr) != NULL;
 }
 
-/* The abstract socket address of consumer idx (a CQ, or HCA_NOTIFY_SVC)
- * of context (pidns, pid, ctx): with the context's random nonce, so that
- * no other process can bind it first and keep the context from opening
- * (abstract names carry no permissions). */
-static socklen_t hca_notify_addr(struct sockaddr_un *sa, uint32_t pidns,
-                                 uint32_t pid, uint32_t ctx, uint32_t nonce,
-                                 uint32_t idx)
+uint64_t hca_device_check_peers(hca_device_t *dev)
 {
-    int n;
-
-    memset(sa, 0, sizeof(*sa));
-    sa->sun_family = AF_UNIX;
-    if (idx == HCA_NOTIFY_SVC) {
-        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1,
-                     "hca.%u.%u.%u.%08x.svc", pidns, pid, ctx, nonce);
-    } else {
-        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1,
-                     "hca.%u.%u.%u.%08x.cq%u", pidns, pid, ctx, nonce, idx);
+    for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        if (dev->fabric_open[t]) {
+            (void)dev->fabric_ops[t].check_peers(dev);
+        }
     }
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-}
-
-/* Any thread: wakes the consumer (pid, ctx, idx) of this host.  A full
- * socket buffer means a wakeup is already pending, so EAGAIN is fine. */
-void hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
-                       uint32_t ctx, uint32_t nonce, uint32_t idx)
-{
-    struct sockaddr_un sa;
-    socklen_t len = hca_notify_addr(&sa, pidns, pid, ctx, nonce, idx);
-    char byte     = 1;
-
-    (void)sendto(dev->send_sock, &byte, 1, MSG_DONTWAIT,
-                 (struct sockaddr*)&sa, len);
-    __atomic_fetch_add(&dev->svc_cnt->wakeups_sent, 1, __ATOMIC_RELAXED);
-}
-
-/* Binds a datagram socket to the abstract name of consumer idx. */
-int hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p)
-{
-    struct sockaddr_un sa;
-    socklen_t len = hca_notify_addr(&sa, dev->pidns, dev->pid, dev->ctx_id,
-                                    dev->name_nonce, idx);
-    int fd, rc;
-
-    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        return -errno;
-    }
-    if (bind(fd, (struct sockaddr*)&sa, len) != 0) {
-        rc = -errno;
-        close(fd);
-        return rc;
-    }
-    *fd_p = fd;
-    return 0;
+    return atomic_load(&dev->dead_peers);
 }

@@ -1,56 +1,106 @@
 /*
- * hca_fabric.h - what the engines need from a fabric.
+ * hca_fabric.h - the fabric interface: all that the device's engines and
+ * objects need from the medium that carries their requests and responses.
  *
- * The requester (hca_req.c) owns the send queue: order, fences, the
- * un-posting of a WR that finds no room, completions in post order.  For
- * each WQE it calls the fabric's exec(), which moves the data (or starts
- * to) and says how far it got.  The completer (hca_comp.c) asks the fabric
- * for responses to issued WQEs.  The responder side of the shm fabric is
- * hca_resp.c (receive rings) and hca_service.c (requests the requester
- * cannot execute itself).  A TCP fabric plugs in under the same calls.
+ * A fabric moves data; it never completes a WQE, pushes a CQE or changes
+ * a QP's state itself: each op returns what happened and the caller (an
+ * engine, an object) acts on it.  The fabric of a QP is chosen at connect
+ * time from the peer's address (hca_fabric_for_addr) and kept in
+ * qp->fabric; its per-QP state lives in qp->fabric_priv and its
+ * per-device state in dev->fabric_dev[type], both private to it.
+ *
+ * Mandatory ops are set by every fabric.  The optional ones (the fast
+ * paths, and ops a fabric has no use for) may be NULL in a fabric's table:
+ * hca_fabric_open() fills them with "unsupported" defaults, the way
+ * libibverbs fills a provider's ops, so callers never test for NULL.
  */
 #ifndef HCA_FABRIC_H
 #define HCA_FABRIC_H
 
+#include "hca_dev.h"
+#include "hca_wire.h"
+
+struct hca_wqe;
+struct hca_rwqe;
+
+/* Bytes of per-QP state a fabric may keep in qp->fabric_priv. */
+#define HCA_FABRIC_QP_PRIV 192
+
+/* What exec() and poll_response() did with a WQE. */
 typedef enum {
-    HCA_EXEC_DONE = 0, /* complete: hca_wqe_done() was called */
+    HCA_EXEC_DONE = 0, /* finished with *status_p: the engine completes it */
     HCA_EXEC_ISSUED,   /* waiting for the peer's response */
     HCA_EXEC_PARTIAL,  /* some data moved, call again later */
     HCA_EXEC_BUSY      /* no room at the peer, nothing done */
 } hca_exec_t;
 
 typedef struct hca_fabric_ops {
-    const char *name;
-    /* INIT->RTR: check the address, attach to the peer. */
-    int        (*connect)(struct hca_qp *qp);
-    /* Executes (part of) the WQE at the head of execution. */
-    hca_exec_t (*exec)(struct hca_qp *qp, hca_wqe_t *wqe);
-    /* Checks the response of an issued WQE: DONE when it arrived (and
-     * hca_wqe_done() was called) or ISSUED/PARTIAL while waiting. */
-    hca_exec_t (*poll_response)(struct hca_qp *qp, hca_wqe_t *wqe);
-    /* HCA_WC_SUCCESS while the peer is alive and answering; else why
-     * the QP fails (gone: RETRY_EXC_ERR, cannot answer: REM_OP_ERR). */
-    hca_wc_status_t (*peer_status)(struct hca_qp *qp);
+    const char        *name;
+    hca_fabric_type_t  type;
+
+    /* ---- device: the context's fabric state and threads */
+    int   (*dev_open)(hca_device_t *dev);
+    void  (*dev_close)(hca_device_t *dev);
+
+    /* ---- addressing: can this fabric reach the context at addr? */
+    int   (*reachable)(hca_device_t *dev, const hca_port_addr_t *addr);
+
+    /* ---- connection: INIT->RTR of a QP with a peer (qp->dest), and the
+     * end of it (RESET, destroy) */
+    int   (*connect)(hca_qp_t *qp);
+    void  (*disconnect)(hca_qp_t *qp);
+
+    /* ---- requester: executes (part of) the WQE at the head of
+     * execution; polls the response of an ISSUED one (DONE when it came) */
+    hca_exec_t (*exec)(hca_qp_t *qp, struct hca_wqe *wqe,
+                       hca_wc_status_t *status_p);
+    hca_exec_t (*poll_response)(hca_qp_t *qp, struct hca_wqe *wqe,
+                                hca_wc_status_t *status_p);
+    /* 1 if the response of an ISSUED WQE is there (no side effect: for
+     * arming a CQ) */
+    int   (*response_ready)(const hca_qp_t *qp, const struct hca_wqe *wqe);
+
+    /* ---- responder: what the receive side needs from the fabric of the
+     * message it handles.  pull copies a message's data from its source
+     * (the iovs it described) into the receive WQE; answer tells the
+     * source's waiting WQE how it ended; source_alive says if the source
+     * context still runs. */
+    hca_wc_status_t (*pull)(hca_device_t *dev, const hca_msg_hdr_t *hdr,
+                            const hca_wire_iov_t *iov, const struct hca_rwqe *rwqe);
+    void  (*answer)(hca_device_t *dev, const hca_msg_hdr_t *hdr,
+                    const hca_pull_hdr_t *pull, hca_wc_status_t status);
+    int   (*source_alive)(hca_device_t *dev, uint32_t pid, uint32_t ctx_id);
+
+    /* ---- memory: after an MPT entry of ours was invalidated, waits for
+     * the accesses this fabric's peers may still make to it (the
+     * deregistration promise) */
+    void  (*mr_fence)(hca_device_t *dev, const hca_mpt_entry_t *entry,
+                      uint32_t accessors, int unfenced);
+
+    /* ---- liveness */
+    hca_wc_status_t (*peer_status)(hca_qp_t *qp);
+    uint64_t (*check_peers)(hca_device_t *dev);
+
+    /* ---- optional fast paths (hca_dev.h "direct send" and "direct
+     * RDMA"): on an idle send queue, executed inside the call */
+    int   (*post_direct)(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length);
+    hca_fast_ops_t fast;
+    int   (*rkey_ptr)(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                      size_t length, void **ptr_p);
 } hca_fabric_ops_t;
 
-extern const hca_fabric_ops_t hca_fabric_shm;
-
-/* shm fabric: peers and their objects */
-hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr);
-void        hca_peers_destroy(hca_device_t *dev);
-hca_map_t  *hca_peer_ring(hca_device_t *dev, hca_peer_t *peer,
-                          uint32_t ring_id);
-/* Maps a requester QP's q object (not cached: see hca_answer.c). */
-hca_map_t  *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
-                              uint32_t qpn);
-hca_map_t  *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer,
-                        uint32_t dm_id);
-int         hca_peer_alive(hca_peer_t *peer);
-/* The doorbell's fast path (see hca_fabric_shm.c): 1 if wr was executed
- * completely inside the call and needs no WQE and no CQE. */
-int         hca_shm_post_direct(struct hca_qp *qp, hca_send_wr_t *wr,
-                                uint64_t length);
-/* Empties the direct path's MPT cache (new connection). */
-void        hca_direct_forget(struct hca_qp *qp);
+/* Opens every fabric on a new device context (their defaults filled in
+ * dev->fabric_ops); closes them in reverse. */
+int  hca_fabric_open(hca_device_t *dev);
+void hca_fabric_close(hca_device_t *dev);
+/* The fabric that reaches addr from dev, or NULL (unreachable). */
+const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
+                                            const hca_port_addr_t *addr);
+/* The fabric of a received ring message (today: shm). */
+const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
+                                          const hca_msg_hdr_t *hdr);
+/* A fabric that is not connected: every op fails or is unsupported
+ * (a QP before RTR, or a receive-only target). */
+extern const hca_fabric_ops_t hca_fabric_none;
 
 #endif

@@ -130,8 +130,8 @@ int hca_proc_start_time(uint32_t pid, uint64_t *start_p)
 int hca_port_addr_alive(const hca_port_addr_t *addr)
 {
     hca_host_id_t self;
-    char name[96];
-    hca_shm_t shm;
+    char name[HCA_OBJ_NAME_MAX];
+    hca_memobj_t shm;
     uint64_t start;
     int alive;
 
@@ -144,12 +144,12 @@ int hca_port_addr_alive(const hca_port_addr_t *addr)
     }
     hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
                  addr->ctx_id);
-    if (hca_shm_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
+    if (hca_memobj_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* its context is closed */
     }
     alive = (hca_proc_start_time(addr->pid, &start) == 0) &&
             (start == ((hca_ctx_hdr_t*)shm.addr)->start_time);
-    hca_shm_destroy(&shm);
+    hca_memobj_destroy(&shm);
     return alive;
 }
 

@@ -5,7 +5,7 @@
  * The MPT lives in the context object, so requesters on the same host check
  * it themselves (hca_access_begin); the protocol that keeps deregistration
  * safe is described at hca_mpt_entry_t in hca_wire.h and in
- * hca_access_fence.c.
+ * hca_shm_fence.c.
  */
 #include "hca_priv.h"
 
@@ -115,7 +115,7 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     }
     mr->pd     = pd;
     mr->index  = index;
-    mr->key    = (index << 8) | dev->mpt_tag[index];
+    mr->key    = hca_key_make(index, dev->mpt_tag[index]);
     mr->addr   = addr;
     mr->length = length;
 
@@ -153,7 +153,7 @@ int hca_mr_dereg(hca_mr_t *mr)
     uint32_t accessors;
 
     /* 1. no new access passes the check (seq_cst: pairs with the
-     *    accessors' announce-then-check, hca_access_fence.c) */
+     *    accessors' announce-then-check, hca_shm_fence.c) */
     atomic_store(&entry->state, HCA_MPT_INVALID);
     /* 2. our own threads (responder, a QP to ourselves) that passed it */
     while (atomic_load(&entry->inflight) != 0) {
@@ -166,8 +166,12 @@ int hca_mr_dereg(hca_mr_t *mr)
      *    accessed skips this. */
     accessors = atomic_load(&entry->accessors);
     if (accessors != 0) {
-        hca_access_fence_wait(dev, accessors,
-                              atomic_load(&entry->unfenced) != 0);
+        for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+            if (dev->fabric_open[t]) {
+                dev->fabric_ops[t].mr_fence(dev, entry, accessors,
+                                            atomic_load(&entry->unfenced) != 0);
+            }
+        }
     }
     pthread_mutex_lock(&dev->lock);
     atomic_store(&entry->key, 0);
@@ -192,38 +196,12 @@ uint32_t hca_mr_rkey(const hca_mr_t *mr)
     return mr->key;
 }
 
-hca_wc_status_t hca_mpt_acquire(hca_mpt_entry_t *table, uint32_t max_mr,
-                                uint32_t rkey, uint32_t pd_handle,
-                                unsigned access, uint64_t addr,
-                                uint64_t length, unsigned align,
-                                hca_mpt_entry_t **entry_p)
-{
-    uint32_t index = rkey >> 8;
-    hca_mpt_entry_t *entry;
-
-    if ((index == 0) || (index >= max_mr)) {
-        return HCA_WC_REM_ACCESS_ERR;
-    }
-    entry = &table[index];
-    atomic_fetch_add(&entry->inflight, 1);
-    if (!hca_mpt_entry_allows(entry, rkey, pd_handle, access, addr, length,
-                              align)) {
-        goto err;
-    }
-    *entry_p = entry;
-    return HCA_WC_SUCCESS;
-
-err:
-    hca_mpt_release(entry);
-    return HCA_WC_REM_ACCESS_ERR;
-}
-
 hca_wc_status_t hca_sge_check(hca_device_t *dev, uint32_t pd_handle,
                               const hca_sge_t *sge, int num_sge,
                               unsigned access)
 {
     for (int i = 0; i < num_sge; ++i) {
-        uint32_t index = sge[i].lkey >> 8;
+        uint32_t index = hca_key_index(sge[i].lkey);
         hca_mpt_entry_t *entry;
 
         if ((index == 0) || (index >= HCA_MAX_MR)) {
@@ -247,7 +225,7 @@ hca_wc_status_t hca_sge_check(hca_device_t *dev, uint32_t pd_handle,
 
 int hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p)
 {
-    char name[96];
+    char name[HCA_OBJ_NAME_MAX];
     hca_dm_t *dm;
     int rc;
 
@@ -264,7 +242,7 @@ int hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p)
 
     hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
                  dev->name_nonce, "dm", dm->id);
-    rc = hca_shm_create(&dm->shm, name, length, dev->numa_node);
+    rc = hca_memobj_create(&dm->shm, name, length, dev->numa_node);
     if (rc != 0) {
         free(dm);
         return rc;
@@ -296,7 +274,7 @@ int hca_dm_free(hca_dm_t *dm)
         }
     }
     pthread_mutex_unlock(&dev->lock);
-    hca_shm_destroy(&dm->shm);
+    hca_memobj_destroy(&dm->shm);
     free(dm);
     return 0;
 }

@@ -11,10 +11,12 @@
 #include "hca_dev.h"
 #include "hca_ring.h"
 #include "hca_wire.h"
+#include "hca_fabric.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #define HCA_LIKELY(x)   __builtin_expect(!!(x), 1)
@@ -26,7 +28,6 @@
 /* Device limits (per opened context) */
 #define HCA_MAX_MR        65536
 #define HCA_MAX_QP        4095      /* QPN = gen << 12 | index, index > 0 */
-#define HCA_QPN_INDEX_BITS 12
 #define HCA_MAX_CQ        1024
 #define HCA_MAX_DM        1024
 #define HCA_MAX_PD        65536
@@ -42,18 +43,20 @@
 
 /* ---------------------------------------------------------------- shm */
 
-typedef struct hca_shm {
+#define HCA_OBJ_NAME_MAX 96 /* "/hca.<pidns>.<pid>.<ctx>.<nonce>.<kind><id>" */
+
+typedef struct hca_memobj {
     void   *addr;
     size_t  length;
-    char    name[96];
+    char    name[HCA_OBJ_NAME_MAX];
     int     owner;          /* created by us: unlink on close */
-} hca_shm_t;
+} hca_memobj_t;
 
-int  hca_shm_create(hca_shm_t *shm, const char *name, size_t length,
+int  hca_memobj_create(hca_memobj_t *shm, const char *name, size_t length,
                     int numa_node);
-int  hca_shm_map(hca_shm_t *shm, const char *name, size_t min_length);
-void hca_shm_destroy(hca_shm_t *shm);
-void hca_shm_reclaim(uint32_t pidns, uint32_t self_pid, int first_open);
+int  hca_memobj_map(hca_memobj_t *shm, const char *name, size_t min_length);
+void hca_memobj_destroy(hca_memobj_t *shm);
+void hca_memobj_reclaim(uint32_t pidns, uint32_t self_pid, int first_open);
 void hca_ctx_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
                   uint32_t ctx);
 void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
@@ -65,48 +68,6 @@ int      hca_proc_start_time(uint32_t pid, uint64_t *start_p);
 /* 1 if the producer of a claim mark (hca_ring.h) is gone. */
 int      hca_claimer_gone(uint64_t mark);
 uint32_t hca_ns_inode(const char *kind);
-
-/* ---------------------------------------------------------------- peers */
-
-/* A mapping of a peer object, immutable once published on a list. */
-typedef struct hca_map {
-    struct hca_map *next;
-    uint64_t        id;
-    uint64_t        used;     /* q objects: last use (hca_answer.c) */
-    hca_shm_t       shm;
-    hca_ring_t      ring;     /* for rings */
-    hca_resp_slot_t *resp;    /* q objects: validated at map time, never */
-    uint8_t         *bounce;  /* re-read from the peer's header */
-    uint32_t        sq_depth;
-} hca_map_t;
-
-/* Another device context (usually another process) we talk to.  Lives
- * until our device closes.  Lists are prepended under dev->lock and read
- * without it. */
-typedef struct hca_peer {
-    struct hca_peer   *next;
-    hca_port_addr_t    addr;
-    uint32_t           pidns;
-    hca_shm_t          ctx;
-    hca_ctx_hdr_t      hdr;        /* validated copy */
-    hca_mpt_entry_t   *mpt;
-    hca_qp_pub_t      *qp_pub;
-    hca_notify_t      *notify;
-    hca_ring_t         svc;
-    _Atomic(hca_map_t*) rings;
-    hca_map_t         *qobjs;      /* under dev->qobj_lock */
-    _Atomic(hca_map_t*) dms;
-    int                cma_ok;     /* single copy permitted to this peer */
-    hca_mapper_t      *mappers;    /* its mapper table, busy words */
-    hca_busy_t        *busy;
-    _Atomic int        access_mode;/* HCA_ACCESS_* (hca_access_fence.h) */
-    int                mapper_slot;/* ours in its mapper table, or -1 */
-    _Atomic int        dead;
-    int                counted_dead; /* in dev->dead_peers (dev->lock) */
-    int                self;       /* our own context */
-} hca_peer_t;
-
-typedef struct hca_mapper_view hca_mapper_view_t;
 
 /* Fault injection (hca_fault.c): HCA_FAULT="map=P,reg=P,answer_delay_us=N,
  * ring_stall_ms=N" (P a probability in [0,1]); off by default. */
@@ -139,7 +100,7 @@ struct hca_device {
     uint64_t           start_time;
     hca_host_id_t      host;
     pthread_mutex_t    lock;       /* tables, peers, counters */
-    hca_shm_t          ctx;
+    hca_memobj_t          ctx;
     hca_ctx_hdr_t     *hdr;
     hca_mpt_entry_t   *mpt;
     hca_qp_pub_t      *qp_pub;
@@ -156,30 +117,21 @@ struct hca_device {
     uint32_t           next_ring_id;
     uint32_t           next_pd;
     uint32_t           n_pd;
-    hca_peer_t        *peers;
-    _Atomic uint64_t   dead_peers; /* found dead so far */
-    uint32_t           sweep_turn; /* hca_device_check_peers: whose start
-                                      time is read this time */
+    _Atomic uint64_t   dead_peers; /* found dead so far, all fabrics */
     hca_mapper_t      *mappers;    /* in ctx: who accesses our memory */
-    hca_mapper_view_t *mapper_views; /* our mappings of their contexts */
-    pthread_mutex_t    fence_lock; /* mapper_views */
-    pthread_mutex_t    qobj_lock;  /* peers' q objects (hca_answer.c) */
-    uint32_t           n_qobjs;
-    uint64_t           qobj_tick;
     hca_fault_cfg_t    fault;
+    /* the fabrics (hca_fabric.c): ops with defaults, and their state */
+    hca_fabric_ops_t   fabric_ops[HCA_FABRIC_LAST];
+    int                fabric_open[HCA_FABRIC_LAST];
+    void              *fabric_dev[HCA_FABRIC_LAST];
     hca_busy_t        *busy;       /* in ctx: our QPs' busy words */
-    int                mb_ok;      /* registered for membarrier: our
-                                      deregistrations run it */
     int                send_sock;  /* unbound, for wakeups */
     int                single_copy;
+    int                trace;      /* HCA_TRACE=1: engines log transitions */
     volatile uint64_t  probe_value;
     hca_counters_t     retired;    /* destroyed QPs */
     hca_counters_t    *svc_cnt;    /* in the ctx object; responder side */
-    hca_shm_t          host_stats; /* host-wide totals of closed objects */
-    pthread_t          svc_thread;
-    int                svc_sock;
-    int                svc_started;
-    _Atomic int        svc_stop;
+    hca_memobj_t          host_stats; /* host-wide totals of closed objects */
 };
 
 struct hca_pd {
@@ -201,7 +153,7 @@ struct hca_dm {
     struct hca_dm *next;
     hca_device_t  *dev;
     uint32_t       id;
-    hca_shm_t      shm;
+    hca_memobj_t      shm;
     size_t         length;
     uint32_t       mrs;      /* MRs inside it (dev->lock) */
 };
@@ -239,10 +191,13 @@ struct hca_cq {
 
 /* Producer (engine code of the owner): never overwrites. */
 int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc);
+/* Consumer: up to num CQEs, or -EOVERFLOW (then its QPs are in ERR). */
+int hca_cq_ring_poll(hca_cq_t *cq, int num, hca_wc_t *wc);
+/* Arms (1) or disarms (0) the CQ and its receive rings; -EAGAIN if a
+ * ring already holds something. */
+int hca_cq_set_armed(hca_cq_t *cq, uint32_t armed);
+void hca_cq_overflow_error(hca_cq_t *cq);
 int hca_cq_attach_qp(hca_cq_t *cq, struct hca_qp *qp);
-/* After the requester ran: put qp on its CQ's busy list if it has issued
- * or queued WQEs (owner thread). */
-void hca_cq_mark_busy(struct hca_qp *qp);
 void hca_cq_detach_qp(hca_cq_t *cq, struct hca_qp *qp);
 int hca_cq_attach_rq(hca_cq_t *cq, struct hca_rq *rq);
 void hca_cq_detach_rq(hca_cq_t *cq, struct hca_rq *rq);
@@ -277,7 +232,7 @@ typedef struct hca_rq {
     hca_device_t *dev;
     hca_pd_t     *pd;
     uint32_t      ring_id;
-    hca_shm_t     shm;
+    hca_memobj_t     shm;
     hca_ring_t    ring;
     hca_rwqe_t   *wqes;
     uint32_t      mask;
@@ -297,6 +252,32 @@ struct hca_srq {
     hca_rq_t rq;
     int      qps;
 };
+
+/* Copies into the receive buffer at offset; LOC_LEN_ERR if it does not
+ * fit (nothing beyond the buffer is touched). */
+static inline hca_wc_status_t hca_rwqe_place(const hca_rwqe_t *rwqe,
+                                             uint64_t offset,
+                                             const uint8_t *src,
+                                             uint64_t len)
+{
+    if ((offset > rwqe->length) || (len > rwqe->length - offset)) {
+        return HCA_WC_LOC_LEN_ERR;
+    }
+    for (uint32_t i = 0; (i < rwqe->num_sge) && (len > 0); ++i) {
+        uint64_t n;
+        if (offset >= rwqe->sge[i].length) {
+            offset -= rwqe->sge[i].length;
+            continue;
+        }
+        n = rwqe->sge[i].length - offset;
+        n = (n < len) ? n : len;
+        memcpy((uint8_t*)(uintptr_t)rwqe->sge[i].addr + offset, src, n);
+        src   += n;
+        len   -= n;
+        offset = 0;
+    }
+    return HCA_WC_SUCCESS;
+}
 
 int  hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
                  uint32_t max_sge, int is_srq);
@@ -369,54 +350,57 @@ struct hca_qp {
     int64_t           bounce_user;/* WQE index using the bounce, or -1 */
     uint64_t          wait_start; /* ns, first poll that found no news */
     uint64_t          full_since; /* ns, first -EAGAIN in a row */
-    hca_shm_t         qobj;       /* response slots + bounce area */
+    hca_memobj_t         qobj;       /* response slots + bounce area */
     hca_resp_slot_t  *resp;
     uint8_t          *bounce;
     /* connection */
     hca_port_addr_t   dest;
     uint32_t          dest_qpn;
-    hca_peer_t       *peer;
-    hca_map_t        *tgt_ring;   /* cached target ring mapping */
-    uint32_t          tgt_ring_id;
-    struct {                      /* direct path: the last peer MR used */
-        uint32_t          rkey;   /* 0: empty */
-        uint32_t          access;
-        uint32_t          dm_id;
-        int               mode;   /* HCA_ACCESS_BUSY or _BUSY_FENCED */
-        int               open;   /* hca_direct_ptr access not ended */
-        hca_mpt_entry_t  *entry;
-        uint8_t          *base;   /* our mapping of its addr */
-        uint64_t          addr;
-        uint64_t          length;
-    } dcache;
+    const hca_fabric_ops_t *fabric; /* chosen at RTR; hca_fabric_none
+                                       before (hca_fabric.h) */
     hca_partial_t    *partials;   /* fragmented SENDs being received */
     hca_counters_t   *cnt;        /* in the q object: hca_devinfo reads it */
+    /* the fabric's per-QP state (its own struct, private to it) */
+    _Alignas(64) unsigned char fabric_priv[HCA_FABRIC_QP_PRIV];
 };
 
-/* Access fence, owner's side (hca_access_fence.c) */
-int  hca_access_fence_init(hca_device_t *dev);
-/* After an entry was invalidated: waits for the accesses of the mappers
- * its `accessors` names, each while its process lives. */
-void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors,
-                           int unfenced);
-void hca_access_fence_close(hca_device_t *dev);
-size_t hca_mapper_view_size(void);
-/* At close: leave the peer's mapper table. */
-void hca_access_unregister(hca_device_t *dev, hca_peer_t *peer);
-/* QP destroy: ends an access hca_direct_ptr left open. */
-void hca_direct_close(struct hca_qp *qp);
+/* What every fast path requires: nothing queued or waiting for a
+ * response (so nothing is overtaken and a fence is satisfied), no
+ * sq_sig_all (no CQE owed), and the connection in RTS. */
+HCA_INLINE int hca_sq_idle(const hca_qp_t *qp)
+{
+    return HCA_LIKELY(qp->state == HCA_QPS_RTS) &&
+           (qp->sq_exec == qp->sq_head) && (qp->n_issued == 0) &&
+           !qp->sq_sig_all;
+}
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
+/* A WQE ends with status (a failure moves the QP to ERR). */
+void hca_wqe_done(hca_qp_t *qp, hca_wqe_t *wqe, hca_wc_status_t status);
+/* Done WQEs at the tail become CQEs, in post order. */
+void hca_qp_report_sq(hca_qp_t *qp);
+/* Completes every posted receive of the QP's own RQ as flushed. */
+void hca_qp_flush_recv(hca_qp_t *qp);
 /* The target ring was full: -EAGAIN, or -ECONNRESET once it stayed full
  * and its owner is gone (the QP is then in ERR). */
 int  hca_qp_ring_full(hca_qp_t *qp);
 hca_qp_t *hca_qp_lookup(hca_device_t *dev, uint32_t qpn);
 
-/* Requester and completer */
+/* Engines: requester (hca_req.c) and completer (hca_comp.c) */
+extern const char *const hca_wqe_state_name[];
 int  hca_req_progress(hca_qp_t *qp);
-void hca_comp_report(hca_qp_t *qp);
 void hca_comp_poll_responses(hca_qp_t *qp);
-void hca_wqe_done(hca_qp_t *qp, hca_wqe_t *wqe, hca_wc_status_t status);
+
+/* Progress (hca_progress.c): after the requester ran, put qp on its CQ's
+ * busy list if it has issued or queued WQEs (owner thread). */
+void hca_progress_mark_busy(hca_qp_t *qp);
+
+/* The requester's counters of an executed WR: kept here only. */
+HCA_INLINE void hca_count_tx(hca_qp_t *qp, unsigned opcode, uint64_t bytes)
+{
+    qp->cnt->tx_ops[opcode]++;
+    qp->cnt->tx_bytes[opcode] += bytes;
+}
 
 /* ---------------------------------------------------------------- MPT */
 
@@ -442,16 +426,36 @@ static inline int hca_mpt_entry_allows(const hca_mpt_entry_t *entry,
            ((align <= 1) || ((addr % align) == 0));
 }
 
-/* Checks and pins an entry of a (local or peer's) MPT.  0 on success,
- * else the completion status.  Release with hca_mpt_release(). */
-hca_wc_status_t hca_mpt_acquire(hca_mpt_entry_t *table, uint32_t max_mr,
-                                uint32_t rkey, uint32_t pd_handle,
-                                unsigned access, uint64_t addr,
-                                uint64_t length, unsigned align,
-                                hca_mpt_entry_t **entry_p);
 static inline void hca_mpt_release(hca_mpt_entry_t *entry)
 {
     atomic_fetch_sub_explicit(&entry->inflight, 1, memory_order_release);
+}
+
+/* Checks and pins an entry of a (local or peer's) MPT: the one lookup of
+ * a key.  HCA_WC_SUCCESS (release with hca_mpt_release()), else
+ * HCA_WC_REM_ACCESS_ERR. */
+static inline hca_wc_status_t hca_mpt_acquire(hca_mpt_entry_t *table,
+                                              uint32_t max_mr, uint32_t rkey,
+                                              uint32_t pd_handle,
+                                              unsigned access, uint64_t addr,
+                                              uint64_t length, unsigned align,
+                                              hca_mpt_entry_t **entry_p)
+{
+    uint32_t index = hca_key_index(rkey);
+    hca_mpt_entry_t *entry;
+
+    if ((index == 0) || (index >= max_mr)) {
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    entry = &table[index];
+    atomic_fetch_add(&entry->inflight, 1);
+    if (!hca_mpt_entry_allows(entry, rkey, pd_handle, access, addr, length,
+                              align)) {
+        hca_mpt_release(entry);
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    *entry_p = entry;
+    return HCA_WC_SUCCESS;
 }
 /* Local SGE check against our own MPT (no pinning: the owner of a local
  * buffer must not deregister it while a WR uses it). */
@@ -471,27 +475,6 @@ static inline int hca_fault(hca_device_t *dev, hca_fault_kind_t kind)
     return HCA_UNLIKELY(dev->fault.enabled) && hca_fault_hit(&dev->fault, kind);
 }
 
-/* ---------------------------------------------------------------- answers */
-
-/* An answer being written to a requester (hca_answer.c). */
-typedef struct hca_answer {
-    hca_peer_t *peer;
-    hca_map_t  *map;       /* its q object: map->bounce for chunks */
-    uint32_t    src_qpn;
-    uint32_t    resp_idx;
-} hca_answer_t;
-
-/* 0: the requester's response slot resp_idx is ready (finish with
- * hca_answer_end, soon: a lock is held); -1: no answer is possible (the
- * requester is gone or forged, or its QP was told to fail). */
-int  hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
-                      uint32_t src_qpn, uint32_t resp_idx, hca_answer_t *a);
-void hca_answer_end(hca_device_t *dev, hca_answer_t *a, uint32_t stamp,
-                    hca_wc_status_t status, uint64_t value);
-
-/* ---------------------------------------------------------------- fabric */
-
-#include "hca_fabric.h"
 
 /* ---------------------------------------------------------------- opcodes */
 
@@ -520,8 +503,6 @@ void     hca_counters_add(hca_counters_t *to, const hca_counters_t *from);
 void     hca_stats_open(hca_device_t *dev);
 void     hca_stats_retire(hca_device_t *dev, const hca_counters_t *cnt);
 void     hca_stats_close(hca_device_t *dev);
-int      hca_svc_start(hca_device_t *dev);
-void     hca_svc_stop(hca_device_t *dev);
 int      hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p);
 void     hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
                            uint32_t ctx, uint32_t nonce, uint32_t idx);

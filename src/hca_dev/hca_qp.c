@@ -1,23 +1,17 @@
 /*
  * hca_qp.c - reliable-connected queue pairs: creation, the state machine,
- * posting, flush on error.  Execution is the requester's (hca_req.c).
+ * flush on error, completion of WQEs into CQEs.  Posting is hca_post.c,
+ * execution the requester's (hca_req.c).
  */
-#include "hca_access_fence.h"
-#include "hca_shm_target.h"
+#include "hca_priv.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const hca_fabric_ops_t *hca_qp_fabric(hca_qp_t *qp)
-{
-    (void)qp;
-    return &hca_fabric_shm;
-}
-
 hca_qp_t *hca_qp_lookup(hca_device_t *dev, uint32_t qpn)
 {
-    uint32_t index = qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
+    uint32_t index = HCA_QPN_INDEX(qpn);
     hca_qp_t *qp;
 
     if ((index == 0) || (index >= HCA_MAX_QP)) {
@@ -56,12 +50,12 @@ static int hca_qp_qobj_create(hca_qp_t *qp)
     size_t bounce_off = (resp_off + sizeof(hca_resp_slot_t) * depth +
                          4095) & ~4095ul;
     hca_qobj_hdr_t *hdr;
-    char name[96];
+    char name[HCA_OBJ_NAME_MAX];
     int rc;
 
     hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
                  dev->name_nonce, "q", qp->qpn);
-    rc = hca_shm_create(&qp->qobj, name, bounce_off + HCA_BOUNCE_SIZE,
+    rc = hca_memobj_create(&qp->qobj, name, bounce_off + HCA_BOUNCE_SIZE,
                         dev->numa_node);
     if (rc != 0) {
         return rc;
@@ -108,6 +102,7 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     qp->sq_mask      = depth - 1;
     qp->bounce_user  = -1;
     qp->state        = HCA_QPS_RESET;
+    qp->fabric       = &hca_fabric_none;
     qp->sq           = calloc(depth, sizeof(*qp->sq));
     qp->inline_buf   = calloc(depth, qp->max_inline ? qp->max_inline : 1);
     if ((qp->sq == NULL) || (qp->inline_buf == NULL)) {
@@ -124,7 +119,7 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
         }
     }
     if (index != 0) {
-        dev->qp_gen[index] = (dev->qp_gen[index] + 1) & 0xfffffu;
+        dev->qp_gen[index] = (dev->qp_gen[index] + 1) & HCA_QPN_GEN_MASK;
         qp->qpn = (dev->qp_gen[index] << HCA_QPN_INDEX_BITS) | index;
         if (index > atomic_load(&dev->hdr->qp_hwm)) {
             atomic_store(&dev->hdr->qp_hwm, index); /* before its first
@@ -190,7 +185,7 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
 err_detach_send:
     hca_cq_detach_qp(qp->send_cq, qp);
 err_qobj:
-    hca_shm_destroy(&qp->qobj);
+    hca_memobj_destroy(&qp->qobj);
 err_rq:
     if (qp->srq == NULL) {
         hca_rq_cleanup(&qp->own_rq);
@@ -221,9 +216,7 @@ int hca_qp_destroy(hca_qp_t *qp)
 
     atomic_store(&qp->pub->qpn, 0);
     atomic_store(&qp->pub->state, HCA_QPS_RESET);
-    /* an access begun with hca_direct_ptr and never ended must not hold
-     * a deregistration forever */
-    hca_direct_close(qp);
+    qp->fabric->disconnect(qp);
     hca_cq_detach_qp(qp->send_cq, qp);
     hca_cq_detach_rq(qp->recv_cq, qp->rq);
     if (qp->srq != NULL) {
@@ -238,7 +231,7 @@ int hca_qp_destroy(hca_qp_t *qp)
     hca_counters_add(&dev->retired, qp->cnt);
     pthread_mutex_unlock(&dev->lock);
     hca_stats_retire(dev, qp->cnt);
-    hca_shm_destroy(&qp->qobj);
+    hca_memobj_destroy(&qp->qobj);
     atomic_fetch_sub(&qp->pd->refs, 1);
     free(qp->sq);
     free(qp->inline_buf);
@@ -268,7 +261,7 @@ static void hca_qp_set_state(hca_qp_t *qp, hca_qp_state_t state)
 }
 
 /* Completes every posted receive of the QP's own RQ as flushed. */
-static void hca_qp_flush_recv(hca_qp_t *qp)
+void hca_qp_flush_recv(hca_qp_t *qp)
 {
     hca_rq_t *rq = &qp->own_rq;
 
@@ -283,6 +276,51 @@ static void hca_qp_flush_recv(hca_qp_t *qp)
                             .qp_num = qp->qpn};
         hca_cq_push(qp->recv_cq, &wc);
         qp->cnt->errors[HCA_WC_WR_FLUSH_ERR]++;
+    }
+}
+
+void hca_wqe_done(hca_qp_t *qp, hca_wqe_t *wqe, hca_wc_status_t status)
+{
+    wqe->state  = HCA_WQE_DONE;
+    wqe->status = status;
+    if (HCA_UNLIKELY(status != HCA_WC_SUCCESS) &&
+        (qp->state != HCA_QPS_ERR)) {
+        hca_qp_to_err(qp, HCA_WC_WR_FLUSH_ERR);
+        qp->err_cause = status; /* this WR, not the ones flushed after it */
+    }
+}
+
+/* Done WQEs become CQEs, in post order (a CQE of a signalled WR also
+ * completes every unsignalled WR before it, as on verbs). */
+void hca_qp_report_sq(hca_qp_t *qp)
+{
+    while (qp->sq_tail != qp->sq_exec) {
+        hca_wqe_t *wqe = &qp->sq[qp->sq_tail & qp->sq_mask];
+
+        if (wqe->state != HCA_WQE_DONE) {
+            break;
+        }
+        /* a deferred WR's caller waits for a CQE unless it succeeded inside
+         * the post, so its failure is always reported */
+        if ((wqe->flags & HCA_SEND_SIGNALED) ||
+            ((wqe->status != HCA_WC_SUCCESS) &&
+             (!((wqe->status == HCA_WC_WR_FLUSH_ERR) && qp->quiet_flush) ||
+              (wqe->flags & HCA_SEND_DEFER_SIGNAL)))) {
+            hca_wc_t wc = {
+                .wr_id    = wqe->wr_id,
+                .status   = (hca_wc_status_t)wqe->status,
+                .opcode   = hca_opcode[wqe->opcode].wc_opcode,
+                .byte_len = (uint32_t)wqe->length,
+                .qp_num   = qp->qpn,
+            };
+            if (hca_cq_push(qp->send_cq, &wc) == 0) {
+                qp->sq_held++;
+            }
+        }
+        if (wqe->status != HCA_WC_SUCCESS) {
+            qp->cnt->errors[wqe->status]++;
+        }
+        qp->sq_tail++;
     }
 }
 
@@ -314,7 +352,7 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
     qp->sq_exec     = qp->sq_head;
     qp->n_issued    = 0;
     qp->bounce_user = -1;
-    hca_comp_report(qp);
+    hca_qp_report_sq(qp);
 
     hca_qp_flush_recv(qp);
     /* receives already matched to half-arrived messages: flushed too */
@@ -341,8 +379,8 @@ static void hca_qp_reset(hca_qp_t *qp)
         qp->own_rq.tail = qp->own_rq.head;
     }
     hca_qp_free_partials(qp);
-    qp->peer     = NULL;
-    qp->tgt_ring = NULL;
+    qp->fabric->disconnect(qp);
+    qp->fabric = &hca_fabric_none;
     atomic_store(&qp->pub->dest_qpn, 0);
     hca_qp_set_state(qp, HCA_QPS_RESET);
 }
@@ -411,14 +449,16 @@ int hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask)
         qp->dest     = attr->dest;
         qp->dest_qpn = attr->dest_qp_num;
         if (qp->dest_qpn != HCA_QPN_ANY) {
-            rc = hca_qp_fabric(qp)->connect(qp);
+            const hca_fabric_ops_t *fabric = hca_fabric_for_addr(qp->dev,
+                                                                 &qp->dest);
+            rc = (fabric != NULL) ? fabric->connect(qp) : -EHOSTUNREACH;
             if (rc != 0) {
                 /* refused: nothing changes */
                 memset(&qp->dest, 0, sizeof(qp->dest));
                 qp->dest_qpn = 0;
-                qp->peer     = NULL;
                 return rc;
             }
+            qp->fabric = fabric;
         }
         atomic_store(&qp->pub->dest_pid, attr->dest.pid);
         atomic_store(&qp->pub->dest_ctx, attr->dest.ctx_id);
@@ -434,190 +474,6 @@ int hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask)
     return 0;
 }
 
-/* Validates one WR against the QP; 0 or -EINVAL. */
-static int hca_send_wr_check(const hca_qp_t *qp, const hca_send_wr_t *wr,
-                             uint64_t *length_p)
-{
-    const hca_opcode_info_t *info;
-    uint64_t length = 0;
-
-    if ((unsigned)wr->opcode >= HCA_WR_OPCODE_LAST) {
-        return -EINVAL;
-    }
-    info = &hca_opcode[wr->opcode];
-    if ((wr->num_sge < 0) || ((uint32_t)wr->num_sge > qp->max_send_sge) ||
-        ((wr->num_sge > 0) && (wr->sg_list == NULL))) {
-        return -EINVAL;
-    }
-    for (int i = 0; i < wr->num_sge; ++i) {
-        length += wr->sg_list[i].length;
-    }
-    if (info->flags & HCA_OPF_ATOMIC) {
-        uint32_t size = (wr->send_flags & HCA_SEND_ATOMIC32) ? 4 : 8;
-        if ((wr->send_flags & HCA_SEND_INLINE) ||
-            ((info->flags & HCA_OPF_FETCH) &&
-             ((wr->num_sge != 1) || (length != size))) ||
-            (!(info->flags & HCA_OPF_FETCH) && (wr->num_sge != 0))) {
-            return -EINVAL;
-        }
-    } else if (length > HCA_MAX_MSG) {
-        return -EINVAL;
-    }
-    if ((wr->send_flags & HCA_SEND_INLINE) &&
-        ((info->flags & HCA_OPF_READ) || (length > qp->max_inline))) {
-        return -EINVAL;
-    }
-    *length_p = length;
-    return 0;
-}
-
-static void hca_wqe_fill(hca_qp_t *qp, hca_wqe_t *wqe, uint64_t idx,
-                         const hca_send_wr_t *wr, uint64_t length)
-{
-    wqe->wr_id       = wr->wr_id;
-    wqe->opcode      = (uint8_t)wr->opcode;
-    wqe->state       = HCA_WQE_POSTED;
-    wqe->flags       = (uint16_t)(wr->send_flags |
-                                  (qp->sq_sig_all ? HCA_SEND_SIGNALED : 0));
-    if (wqe->flags & HCA_SEND_SIGNALED) {
-        wqe->flags &= (uint16_t)~HCA_SEND_DEFER_SIGNAL; /* plain signalled */
-    }
-    wqe->status      = HCA_WC_SUCCESS;
-    wqe->imm         = wr->imm_data;
-    wqe->rkey        = wr->rdma.rkey;
-    wqe->remote_addr = wr->rdma.remote_addr;
-    wqe->compare_add = wr->compare_add;
-    wqe->swap        = wr->swap;
-    wqe->length      = length;
-    wqe->done        = 0;
-    wqe->chunk       = 0;
-
-    if (wr->send_flags & HCA_SEND_INLINE) {
-        uint8_t *buf = qp->inline_buf + (idx & qp->sq_mask) * qp->max_inline;
-        uint8_t *p   = buf;
-        for (int i = 0; i < wr->num_sge; ++i) {
-            memcpy(p, (void*)(uintptr_t)wr->sg_list[i].addr,
-                   wr->sg_list[i].length);
-            p += wr->sg_list[i].length;
-        }
-        wqe->num_sge       = 1;
-        wqe->sge[0].addr   = (uint64_t)(uintptr_t)buf;
-        wqe->sge[0].length = (uint32_t)length;
-        wqe->sge[0].lkey   = 0;
-    } else {
-        wqe->num_sge = (uint32_t)wr->num_sge;
-        memcpy(wqe->sge, wr->sg_list, sizeof(hca_sge_t) * wr->num_sge);
-    }
-}
-
-/* A full target ring that stays full for long may belong to a dead peer
- * (a store into a dead peer's ring still succeeds until it fills): check
- * liveness at most every HCA_PEER_CHECK_NS.  -EAGAIN, or -ECONNRESET once
- * the peer is found gone (the QP is then in ERR). */
-int hca_qp_ring_full(hca_qp_t *qp)
-{
-    uint64_t now = hca_now_ns();
-
-    if (qp->full_since == 0) {
-        qp->full_since = now;
-    } else if (now - qp->full_since > HCA_PEER_CHECK_NS) {
-        qp->full_since = now;
-        if (!hca_qp_check_peer(qp)) {
-            return -ECONNRESET;
-        }
-    }
-    return -EAGAIN;
-}
-
-int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
-{
-    int rc = 0;
-
-    for (; wr != NULL; wr = wr->next) {
-        uint64_t idx = qp->sq_head, length;
-        hca_wqe_t *wqe;
-
-        if (HCA_UNLIKELY(qp->state != HCA_QPS_RTS) &&
-            (qp->state != HCA_QPS_ERR)) {
-            rc = -EINVAL;
-            break;
-        }
-        rc = hca_send_wr_check(qp, wr, &length);
-        if (HCA_UNLIKELY(rc != 0)) {
-            break;
-        }
-        if (HCA_LIKELY(qp->state == HCA_QPS_RTS) &&
-            (qp->sq_exec == qp->sq_head) && (qp->n_issued == 0) &&
-            !qp->sq_sig_all &&
-            !(wr->send_flags & (HCA_SEND_SIGNALED | HCA_SEND_FENCE)) &&
-            hca_shm_post_direct(qp, wr, length)) {
-            wr->send_flags &= ~(unsigned)HCA_SEND_DEFER_SIGNAL;
-            continue; /* done: nothing to queue, nothing to report */
-        }
-        if (HCA_UNLIKELY(idx - qp->sq_tail + qp->sq_held > qp->sq_mask)) {
-            hca_comp_report(qp); /* reclaim what completed */
-            if (idx - qp->sq_tail + qp->sq_held > qp->sq_mask) {
-                rc = -ENOMEM;
-                break;
-            }
-        }
-        wqe = &qp->sq[idx & qp->sq_mask];
-        hca_wqe_fill(qp, wqe, idx, wr, length);
-        qp->sq_head = idx + 1;
-        if (HCA_UNLIKELY(qp->state == HCA_QPS_ERR)) {
-            /* as on verbs: accepted, and completed as flushed */
-            wqe->state  = HCA_WQE_DONE;
-            wqe->status = HCA_WC_WR_FLUSH_ERR;
-            if (wqe->flags & HCA_SEND_DEFER_SIGNAL) {
-                wqe->flags |= HCA_SEND_SIGNALED; /* its CQE must come */
-            }
-            qp->sq_exec = qp->sq_head;
-            continue;
-        }
-
-        /* the doorbell: execute now if nothing is queued before it */
-        if ((qp->sq_exec == idx) && (hca_req_progress(qp) == -EAGAIN) &&
-            (qp->sq_exec == idx) && (wqe->state == HCA_WQE_POSTED)) {
-            /* the target had no room: hand it back, nothing was sent */
-            qp->sq_head = idx;
-            qp->cnt->ring_full++;
-            rc = hca_qp_ring_full(qp);
-            break;
-        }
-        if (wqe->flags & HCA_SEND_DEFER_SIGNAL) {
-            if ((qp->sq_tail > idx) && (wqe->status == HCA_WC_SUCCESS)) {
-                /* done inside the call, reported without a CQE */
-                wr->send_flags &= ~(unsigned)HCA_SEND_DEFER_SIGNAL;
-            } else if (qp->sq_tail <= idx) {
-                wqe->flags |= HCA_SEND_SIGNALED; /* a CQE will tell */
-            }
-        }
-    }
-    if (rc != 0) {
-        *bad_wr = wr;
-    } else {
-        qp->full_since = 0;
-    }
-    hca_comp_report(qp);
-    hca_cq_mark_busy(qp); /* WRs queued behind others wait for a poll */
-    return rc;
-}
-
-int hca_post_recv(hca_qp_t *qp, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr)
-{
-    int rc;
-
-    if ((qp->srq != NULL) || (qp->state == HCA_QPS_RESET)) {
-        *bad_wr = wr;
-        return -EINVAL;
-    }
-    rc = hca_rq_post(qp->rq, wr, bad_wr);
-    if (qp->state == HCA_QPS_ERR) {
-        hca_qp_flush_recv(qp); /* as on verbs: completed as flushed */
-    }
-    return rc;
-}
-
 int hca_qp_check_peer(hca_qp_t *qp)
 {
     hca_wc_status_t status;
@@ -625,7 +481,7 @@ int hca_qp_check_peer(hca_qp_t *qp)
     if ((qp->dest_qpn == 0) || (qp->dest_qpn == HCA_QPN_ANY)) {
         return 1;
     }
-    status = hca_qp_fabric(qp)->peer_status(qp);
+    status = qp->fabric->peer_status(qp);
     if (status == HCA_WC_SUCCESS) {
         return 1;
     }
@@ -659,42 +515,8 @@ int hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt)
 int hca_qp_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                     size_t length, void **ptr_p)
 {
-    hca_mpt_entry_t *entry;
-    hca_wc_status_t status;
-    hca_qp_pub_t *pub;
-    hca_map_t *map;
-    uint64_t offset;
-    uint32_t dm_id;
-
-    if ((qp->peer == NULL) || (qp->dest_qpn == HCA_QPN_ANY)) {
+    if ((qp->dest_qpn == 0) || (qp->dest_qpn == HCA_QPN_ANY)) {
         return -ENOTCONN;
     }
-    if (hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) {
-        return -ENOTCONN;
-    }
-    /* a pointer reads and writes: both rights, of the MR and the QP */
-    if ((pub->access & HCA_RKEY_PTR_ACCESS) != HCA_RKEY_PTR_ACCESS) {
-        return -EACCES;
-    }
-    status = hca_access_begin(qp, rkey, pub->pd_handle, HCA_RKEY_PTR_ACCESS,
-                              remote_addr, length, 1, &entry);
-    if (status == HCA_WC_STATUS_LAST) {
-        return -ENOENT; /* not ours to map: its responder only */
-    }
-    if (status != HCA_WC_SUCCESS) {
-        return -EACCES;
-    }
-    dm_id  = entry->dm_id;
-    offset = entry->dm_offset + (remote_addr - entry->addr);
-    hca_access_finish(qp, entry);
-    if (dm_id == 0) {
-        return -ENOENT;
-    }
-    map = hca_peer_dm(qp->dev, qp->peer, dm_id);
-    if ((map == NULL) || (offset > map->shm.length) ||
-        (length > map->shm.length - offset)) {
-        return -EACCES;
-    }
-    *ptr_p = (uint8_t*)map->shm.addr + offset;
-    return 0;
+    return qp->fabric->rkey_ptr(qp, remote_addr, rkey, length, ptr_p);
 }

@@ -56,40 +56,11 @@ HCA_INLINE int hca_resp_source_ok(const hca_qp_t *qp, const hca_msg_hdr_t *hdr)
             (qp->dest.ctx_id == hdr->src_ctx));
 }
 
-/* Answers a SEND_PULL in the sender's q object (and wakes it). */
+/* Answers a SEND_PULL through the fabric it came from. */
 static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
                             const hca_pull_hdr_t *pull, hca_wc_status_t status)
 {
-    hca_answer_t a;
-
-    if (hca_answer_begin(dev, hdr->src_pid, hdr->src_ctx, hdr->src_qpn,
-                         pull->resp_idx, &a) == 0) {
-        hca_answer_end(dev, &a, pull->resp_stamp, status, 0);
-    }
-}
-
-/* Copies into the receive buffer at offset; LOC_LEN_ERR if it does not
- * fit (nothing beyond the buffer is touched). */
-static hca_wc_status_t hca_resp_place(const hca_rwqe_t *rwqe, uint64_t offset,
-                                      const uint8_t *src, uint64_t len)
-{
-    if ((offset > rwqe->length) || (len > rwqe->length - offset)) {
-        return HCA_WC_LOC_LEN_ERR;
-    }
-    for (uint32_t i = 0; (i < rwqe->num_sge) && (len > 0); ++i) {
-        uint64_t n;
-        if (offset >= rwqe->sge[i].length) {
-            offset -= rwqe->sge[i].length;
-            continue;
-        }
-        n = rwqe->sge[i].length - offset;
-        n = (n < len) ? n : len;
-        memcpy((uint8_t*)(uintptr_t)rwqe->sge[i].addr + offset, src, n);
-        src   += n;
-        len   -= n;
-        offset = 0;
-    }
-    return HCA_WC_SUCCESS;
+    hca_fabric_of_msg(dev, hdr)->answer(dev, hdr, pull, status);
 }
 
 /* 1 if a SEND_PULL that names one of our QPs as its source describes
@@ -120,77 +91,6 @@ static int hca_resp_pull_is_ours(hca_device_t *dev, const hca_msg_hdr_t *hdr,
         }
     }
     return 1;
-}
-
-/* Reads the sender's iovs straight into the receive buffer. */
-static hca_wc_status_t hca_resp_pull(hca_device_t *dev, const hca_rwqe_t *rwqe,
-                                     const hca_msg_hdr_t *hdr,
-                                     const hca_wire_iov_t *wiov)
-{
-    struct iovec local[HCA_MAX_SGE], remote[HCA_MAX_SGE];
-    uint64_t total = 0;
-    ssize_t n;
-
-    if (hdr->msg_len > rwqe->length) {
-        return HCA_WC_LOC_LEN_ERR;
-    }
-    for (uint32_t i = 0; i < hdr->num_iov; ++i) {
-        if (wiov[i].length > HCA_MAX_MSG) {
-            return HCA_WC_REM_INV_REQ_ERR; /* and the sum cannot wrap */
-        }
-        remote[i].iov_base = (void*)(uintptr_t)wiov[i].addr;
-        remote[i].iov_len  = wiov[i].length;
-        total             += wiov[i].length;
-    }
-    if (total != hdr->msg_len) {
-        return HCA_WC_REM_INV_REQ_ERR;
-    }
-    for (uint32_t i = 0; i < rwqe->num_sge; ++i) {
-        local[i].iov_base = (void*)(uintptr_t)rwqe->sge[i].addr;
-        local[i].iov_len  = rwqe->sge[i].length;
-    }
-    if ((hdr->src_pid == dev->pid) && (hdr->src_ctx == dev->ctx_id)) {
-        /* a QP of ours sent it (hca_resp_pull_is_ours checked that the
-         * iovs are its WQE's, whose SGEs were checked when posted): copy
-         * straight from its buffers */
-        uint64_t off = 0;
-        for (uint32_t i = 0; i < hdr->num_iov; ++i) {
-            hca_resp_place(rwqe, off, remote[i].iov_base, remote[i].iov_len);
-            off += remote[i].iov_len;
-        }
-        return HCA_WC_SUCCESS;
-    }
-    /* another process (or another context of ours: the kernel checks
-     * the addresses there, so a forged one fails instead of faulting) */
-    while (total > 0) {
-        /* process_vm_readv may stop early: move the iovs on and repeat */
-        uint64_t skip;
-        n = process_vm_readv((pid_t)hdr->src_pid, local, rwqe->num_sge,
-                             remote, hdr->num_iov, 0);
-        if (n <= 0) {
-            return HCA_WC_REM_OP_ERR;
-        }
-        total -= (uint64_t)n;
-        for (skip = (uint64_t)n; skip > 0;) {
-            for (uint32_t i = 0; i < rwqe->num_sge && skip > 0; ++i) {
-                uint64_t k = (local[i].iov_len < skip) ? local[i].iov_len
-                                                       : skip;
-                local[i].iov_base = (uint8_t*)local[i].iov_base + k;
-                local[i].iov_len -= k;
-                skip             -= k;
-            }
-        }
-        for (skip = (uint64_t)n; skip > 0;) {
-            for (uint32_t i = 0; i < hdr->num_iov && skip > 0; ++i) {
-                uint64_t k = (remote[i].iov_len < skip) ? remote[i].iov_len
-                                                        : skip;
-                remote[i].iov_base = (uint8_t*)remote[i].iov_base + k;
-                remote[i].iov_len -= k;
-                skip              -= k;
-            }
-        }
-    }
-    return HCA_WC_SUCCESS;
 }
 
 static void hca_resp_complete(hca_qp_t *qp, const hca_rwqe_t *rwqe,
@@ -240,15 +140,9 @@ static void hca_partial_abort(hca_qp_t *qp, hca_partial_t *p,
 /* The source of a partial is gone (or was never there: a forged one). */
 static int hca_partial_source_dead(hca_device_t *dev, const hca_partial_t *p)
 {
-    hca_port_addr_t addr;
-    hca_peer_t *peer;
-
-    memset(&addr, 0, sizeof(addr));
-    addr.host   = dev->host;
-    addr.pid    = p->src_pid;
-    addr.ctx_id = p->src_ctx;
-    peer        = hca_peer_get(dev, &addr);
-    return (peer == NULL) || !hca_peer_alive(peer);
+    /* partials come through the receive rings: the shm fabric's */
+    return !dev->fabric_ops[HCA_FABRIC_SHM].source_alive(dev, p->src_pid,
+                                                         p->src_ctx);
 }
 
 /* At most every 100 ms while partials exist: ends those whose source died
@@ -368,7 +262,7 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
         if (rwqe == NULL) {
             return -EAGAIN;
         }
-        status = hca_resp_pull(dev, rwqe, hdr, wiov);
+        status = hca_fabric_of_msg(dev, hdr)->pull(dev, hdr, wiov, rwqe);
         hca_resp_answer(dev, hdr, &pull, (status == HCA_WC_LOC_LEN_ERR) ?
                         HCA_WC_REM_INV_REQ_ERR : status);
         hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
@@ -387,7 +281,7 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
                 hca_partial_abort(qp, partial, HCA_WC_GENERAL_ERR);
             }
             status = (hdr->msg_len > rwqe->length) ? HCA_WC_LOC_LEN_ERR :
-                     hca_resp_place(rwqe, 0, payload, hdr->length);
+                     hca_rwqe_place(rwqe, 0, payload, hdr->length);
             if (hdr->flags & HCA_MSG_LAST) {
                 hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
                 return 0;
@@ -424,7 +318,7 @@ static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
             partial->error = HCA_WC_REM_INV_REQ_ERR;
         }
         if (partial->error == HCA_WC_SUCCESS) {
-            partial->error = hca_resp_place(&partial->rwqe, partial->offset,
+            partial->error = hca_rwqe_place(&partial->rwqe, partial->offset,
                                             payload, hdr->length);
             partial->offset += hdr->length;
         }

@@ -1,29 +1,28 @@
 /*
  * hca_shm_target.h - what every requester path of the shm fabric checks
  * before touching a peer (its target QP), and the CPU atomics; inline
- * because the direct paths (hca_fabric_direct.c) run them on every call.
+ * because the direct paths (hca_shm_direct.c) run them on every call.
  */
 #ifndef HCA_SHM_TARGET_H
 #define HCA_SHM_TARGET_H
 
-#include "hca_priv.h"
+#include "hca_shm_fabric.h"
 
 #include <string.h>
 
-#define HCA_QPN_INDEX(_qpn) ((_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
 
 /* The connected target QP: the peer is there, the QP exists, is in RTR or
  * RTS and accepts us.  On success *pub_p is its public entry. */
 HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
                                           hca_qp_pub_t **pub_p)
 {
-    hca_peer_t *peer = qp->peer;
+    hca_peer_t *peer = hca_shm_qp(qp)->peer;
     uint32_t idx     = HCA_QPN_INDEX(qp->dest_qpn);
     hca_qp_pub_t *pub;
     uint32_t state, dq;
 
     if (HCA_UNLIKELY(peer == NULL)) {
-        peer = qp->peer = hca_peer_get(qp->dev, &qp->dest);
+        peer = hca_shm_qp(qp)->peer = hca_peer_get(qp->dev, &qp->dest);
         if (peer == NULL) {
             return HCA_WC_RETRY_EXC_ERR;
         }
@@ -62,15 +61,15 @@ HCA_INLINE hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
 {
     uint32_t ring_id = pub->ring_id;
 
-    if (HCA_UNLIKELY((qp->tgt_ring == NULL) ||
-                     (qp->tgt_ring_id != ring_id))) {
-        qp->tgt_ring = hca_peer_ring(qp->dev, qp->peer, ring_id);
-        if (qp->tgt_ring == NULL) {
+    if (HCA_UNLIKELY((hca_shm_qp(qp)->tgt_ring == NULL) ||
+                     (hca_shm_qp(qp)->tgt_ring_id != ring_id))) {
+        hca_shm_qp(qp)->tgt_ring = hca_peer_ring(qp->dev, hca_shm_qp(qp)->peer, ring_id);
+        if (hca_shm_qp(qp)->tgt_ring == NULL) {
             return NULL;
         }
-        qp->tgt_ring_id = ring_id;
+        hca_shm_qp(qp)->tgt_ring_id = ring_id;
     }
-    return &qp->tgt_ring->ring;
+    return &hca_shm_qp(qp)->tgt_ring->ring;
 }
 
 /* Producer side of arm/notify: the claim that cleared the consumer's
@@ -78,8 +77,8 @@ HCA_INLINE hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
 HCA_INLINE void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake)
 {
     if (HCA_UNLIKELY(wake)) {
-        hca_notify_signal(qp->dev, qp->peer->pidns, qp->peer->addr.pid,
-                          qp->peer->addr.ctx_id, qp->peer->hdr.name_nonce,
+        hca_notify_signal(qp->dev, hca_shm_qp(qp)->peer->pidns, hca_shm_qp(qp)->peer->addr.pid,
+                          hca_shm_qp(qp)->peer->addr.ctx_id, hca_shm_qp(qp)->peer->hdr.name_nonce,
                           atomic_load(&ring->hdr->notify_idx));
     }
 }

@@ -13,7 +13,7 @@ int hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
                 uint32_t max_sge, int is_srq)
 {
     hca_device_t *dev = pd->dev;
-    char name[96];
+    char name[HCA_OBJ_NAME_MAX];
     int rc;
 
     if ((depth == 0) || (depth > HCA_MAX_QP_WR) || (max_sge > HCA_MAX_SGE)) {
@@ -36,7 +36,7 @@ int hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
     pthread_mutex_unlock(&dev->lock);
     hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
                  dev->name_nonce, "r", rq->ring_id);
-    rc = hca_shm_create(&rq->shm, name,
+    rc = hca_memobj_create(&rq->shm, name,
                         hca_ring_bytes(HCA_RING_SLOTS, HCA_RING_SLOT_SIZE),
                         dev->numa_node);
     if (rc != 0) {
@@ -51,7 +51,7 @@ int hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
 void hca_rq_cleanup(hca_rq_t *rq)
 {
     rq->ring.hdr->magic = 0; /* requesters that still hold it see it gone */
-    hca_shm_destroy(&rq->shm);
+    hca_memobj_destroy(&rq->shm);
     free(rq->wqes);
 }
 

@@ -47,10 +47,10 @@ static void hca_stats_name(char *buf, size_t len, uint32_t pidns,
 }
 
 static int hca_stats_map(uint32_t pidns, const char *devname, int create,
-                         hca_shm_t *shm)
+                         hca_memobj_t *shm)
 {
     struct stat st;
-    char name[96];
+    char name[HCA_OBJ_NAME_MAX];
     int fd;
 
     hca_stats_name(name, sizeof(name), pidns, devname);
@@ -111,7 +111,7 @@ void hca_stats_retire(hca_device_t *dev, const hca_counters_t *cnt)
 void hca_stats_close(hca_device_t *dev)
 {
     hca_stats_retire(dev, dev->svc_cnt);
-    hca_shm_destroy(&dev->host_stats);
+    hca_memobj_destroy(&dev->host_stats);
 }
 
 /* Adds the counters object at offset `off` of shm object `name`. */
@@ -120,9 +120,9 @@ static void hca_stats_add_object(const char *name, int is_ctx,
 {
     hca_counters_t snap;
     uint64_t off;
-    hca_shm_t shm;
+    hca_memobj_t shm;
 
-    if (hca_shm_map(&shm, name, 128) != 0) {
+    if (hca_memobj_map(&shm, name, 128) != 0) {
         return;
     }
     if (is_ctx) {
@@ -136,14 +136,14 @@ static void hca_stats_add_object(const char *name, int is_ctx,
         memcpy(&snap, (uint8_t*)shm.addr + off, sizeof(snap));
         hca_counters_add(cnt, &snap);
     }
-    hca_shm_destroy(&shm);
+    hca_memobj_destroy(&shm);
 }
 
 int hca_host_counters(const char *devname, hca_counters_t *cnt)
 {
     uint32_t pidns = hca_ns_inode("pid");
     struct dirent *de;
-    hca_shm_t shm;
+    hca_memobj_t shm;
     char path[300];
     DIR *dir;
 
@@ -163,7 +163,7 @@ int hca_host_counters(const char *devname, hca_counters_t *cnt)
     }
     if (hca_stats_map(pidns, devname, 0, &shm) == 0) {
         hca_counters_add(cnt, shm.addr);
-        hca_shm_destroy(&shm);
+        hca_memobj_destroy(&shm);
     }
     /* and what live contexts have not retired yet (every device of the
      * host shares the shm namespace: contexts name their device in the

@@ -46,6 +46,20 @@ typedef enum {
  * the mappers the entry names, each only while its process lives (see
  * hca_access_fence.c).  `inflight` pins of the owner's own threads (its
  * responder, a QP to itself) are counted and waited for as they are. */
+/* A key (lkey = rkey) names its MPT entry and a tag that changes when the
+ * entry is reused, so a stale key fails the check. */
+#define HCA_KEY_TAG_BITS   8
+#define HCA_KEY_TAG_MASK   ((1u << HCA_KEY_TAG_BITS) - 1)
+#define hca_key_index(_key)        ((uint32_t)(_key) >> HCA_KEY_TAG_BITS)
+#define hca_key_make(_index, _tag) (((uint32_t)(_index) << HCA_KEY_TAG_BITS) | \
+                                    ((uint32_t)(_tag) & HCA_KEY_TAG_MASK))
+
+/* A QPN is gen << HCA_QPN_INDEX_BITS | index: the index names the QP's
+ * entry in its context's table, the generation changes on reuse. */
+#define HCA_QPN_INDEX_BITS 12
+#define HCA_QPN_GEN_MASK   0xfffffu
+#define HCA_QPN_INDEX(_qpn) ((uint32_t)(_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
+
 typedef struct hca_mpt_entry {
     _Atomic uint32_t state;     /* hca_mpt_state_t */
     _Atomic uint32_t key;       /* index << 8 | tag, tag changes on reuse */

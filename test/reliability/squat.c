@@ -8,7 +8,7 @@
  * device context 0 (the first hca_device_open of a process): binds the
  * abstract AF_UNIX datagram names "hca.<pidns>.<pid>.0.svc" and
  * ".cq0".."cq3" (hca_device.c: hca_notify_addr) and creates the shared
- * memory object "/hca.<pidns>.<pid>.0.ctx0" (hca_shm.c: hca_obj_name) with
+ * memory object "/hca.<pidns>.<pid>.0.ctx0" (hca_memobj.c: hca_obj_name) with
  * mode 0600.  Abstract names have no permissions and the device context
  * object is created with O_EXCL, so a device that trusts these names can
  * be kept from opening, or worse.  Writes DIR/squat.ready ("first last

@@ -1,5 +1,5 @@
 /*
- * hca_fabric_direct.c - the shm fabric's direct paths: operations a
+ * hca_shm_direct.c - the shm fabric's direct paths: operations a
  * transport issues on an idle send queue that complete inside the call,
  * with no work request, no WQE and no CQE.
  *
@@ -9,30 +9,20 @@
  *     process maps: a memcpy or one CPU atomic.  The QP caches the last
  *     MPT entry it used, so the key check is two loads of a line that
  *     stays in our cache; deregistration is kept safe by the QP's busy
- *     word (hca_access_fence.c).
+ *     word (hca_shm_fence.c).
  *
  * Anything else returns -EAGAIN and the caller posts a WR, whose path
  * checks everything again and reports the error, if any.
  */
-#include "hca_access_fence.h"
+#include "hca_shm_fence.h"
 #include "hca_shm_target.h"
 
 #include <errno.h>
 #include <string.h>
 
-/* What every direct path requires: nothing queued or waiting for a
- * response (so nothing is overtaken and a fence is satisfied), no
- * sq_sig_all (no CQE owed), and the connection in RTS. */
-HCA_INLINE int hca_direct_idle(const hca_qp_t *qp)
-{
-    return HCA_LIKELY(qp->state == HCA_QPS_RTS) &&
-           (qp->sq_exec == qp->sq_head) && (qp->n_issued == 0) &&
-           !qp->sq_sig_all;
-}
-
 /* ---------------------------------------------------------------- reserve */
 
-int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+int hca_shm_send_reserve(hca_qp_t *qp, uint32_t length_hint,
                      hca_send_slot_t *slot)
 {
     hca_qp_pub_t *pub;
@@ -41,7 +31,7 @@ int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
     uint64_t idx;
     int wake = 0;
 
-    if (HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+    if (HCA_UNLIKELY(!hca_sq_idle(qp)) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
         return -EBUSY;
     }
@@ -50,11 +40,10 @@ int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
         return -EBUSY;
     }
     if (HCA_UNLIKELY(hca_ring_claim(ring, &idx, &wake) != 0)) {
-        /* as hca_post_send would answer, without building a WR first */
+        /* the caller applies the ring-full rule (hca_qp_send_blocked) */
         qp->cnt->ring_full++;
-        return hca_qp_ring_full(qp);
+        return -EAGAIN;
     }
-    qp->full_since = 0;
     off              = hca_msg_data_off(length_hint);
     slot->data       = (uint8_t*)hca_ring_slot(ring, idx) + off;
     slot->max_length = hca_msg_room(off);
@@ -78,13 +67,13 @@ HCA_INLINE void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
     hca_shm_ring_wake(qp, ring, (int)slot->wake);
 }
 
-int hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
+int hca_shm_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
                     hca_wr_opcode_t opcode, uint32_t imm_data)
 {
     if (HCA_UNLIKELY((length > slot->max_length) ||
                      ((opcode != HCA_WR_SEND) &&
                       (opcode != HCA_WR_SEND_WITH_IMM)))) {
-        hca_send_cancel(qp, slot);
+        hca_shm_send_cancel(qp, slot);
         return -EINVAL;
     }
     hca_send_slot_publish(qp, slot, HCA_MSG_SEND,
@@ -92,12 +81,11 @@ int hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
                           ((opcode == HCA_WR_SEND_WITH_IMM) ?
                            HCA_MSG_WITH_IMM : 0),
                           length, imm_data);
-    qp->cnt->tx_ops[opcode]++;
-    qp->cnt->tx_bytes[opcode] += length;
+    hca_count_tx(qp, opcode, length);
     return 0;
 }
 
-void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
+void hca_shm_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
 {
     hca_send_slot_publish(qp, slot, HCA_MSG_NOP, 0, 0, 0);
 }
@@ -106,15 +94,15 @@ void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
 
 void hca_direct_forget(hca_qp_t *qp)
 {
-    memset(&qp->dcache, 0, sizeof(qp->dcache));
+    memset(&hca_shm_qp(qp)->dcache, 0, sizeof(hca_shm_qp(qp)->dcache));
 }
 
 /* Looks rkey up in the peer's MPT and caches it: only a valid MR of the
  * target QP's PD inside device memory we can map. */
 static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
 {
-    hca_peer_t *peer = qp->peer;
-    uint32_t index   = rkey >> 8;
+    hca_peer_t *peer = hca_shm_qp(qp)->peer;
+    uint32_t index   = hca_key_index(rkey);
     hca_mpt_entry_t *entry;
     uint64_t addr, length, dm_off;
     uint32_t access, dm_id, pd;
@@ -145,23 +133,23 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
         (length > map->shm.length - dm_off)) {
         return -EINVAL;
     }
-    qp->dcache.mode = hca_access_mode(qp->dev, peer);
-    if (qp->dcache.mode == HCA_ACCESS_RESPONDER) {
+    hca_shm_qp(qp)->dcache.mode = hca_access_mode(qp->dev, peer);
+    if (hca_shm_qp(qp)->dcache.mode == HCA_ACCESS_RESPONDER) {
         return -EINVAL;
     }
-    qp->dcache.base   = (uint8_t*)map->shm.addr + dm_off;
-    qp->dcache.entry  = entry;
-    qp->dcache.addr   = addr;
-    qp->dcache.length = length;
-    qp->dcache.access = access;
-    qp->dcache.dm_id  = dm_id;
-    qp->dcache.rkey   = rkey;
+    hca_shm_qp(qp)->dcache.base   = (uint8_t*)map->shm.addr + dm_off;
+    hca_shm_qp(qp)->dcache.entry  = entry;
+    hca_shm_qp(qp)->dcache.addr   = addr;
+    hca_shm_qp(qp)->dcache.length = length;
+    hca_shm_qp(qp)->dcache.access = access;
+    hca_shm_qp(qp)->dcache.dm_id  = dm_id;
+    hca_shm_qp(qp)->dcache.rkey   = rkey;
     return 0;
 }
 
 /* Begins a direct access: our mapping of [raddr, raddr+length) of the MR
  * rkey, or NULL.  Until hca_access_end() a deregistration of that MR
- * waits for us (see hca_access_fence.c). */
+ * waits for us (see hca_shm_fence.c). */
 HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
                                       uint32_t rkey, uint64_t raddr,
                                       uint64_t length, unsigned access,
@@ -170,43 +158,43 @@ HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
     hca_mpt_entry_t *entry;
     uint64_t off;
 
-    if (HCA_UNLIKELY((qp->dcache.rkey != rkey) || (rkey == 0)) &&
+    if (HCA_UNLIKELY((hca_shm_qp(qp)->dcache.rkey != rkey) || (rkey == 0)) &&
         (hca_direct_fill(qp, pub, rkey) != 0)) {
         return NULL;
     }
-    entry = qp->dcache.entry;
+    entry = hca_shm_qp(qp)->dcache.entry;
     /* announce, mark, then check: the owner invalidates, then looks (see
-     * hca_access_fence.c); the mark is renewed on every access because a
+     * hca_shm_fence.c); the mark is renewed on every access because a
      * new registration under the same key starts unmarked */
-    hca_access_announce(qp, qp->dcache.mode);
-    hca_access_mark(entry, (uint32_t)qp->peer->mapper_slot,
-                    qp->dcache.mode == HCA_ACCESS_BUSY);
+    hca_access_announce(qp, hca_shm_qp(qp)->dcache.mode);
+    hca_access_mark(entry, (uint32_t)hca_shm_qp(qp)->peer->mapper_slot,
+                    hca_shm_qp(qp)->dcache.mode == HCA_ACCESS_BUSY);
     if (HCA_UNLIKELY((atomic_load_explicit(&entry->state,
                                            memory_order_seq_cst) !=
                       HCA_MPT_VALID) ||
                      (atomic_load_explicit(&entry->key,
                                            memory_order_relaxed) != rkey) ||
                      /* the same key after its tag wrapped: another MR */
-                     (entry->addr != qp->dcache.addr) ||
-                     (entry->length != qp->dcache.length) ||
-                     (entry->dm_id != qp->dcache.dm_id))) {
+                     (entry->addr != hca_shm_qp(qp)->dcache.addr) ||
+                     (entry->length != hca_shm_qp(qp)->dcache.length) ||
+                     (entry->dm_id != hca_shm_qp(qp)->dcache.dm_id))) {
         hca_access_end(qp);
         hca_direct_forget(qp); /* deregistered (or reused) */
         return NULL;
     }
-    off = raddr - qp->dcache.addr;
-    if (HCA_UNLIKELY(((qp->dcache.access & access) != access) ||
-                     (raddr < qp->dcache.addr) ||
-                     (off > qp->dcache.length) ||
-                     (length > qp->dcache.length - off) ||
+    off = raddr - hca_shm_qp(qp)->dcache.addr;
+    if (HCA_UNLIKELY(((hca_shm_qp(qp)->dcache.access & access) != access) ||
+                     (raddr < hca_shm_qp(qp)->dcache.addr) ||
+                     (off > hca_shm_qp(qp)->dcache.length) ||
+                     (length > hca_shm_qp(qp)->dcache.length - off) ||
                      (raddr & (align - 1)))) {
         hca_access_end(qp);
         return NULL;
     }
-    return qp->dcache.base + off;
+    return hca_shm_qp(qp)->dcache.base + off;
 }
 
-void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                      size_t length, unsigned access)
 {
     hca_wr_opcode_t op = (access == HCA_ACCESS_REMOTE_READ) ?
@@ -216,30 +204,29 @@ void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
 
     if (HCA_UNLIKELY((access != HCA_ACCESS_REMOTE_READ) &&
                      (access != HCA_ACCESS_REMOTE_WRITE)) ||
-        HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+        HCA_UNLIKELY(!hca_sq_idle(qp)) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & access))) {
         return NULL;
     }
     p = hca_direct_target(qp, pub, rkey, remote_addr, length, access, 1);
     if (HCA_LIKELY(p != NULL)) {
-        qp->dcache.open = 1;
+        hca_shm_qp(qp)->dcache.open = 1;
         /* the caller moves the data now, then calls hca_direct_done():
          * count it as that RDMA op */
-        qp->cnt->tx_ops[op]++;
-        qp->cnt->tx_bytes[op] += length;
+        hca_count_tx(qp, op, length);
         qp->cnt->mapped_ops++;
     }
     return p;
 }
 
-int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
+int hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
                      uint64_t remote_addr, uint32_t rkey)
 {
     hca_qp_pub_t *pub;
     uint8_t *dst;
 
-    if (HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+    if (HCA_UNLIKELY(!hca_sq_idle(qp)) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_WRITE))) {
         return -EAGAIN;
@@ -253,13 +240,12 @@ int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
         memcpy(dst, buf, length);
     }
     hca_access_end(qp);
-    qp->cnt->tx_ops[HCA_WR_RDMA_WRITE]++;
-    qp->cnt->tx_bytes[HCA_WR_RDMA_WRITE] += length;
+    hca_count_tx(qp, HCA_WR_RDMA_WRITE, length);
     qp->cnt->mapped_ops++;
     return 0;
 }
 
-int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
+int hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
                       uint64_t remote_addr, uint32_t rkey,
                       uint64_t compare_add, uint64_t swap, void *result)
 {
@@ -267,7 +253,7 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
     uint8_t *target;
     uint64_t old;
 
-    if (HCA_UNLIKELY(!hca_direct_idle(qp)) ||
+    if (HCA_UNLIKELY(!hca_sq_idle(qp)) ||
         HCA_UNLIKELY((unsigned)opcode >= HCA_WR_OPCODE_LAST) ||
         HCA_UNLIKELY(!(hca_opcode[opcode].flags & HCA_OPF_ATOMIC)) ||
         HCA_UNLIKELY((size != 4) && (size != 8)) ||
@@ -286,21 +272,153 @@ int hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
     if (result != NULL) {
         hca_atomic_store_old(result, (int)size, old);
     }
-    qp->cnt->tx_ops[opcode]++;
-    qp->cnt->tx_bytes[opcode] += size;
+    hca_count_tx(qp, opcode, size);
     qp->cnt->mapped_ops++;
     return 0;
 }
 
-void hca_direct_done(hca_qp_t *qp)
+void hca_shm_direct_done(hca_qp_t *qp)
 {
-    qp->dcache.open = 0;
+    hca_shm_qp(qp)->dcache.open = 0;
     hca_access_end(qp);
 }
 
 void hca_direct_close(hca_qp_t *qp)
 {
-    if (qp->dcache.open) {
-        hca_direct_done(qp);
+    if (hca_shm_qp(qp)->dcache.open) {
+        hca_shm_direct_done(qp);
     }
+}
+
+/* ---------------------------------------------------------------- direct */
+
+/* The doorbell's fast path: a WR that needs no CQE, posted on an idle send
+ * queue (the caller checked that, and its local SGEs), executed right here
+ * from the caller's WR - no WQE, no inline copy, no queue walk.  Every
+ * check runs before any side effect; if one fails, or the WR needs the
+ * peer's help, 0 sends it down the queue, which does the same checks again
+ * and reports the error. */
+int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
+{
+    const hca_opcode_info_t *info = &hca_opcode[wr->opcode];
+    int size = (wr->send_flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    hca_msg_hdr_t *msg;
+    hca_qp_pub_t *pub;
+    hca_ring_t *ring;
+    void *target;
+    uint64_t idx, old;
+    int wake = 0;
+
+    if (HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
+        return 0;
+    }
+
+    switch (wr->opcode) {
+    case HCA_WR_SEND:
+    case HCA_WR_SEND_WITH_IMM:
+        if (length > HCA_SLOT_PAYLOAD) {
+            return 0;
+        }
+        ring = hca_shm_target_ring(qp, pub);
+        if ((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0)) {
+            return 0;
+        }
+        msg = hca_ring_slot(ring, idx);
+        hca_msg_hdr_set(msg, qp, HCA_MSG_SEND,
+                        HCA_MSG_FIRST | HCA_MSG_LAST |
+                        ((wr->opcode == HCA_WR_SEND_WITH_IMM) ?
+                         HCA_MSG_WITH_IMM : 0),
+                        hca_msg_data_off(length), wr->imm_data,
+                        (uint32_t)length, (uint32_t)length);
+        hca_sge_gather(wr->sg_list, (uint32_t)wr->num_sge, 0,
+                       (uint8_t*)msg + msg->data_off, length);
+        hca_ring_publish(ring, idx);
+        hca_shm_ring_wake(qp, ring, wake);
+        break;
+    case HCA_WR_RDMA_WRITE:
+    case HCA_WR_RDMA_READ: {
+        hca_xfer_t x = {wr->sg_list, (uint32_t)wr->num_sge, wr->rdma.rkey,
+                        wr->rdma.remote_addr, length};
+        if ((hca_shm_rdma_direct(qp, &x, pub,
+                                 wr->opcode == HCA_WR_RDMA_WRITE,
+                                 &status) != 0) ||
+            (status != HCA_WC_SUCCESS)) {
+            return 0;
+        }
+        break;
+    }
+    default:
+        if (!(info->flags & HCA_OPF_ATOMIC) ||
+            (hca_shm_atomic_target(qp, pub, wr->rdma.rkey,
+                                   wr->rdma.remote_addr, size, &entry,
+                                   &target) != HCA_WC_SUCCESS)) {
+            return 0;
+        }
+        if (target == NULL) {
+            if (entry != NULL) {
+                hca_access_finish(qp, entry);
+            }
+            return 0;
+        }
+        old = hca_atomic_apply((uint8_t)wr->opcode, target, size,
+                               wr->compare_add, wr->swap);
+        hca_access_finish(qp, entry);
+        if (info->flags & HCA_OPF_FETCH) {
+            hca_atomic_store_old((void*)(uintptr_t)wr->sg_list[0].addr,
+                                 size, old);
+        }
+        qp->cnt->mapped_ops++;
+        length = (uint64_t)size;
+        break;
+    }
+    hca_count_tx(qp, wr->opcode, length);
+    return 1;
+}
+
+
+/* ---------------------------------------------------------------- rkey_ptr */
+
+int hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                     size_t length, void **ptr_p)
+{
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    hca_qp_pub_t *pub;
+    hca_map_t *map;
+    uint64_t offset;
+    uint32_t dm_id;
+
+    if (hca_shm_qp(qp)->peer == NULL) {
+        return -ENOTCONN;
+    }
+    if (hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) {
+        return -ENOTCONN;
+    }
+    /* a pointer reads and writes: both rights, of the MR and the QP */
+    if ((pub->access & HCA_RKEY_PTR_ACCESS) != HCA_RKEY_PTR_ACCESS) {
+        return -EACCES;
+    }
+    status = hca_access_begin(qp, rkey, pub->pd_handle, HCA_RKEY_PTR_ACCESS,
+                              remote_addr, length, 1, &entry);
+    if (status == HCA_WC_STATUS_LAST) {
+        return -ENOENT; /* not ours to map: its responder only */
+    }
+    if (status != HCA_WC_SUCCESS) {
+        return -EACCES;
+    }
+    dm_id  = entry->dm_id;
+    offset = entry->dm_offset + (remote_addr - entry->addr);
+    hca_access_finish(qp, entry);
+    if (dm_id == 0) {
+        return -ENOENT;
+    }
+    map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer, dm_id);
+    if ((map == NULL) || (offset > map->shm.length) ||
+        (length > map->shm.length - offset)) {
+        return -EACCES;
+    }
+    *ptr_p = (uint8_t*)map->shm.addr + offset;
+    return 0;
 }

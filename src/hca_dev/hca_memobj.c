@@ -1,5 +1,5 @@
 /*
- * hca_shm.c - shared-memory objects of the shm fabric: naming, creation
+ * hca_memobj.c - shared-memory objects of the shm fabric: naming, creation
  * (mode 0600, on the device's NUMA node), mapping by peers, removal on
  * close, and reclaiming the objects of owners that died.
  *
@@ -39,7 +39,7 @@ void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
              kind, (unsigned long long)id);
 }
 
-int hca_shm_create(hca_shm_t *shm, const char *name, size_t length,
+int hca_memobj_create(hca_memobj_t *shm, const char *name, size_t length,
                    int numa_node)
 {
     int fd, rc;
@@ -87,7 +87,7 @@ err_unlink:
     return rc;
 }
 
-int hca_shm_map(hca_shm_t *shm, const char *name, size_t min_length)
+int hca_memobj_map(hca_memobj_t *shm, const char *name, size_t min_length)
 {
     struct stat st;
     int fd, rc;
@@ -127,7 +127,7 @@ int hca_shm_map(hca_shm_t *shm, const char *name, size_t min_length)
     return 0;
 }
 
-void hca_shm_destroy(hca_shm_t *shm)
+void hca_memobj_destroy(hca_memobj_t *shm)
 {
     if (shm->addr != NULL) {
         munmap(shm->addr, shm->length);
@@ -142,8 +142,8 @@ void hca_shm_destroy(hca_shm_t *shm)
 /* 1 if the objects of (pid, ctx) belong to a dead owner. */
 static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
 {
-    char name[96];
-    hca_shm_t shm;
+    char name[HCA_OBJ_NAME_MAX];
+    hca_memobj_t shm;
     uint64_t start;
     int dead;
 
@@ -151,7 +151,7 @@ static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
         return 1;
     }
     hca_ctx_name(name, sizeof(name), pidns, pid, ctx);
-    if (hca_shm_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
+    if (hca_memobj_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* being created or closed by a live owner */
     }
     /* magic is written last at creation and cleared first at close: a
@@ -160,11 +160,11 @@ static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
     dead = (((hca_ctx_hdr_t*)shm.addr)->magic == HCA_WIRE_MAGIC) &&
            ((hca_proc_start_time(pid, &start) != 0) ||
             (start != ((hca_ctx_hdr_t*)shm.addr)->start_time));
-    hca_shm_destroy(&shm);
+    hca_memobj_destroy(&shm);
     return dead;
 }
 
-void hca_shm_reclaim(uint32_t pidns, uint32_t self_pid, int first_open)
+void hca_memobj_reclaim(uint32_t pidns, uint32_t self_pid, int first_open)
 {
     DIR *dir = opendir("/dev/shm");
     struct dirent *de;

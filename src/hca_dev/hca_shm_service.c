@@ -8,7 +8,7 @@
  * operations complete while the owner never calls the device - as on a
  * hardware HCA.
  */
-#include "hca_priv.h"
+#include "hca_shm_target.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -16,14 +16,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-uint64_t hca_shm_atomic_apply(uint8_t opcode, void *addr, int size,
-                              uint64_t operand, uint64_t swap);
 
 static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
                                        const hca_svc_req_t *req,
                                        uint8_t *bounce, uint64_t *value_p)
 {
-    uint32_t idx = req->dst_qpn & ((1u << HCA_QPN_INDEX_BITS) - 1);
+    uint32_t idx = HCA_QPN_INDEX(req->dst_qpn);
     const hca_opcode_info_t *info;
     hca_mpt_entry_t *entry;
     hca_wc_status_t status;
@@ -71,7 +69,7 @@ static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
         return status;
     }
     if (info->flags & HCA_OPF_ATOMIC) {
-        *value_p = hca_shm_atomic_apply(req->opcode,
+        *value_p = hca_atomic_apply(req->opcode,
                                         (void*)(uintptr_t)req->remote_addr,
                                         req->size, req->operand, req->swap);
     } else if (info->flags & HCA_OPF_READ) {
@@ -124,10 +122,10 @@ static int hca_svc_drain(hca_device_t *dev)
 static void *hca_svc_thread(void *arg)
 {
     hca_device_t *dev = arg;
-    struct pollfd pfd = {.fd = dev->svc_sock, .events = POLLIN};
+    struct pollfd pfd = {.fd = hca_shm_dev(dev)->svc_sock, .events = POLLIN};
     char buf[64];
 
-    while (!atomic_load(&dev->svc_stop)) {
+    while (!atomic_load(&hca_shm_dev(dev)->svc_stop)) {
         if (hca_svc_drain(dev) > 0) {
             continue;
         }
@@ -150,7 +148,7 @@ static void *hca_svc_thread(void *arg)
             continue;
         }
         (void)poll(&pfd, 1, 1000);
-        while (recv(dev->svc_sock, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+        while (recv(hca_shm_dev(dev)->svc_sock, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
         }
         hca_ring_disarm(&dev->svc);
     }
@@ -161,28 +159,28 @@ int hca_svc_start(hca_device_t *dev)
 {
     int rc;
 
-    rc = hca_notify_bind(dev, HCA_NOTIFY_SVC, &dev->svc_sock);
+    rc = hca_notify_bind(dev, HCA_NOTIFY_SVC, &hca_shm_dev(dev)->svc_sock);
     if (rc != 0) {
         return rc;
     }
-    rc = pthread_create(&dev->svc_thread, NULL, hca_svc_thread, dev);
+    rc = pthread_create(&hca_shm_dev(dev)->svc_thread, NULL, hca_svc_thread, dev);
     if (rc != 0) {
-        close(dev->svc_sock);
+        close(hca_shm_dev(dev)->svc_sock);
         return -rc;
     }
-    dev->svc_started = 1;
+    hca_shm_dev(dev)->svc_started = 1;
     return 0;
 }
 
 void hca_svc_stop(hca_device_t *dev)
 {
-    if (!dev->svc_started) {
+    if (!hca_shm_dev(dev)->svc_started) {
         return;
     }
-    atomic_store(&dev->svc_stop, 1);
+    atomic_store(&hca_shm_dev(dev)->svc_stop, 1);
     hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
                       dev->name_nonce, HCA_NOTIFY_SVC);
-    pthread_join(dev->svc_thread, NULL);
-    close(dev->svc_sock);
-    dev->svc_started = 0;
+    pthread_join(hca_shm_dev(dev)->svc_thread, NULL);
+    close(hca_shm_dev(dev)->svc_sock);
+    hca_shm_dev(dev)->svc_started = 0;
 }

@@ -1,5 +1,5 @@
 /*
- * hca_answer.c - the responder's answers to requesters of other
+ * hca_shm_answer.c - the responder's answers to requesters of other
  * processes: the response slot in the requester QP's q object (and its
  * bounce area, for the responder thread's chunks), the wakeup of its send
  * CQ, and what happens when no answer can be written.
@@ -13,7 +13,7 @@
  * the requester QP is told in its published entry (nak_qpn), and it
  * fails at its next liveness check instead of waiting forever.
  */
-#include "hca_priv.h"
+#include "hca_shm_fabric.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +21,12 @@
 
 #define HCA_QOBJ_CACHE_MAX 256
 
-#define HCA_QPN_IDX(_qpn) ((_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
 
 /* A mapping whose QP is gone (or whose process is) will not be answered
  * again: its QPN is never reused with the same generation soon. */
 static int hca_qobj_stale(const hca_peer_t *peer, const hca_map_t *map)
 {
-    uint32_t idx = HCA_QPN_IDX((uint32_t)map->id);
+    uint32_t idx = HCA_QPN_INDEX((uint32_t)map->id);
 
     return atomic_load(&peer->dead) || (idx == 0) ||
            (idx >= peer->hdr.max_qp) ||
@@ -42,15 +41,15 @@ static void hca_qobj_evict(hca_device_t *dev, int all)
     hca_map_t *lru       = NULL;
     int freed            = 0;
 
-    for (hca_peer_t *peer = dev->peers; peer != NULL; peer = peer->next) {
+    for (hca_peer_t *peer = hca_shm_dev(dev)->peers; peer != NULL; peer = peer->next) {
         hca_map_t **link = &peer->qobjs;
         hca_map_t *map;
         while ((map = *link) != NULL) {
             if (all || hca_qobj_stale(peer, map)) {
                 *link = map->next;
-                hca_shm_destroy(&map->shm);
+                hca_memobj_destroy(&map->shm);
                 free(map);
-                dev->n_qobjs--;
+                hca_shm_dev(dev)->n_qobjs--;
                 ++freed;
                 continue;
             }
@@ -61,11 +60,11 @@ static void hca_qobj_evict(hca_device_t *dev, int all)
             link = &map->next;
         }
     }
-    if (!freed && (lru != NULL) && (dev->n_qobjs >= HCA_QOBJ_CACHE_MAX)) {
+    if (!freed && (lru != NULL) && (hca_shm_dev(dev)->n_qobjs >= HCA_QOBJ_CACHE_MAX)) {
         *lru_link = lru->next;
-        hca_shm_destroy(&lru->shm);
+        hca_memobj_destroy(&lru->shm);
         free(lru);
-        dev->n_qobjs--;
+        hca_shm_dev(dev)->n_qobjs--;
     }
 }
 
@@ -78,11 +77,11 @@ static hca_map_t *hca_qobj_map(hca_device_t *dev, hca_peer_t *peer,
 
     for (map = peer->qobjs; map != NULL; map = map->next) {
         if (map->id == qpn) {
-            map->used = ++dev->qobj_tick;
+            map->used = ++hca_shm_dev(dev)->qobj_tick;
             return map;
         }
     }
-    if (dev->n_qobjs >= HCA_QOBJ_CACHE_MAX) {
+    if (hca_shm_dev(dev)->n_qobjs >= HCA_QOBJ_CACHE_MAX) {
         hca_qobj_evict(dev, 0);
     }
     map = hca_peer_qobj_map(dev, peer, qpn);
@@ -94,17 +93,17 @@ static hca_map_t *hca_qobj_map(hca_device_t *dev, hca_peer_t *peer,
     if (map == NULL) {
         return NULL;
     }
-    map->used   = ++dev->qobj_tick;
+    map->used   = ++hca_shm_dev(dev)->qobj_tick;
     map->next   = peer->qobjs;
     peer->qobjs = map;
-    dev->n_qobjs++;
+    hca_shm_dev(dev)->n_qobjs++;
     return map;
 }
 
 int hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
                      uint32_t src_qpn, uint32_t resp_idx, hca_answer_t *a)
 {
-    uint32_t src_idx = HCA_QPN_IDX(src_qpn);
+    uint32_t src_idx = HCA_QPN_INDEX(src_qpn);
     hca_port_addr_t addr;
 
     memset(a, 0, sizeof(*a));
@@ -121,10 +120,10 @@ int hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
     if (HCA_UNLIKELY(dev->fault.answer_delay_us != 0)) {
         usleep(dev->fault.answer_delay_us);
     }
-    pthread_mutex_lock(&dev->qobj_lock);
+    pthread_mutex_lock(&hca_shm_dev(dev)->qobj_lock);
     a->map = hca_qobj_map(dev, a->peer, src_qpn);
     if (a->map == NULL) {
-        pthread_mutex_unlock(&dev->qobj_lock);
+        pthread_mutex_unlock(&hca_shm_dev(dev)->qobj_lock);
         if (atomic_exchange(&a->peer->qp_pub[src_idx].nak_qpn, src_qpn) !=
             src_qpn) { /* once per QP */
             hca_log("cannot map the q object of QP 0x%x of pid %u to "
@@ -135,7 +134,7 @@ int hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
         return -1;
     }
     if (resp_idx >= a->map->sq_depth) {
-        pthread_mutex_unlock(&dev->qobj_lock);
+        pthread_mutex_unlock(&hca_shm_dev(dev)->qobj_lock);
         return -1; /* forged: no such slot */
     }
     a->resp_idx = resp_idx;
@@ -153,10 +152,10 @@ void hca_answer_end(hca_device_t *dev, hca_answer_t *a, uint32_t stamp,
     slot->status = status;
     slot->value  = value;
     atomic_store_explicit(&slot->stamp, stamp, memory_order_release);
-    pthread_mutex_unlock(&dev->qobj_lock);
+    pthread_mutex_unlock(&hca_shm_dev(dev)->qobj_lock);
     atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
 
-    cq_idx = peer->qp_pub[HCA_QPN_IDX(a->src_qpn)].send_cq_idx;
+    cq_idx = peer->qp_pub[HCA_QPN_INDEX(a->src_qpn)].send_cq_idx;
     if (cq_idx >= peer->hdr.max_cq) {
         return;
     }
@@ -164,5 +163,17 @@ void hca_answer_end(hca_device_t *dev, hca_answer_t *a, uint32_t stamp,
     if (atomic_load(&notify->armed) && atomic_exchange(&notify->armed, 0)) {
         hca_notify_signal(dev, peer->pidns, peer->addr.pid,
                           peer->addr.ctx_id, peer->hdr.name_nonce, cq_idx);
+    }
+}
+
+/* The fabric's answer op: a SEND_PULL's sender learns how it ended. */
+void hca_shm_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
+                    const hca_pull_hdr_t *pull, hca_wc_status_t status)
+{
+    hca_answer_t a;
+
+    if (hca_answer_begin(dev, hdr->src_pid, hdr->src_ctx, hdr->src_qpn,
+                         pull->resp_idx, &a) == 0) {
+        hca_answer_end(dev, &a, pull->resp_stamp, status, 0);
     }
 }

@@ -13,15 +13,15 @@
  * UCX's posix and xpmem rkey_ptr, whose mappings also live with the
  * unpacked rkey and not with the registration.
  */
-#include "hca_priv.h"
+#include "hca_shm_fabric.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct hca_dm_view {
-    hca_shm_t              dm;
-    hca_shm_t              ctx;
+    hca_memobj_t              dm;
+    hca_memobj_t              ctx;
     const hca_mpt_entry_t *mpt;
     uint32_t               max_mr;
     uint32_t               dm_id;
@@ -33,7 +33,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
     hca_host_id_t self;
     hca_dm_view_t *view;
     hca_ctx_hdr_t hdr;
-    char name[96];
+    char name[HCA_OBJ_NAME_MAX];
     int rc;
 
     if ((hca_host_id_get(&self) != 0) ||
@@ -49,7 +49,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
     }
     hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
                  addr->ctx_id);
-    rc = hca_shm_map(&view->ctx, name, sizeof(hdr));
+    rc = hca_memobj_map(&view->ctx, name, sizeof(hdr));
     if (rc != 0) {
         goto err;
     }
@@ -65,7 +65,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
     }
     hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
                  addr->ctx_id, hdr.name_nonce, "dm", dm_id);
-    rc = hca_shm_map(&view->dm, name, 1);
+    rc = hca_memobj_map(&view->dm, name, 1);
     if (rc != 0) {
         goto err;
     }
@@ -77,7 +77,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
     return 0;
 
 err:
-    hca_shm_destroy(&view->ctx);
+    hca_memobj_destroy(&view->ctx);
     free(view);
     return rc;
 }
@@ -86,7 +86,7 @@ int hca_dm_view_ptr(hca_dm_view_t *view, uint32_t rkey, uint64_t remote_addr,
                     void **ptr_p)
 {
     const unsigned need = HCA_RKEY_PTR_ACCESS;
-    uint32_t index      = rkey >> 8;
+    uint32_t index      = hca_key_index(rkey);
     const hca_mpt_entry_t *entry;
     uint64_t addr, length, dm_off;
 
@@ -124,7 +124,7 @@ void hca_dm_view_close(hca_dm_view_t *view)
     if (view == NULL) {
         return;
     }
-    hca_shm_destroy(&view->dm);
-    hca_shm_destroy(&view->ctx);
+    hca_memobj_destroy(&view->dm);
+    hca_memobj_destroy(&view->ctx);
     free(view);
 }

@@ -1,13 +1,13 @@
 /*
- * hca_access_fence.h - the requester's side of the access fence
- * (hca_access_fence.c): announce an access in the QP's busy word, mark
+ * hca_shm_fence.h - the requester's side of the access fence
+ * (hca_shm_fence.c): announce an access in the QP's busy word, mark
  * the MPT entry, check, access, end.  Inline: the direct paths run it on
  * every call.
  */
 #ifndef HCA_ACCESS_FENCE_H
 #define HCA_ACCESS_FENCE_H
 
-#include "hca_priv.h"
+#include "hca_shm_fabric.h"
 
 /* How this context's accesses to a peer's memory are fenced against its
  * deregistrations (peer->access_mode). */

@@ -1,5 +1,5 @@
 /*
- * hca_access_fence.c - keeping hca_mr_dereg's promise (no byte lands after
+ * hca_shm_fence.c - keeping hca_mr_dereg's promise (no byte lands after
  * it returns) against requesters in other processes, with a bound: a
  * requester that dies inside an access is not waited for.
  *
@@ -25,7 +25,7 @@
  * while waiting.  A requester that finds the owner's mapper table full
  * leaves the access to the owner's responder thread instead.
  */
-#include "hca_access_fence.h"
+#include "hca_shm_fence.h"
 
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -47,12 +47,12 @@ int hca_access_fence_init(hca_device_t *dev)
 {
     int mask = hca_membarrier(MEMBARRIER_CMD_QUERY);
 
-    dev->mb_ok = !(dev->flags & HCA_OPEN_NO_MEMBARRIER) && (mask > 0) &&
+    hca_shm_dev(dev)->mb_ok = !(dev->flags & HCA_OPEN_NO_MEMBARRIER) && (mask > 0) &&
                  (mask & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
                  (mask & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) &&
                  (hca_membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) ==
                   0);
-    return dev->mb_ok;
+    return hca_shm_dev(dev)->mb_ok;
 }
 
 static uint64_t hca_mapper_id(uint32_t pid, uint32_t ctx_id)
@@ -106,7 +106,7 @@ int hca_access_mode_slow(hca_device_t *dev, hca_peer_t *peer)
                     peer->addr.pid, peer->addr.ctx_id);
             mode = HCA_ACCESS_RESPONDER;
         } else {
-            mode = (dev->mb_ok && peer->hdr.direct_fence) ?
+            mode = (hca_shm_dev(dev)->mb_ok && peer->hdr.direct_fence) ?
                    HCA_ACCESS_BUSY : HCA_ACCESS_BUSY_FENCED;
         }
         atomic_store(&peer->access_mode, mode);
@@ -120,8 +120,8 @@ hca_wc_status_t hca_access_begin(hca_qp_t *qp, uint32_t rkey,
                                  uint64_t addr, uint64_t length,
                                  unsigned align, hca_mpt_entry_t **entry_p)
 {
-    hca_peer_t *peer = qp->peer;
-    uint32_t index   = rkey >> 8;
+    hca_peer_t *peer = hca_shm_qp(qp)->peer;
+    uint32_t index   = hca_key_index(rkey);
     hca_mpt_entry_t *entry;
     int mode;
 
@@ -158,7 +158,7 @@ err:
 
 void hca_access_finish(hca_qp_t *qp, hca_mpt_entry_t *entry)
 {
-    if (qp->peer->self) {
+    if (hca_shm_qp(qp)->peer->self) {
         hca_mpt_release(entry);
     } else {
         hca_access_end(qp);
@@ -184,7 +184,7 @@ void hca_access_unregister(hca_device_t *dev, hca_peer_t *peer)
 struct hca_mapper_view {
     uint64_t         id;
     uint64_t         start_time;
-    hca_shm_t        shm;
+    hca_memobj_t        shm;
     const hca_busy_t *busy;
     const _Atomic uint32_t *qp_hwm;
     uint32_t         max_qp;
@@ -197,7 +197,7 @@ size_t hca_mapper_view_size(void)
 
 static void hca_view_drop(hca_mapper_view_t *view)
 {
-    hca_shm_destroy(&view->shm);
+    hca_memobj_destroy(&view->shm);
     memset(view, 0, sizeof(*view));
 }
 
@@ -209,7 +209,7 @@ static int hca_view_get(hca_device_t *dev, hca_mapper_view_t *view,
 {
     uint32_t pid = (uint32_t)(id >> 32), ctx_id = (uint32_t)id;
     hca_ctx_hdr_t hdr;
-    char name[96];
+    char name[HCA_OBJ_NAME_MAX];
     int rc;
 
     if ((view->id == id) && (view->start_time == start_time) &&
@@ -218,7 +218,7 @@ static int hca_view_get(hca_device_t *dev, hca_mapper_view_t *view,
     }
     hca_view_drop(view);
     hca_ctx_name(name, sizeof(name), dev->pidns, pid, ctx_id);
-    rc = hca_shm_map(&view->shm, name, sizeof(hdr));
+    rc = hca_memobj_map(&view->shm, name, sizeof(hdr));
     if (rc == -ENOENT) {
         return 1; /* closed: its accesses are over */
     }
@@ -276,7 +276,7 @@ static int hca_view_wait(const hca_mapper_view_t *view)
 /* One slot: wait for its registrant, or free the slot if it is gone. */
 static void hca_fence_slot(hca_device_t *dev, int i)
 {
-    hca_mapper_view_t *view = &dev->mapper_views[i];
+    hca_mapper_view_t *view = &hca_shm_dev(dev)->mapper_views[i];
     uint64_t until          = hca_now_ns() + HCA_FENCE_RETRY_NS;
     uint64_t id             = atomic_load(&dev->mappers[i].id);
     uint64_t start;
@@ -307,13 +307,13 @@ void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors,
 {
     /* a membarrier interrupts every CPU running a registered process
      * (tens of us on a VM): only for entries whose accessors rely on it */
-    if (unfenced && dev->mb_ok &&
+    if (unfenced && hca_shm_dev(dev)->mb_ok &&
         (hca_membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0) &&
         (hca_membarrier(MEMBARRIER_CMD_GLOBAL) != 0)) {
         hca_log("membarrier failed (%s): an access that began just before "
                 "this deregistration may still land", strerror(errno));
     }
-    pthread_mutex_lock(&dev->fence_lock);
+    pthread_mutex_lock(&hca_shm_dev(dev)->fence_lock);
     if (accessors == HCA_MPT_ACCESSORS_MANY) {
         for (int i = 0; i < HCA_MAX_MAPPERS; ++i) {
             hca_fence_slot(dev, i);
@@ -321,15 +321,15 @@ void hca_access_fence_wait(hca_device_t *dev, uint32_t accessors,
     } else if ((accessors >= 1) && (accessors <= HCA_MAX_MAPPERS)) {
         hca_fence_slot(dev, (int)accessors - 1);
     }
-    pthread_mutex_unlock(&dev->fence_lock);
+    pthread_mutex_unlock(&hca_shm_dev(dev)->fence_lock);
 }
 
 void hca_access_fence_close(hca_device_t *dev)
 {
-    if (dev->mapper_views == NULL) {
+    if (hca_shm_dev(dev)->mapper_views == NULL) {
         return;
     }
     for (int i = 0; i < HCA_MAX_MAPPERS; ++i) {
-        hca_view_drop(&dev->mapper_views[i]);
+        hca_view_drop(&hca_shm_dev(dev)->mapper_views[i]);
     }
 }

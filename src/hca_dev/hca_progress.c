@@ -1,0 +1,154 @@
+/*
+ * hca_progress.c - progress and scheduling: what a poll of a CQ runs.
+ *
+ * Each CQ has a busy list, the QPs that feed it and have issued or queued
+ * WQEs: only those are stepped by the requester, so an idle poll touches
+ * the receive rings and the CQ and nothing else.  Then the responder
+ * consumes the receive rings of the CQ.  Also the CQ's verbs that depend
+ * on that work: poll, arm (nothing pending) and wait.
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <poll.h>
+
+static int hca_qp_busy(const hca_qp_t *qp)
+{
+    return (qp->n_issued != 0) || (qp->sq_exec != qp->sq_head);
+}
+
+void hca_progress_mark_busy(hca_qp_t *qp)
+{
+    hca_cq_t *cq = qp->send_cq;
+
+    if (!qp->on_busy && hca_qp_busy(qp)) {
+        /* room for every attached QP was made at attach */
+        cq->busy_qps[cq->n_busy_qps++] = qp;
+        qp->on_busy                    = 1;
+    }
+}
+
+static void hca_cq_busy_del(hca_cq_t *cq, uint32_t i)
+{
+    cq->busy_qps[i]->on_busy = 0;
+    cq->busy_qps[i]          = cq->busy_qps[--cq->n_busy_qps];
+}
+
+/* Every 16384 polls: a slot claimed by a producer that was killed before
+ * it published would stop its ring for good (hca_ring_dead_claim). */
+static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
+{
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        hca_rq_t *rq = cq->rqs[i];
+        uint64_t mark;
+        while (hca_ring_empty(&rq->ring) &&
+               hca_ring_claim_at_tail(&rq->ring, &mark) &&
+               hca_claimer_gone(mark)) {
+            hca_ring_release(&rq->ring,
+                             atomic_load(&rq->ring.hdr->tail));
+            __atomic_fetch_add(&cq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
+                               1, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+/* Only QPs waiting for something are visited: an idle poll touches the
+ * receive rings and the CQ and nothing else. */
+static void hca_progress_cq(hca_cq_t *cq)
+{
+    for (uint32_t i = 0; i < cq->n_busy_qps;) {
+        hca_qp_t *qp = cq->busy_qps[i];
+        hca_req_progress(qp);
+        if (!hca_qp_busy(qp)) {
+            hca_cq_busy_del(cq, i);
+        } else {
+            ++i;
+        }
+    }
+    if (HCA_UNLIKELY(cq->dev->fault.ring_stall_ms != 0) &&
+        hca_fault_ring_stalled(&cq->dev->fault)) {
+        return;
+    }
+    if (HCA_UNLIKELY((++cq->idle_polls & 16383) == 0)) {
+        hca_cq_reap_dead_claims(cq);
+    }
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        /* partials: their orphans end even when nothing else comes */
+        if (!hca_ring_empty(&cq->rqs[i]->ring) ||
+            HCA_UNLIKELY(cq->rqs[i]->n_partials > 0)) {
+            hca_resp_progress(cq->rqs[i], 64);
+        }
+    }
+}
+
+int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
+{
+    hca_progress_cq(cq);
+    return hca_cq_ring_poll(cq, num, wc);
+}
+
+/* 1 if something would produce a completion without a peer's signal. */
+static int hca_cq_pending(hca_cq_t *cq)
+{
+    if (cq->prod != cq->cons) {
+        return 1;
+    }
+    for (uint32_t i = 0; i < cq->n_send_qps; ++i) {
+        hca_qp_t *qp = cq->send_qps[i];
+        /* queued work waits for ring space, which frees without a signal */
+        if (qp->sq_exec != qp->sq_head) {
+            return 1;
+        }
+        for (uint64_t s = qp->sq_tail; s != qp->sq_exec; ++s) {
+            hca_wqe_t *wqe = &qp->sq[s & qp->sq_mask];
+            if ((wqe->state == HCA_WQE_DONE) ||
+                ((wqe->state == HCA_WQE_ISSUED) &&
+                 qp->fabric->response_ready(qp, wqe))) {
+                return 1;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        if (!hca_ring_empty(&cq->rqs[i]->ring)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int hca_cq_arm(hca_cq_t *cq)
+{
+    /* arm first, then look: a producer that published before the arm is
+     * seen here; one that claims a ring slot after it finds the armed bit
+     * in the ring's head (and its CQE/response producers see the notify
+     * flag: our store is seq_cst, they fence before loading it) */
+    if ((hca_cq_set_armed(cq, 1) != 0) || hca_cq_pending(cq) ||
+        cq->overflow) {
+        hca_cq_set_armed(cq, 0);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+int hca_cq_wait(hca_cq_t *cq, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = cq->sock, .events = POLLIN};
+    int rc;
+
+    if (hca_cq_arm(cq) == -EAGAIN) {
+        if (hca_cq_pending(cq) || cq->overflow) {
+            return 1;
+        }
+        /* only ring slots claimed before the arm and not yet published:
+         * their producers will not wake us, so look again soon */
+        rc = poll(&pfd, 1, ((timeout_ms >= 0) && (timeout_ms < 1)) ?
+                           timeout_ms : 1);
+        hca_cq_ack_events(cq);
+        return (rc > 0) ? 1 : hca_cq_pending(cq);
+    }
+    rc = poll(&pfd, 1, timeout_ms);
+    hca_cq_set_armed(cq, 0);
+    hca_cq_ack_events(cq);
+    return (rc > 0) ? 1 : hca_cq_pending(cq);
+}
+

@@ -1,0 +1,477 @@
+/*
+ * hca_shm_exec.c - the shm fabric's requester side: the execution of each
+ * opcode of a WQE, and the responses of issued ones.
+ *
+ * Paths, fastest first:
+ *   - the target is this process: memcpy / CPU atomics on its memory;
+ *   - the target MR is device memory: memcpy / CPU atomics on our mapping;
+ *   - single copy (process_vm_writev/readv) into/out of the target;
+ *   - otherwise the target's responder thread executes it (atomics on
+ *     plain memory; WRITE/READ in bounce-buffer chunks without CMA).
+ * SENDs go through the target's receive ring: inline up to one slot, else
+ * a descriptor that the target pulls by single copy, else fragments.
+ * The requester checks the target QP and MPT itself before any access.
+ * A WQE that ends returns HCA_EXEC_DONE with its status: the requester
+ * engine completes it.
+ */
+#include "hca_shm_fence.h"
+#include "hca_shm_target.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- target */
+
+static void hca_msg_fill(hca_qp_t *qp, hca_msg_hdr_t *msg, uint8_t op,
+                         uint8_t flags, const hca_wqe_t *wqe)
+{
+    if ((wqe->opcode == HCA_WR_SEND_WITH_IMM) ||
+        (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM)) {
+        flags |= HCA_MSG_WITH_IMM;
+    }
+    hca_msg_hdr_set(msg, qp, op, flags, HCA_MSG_DATA_NEAR, wqe->imm, 0,
+                    (uint32_t)wqe->length);
+}
+
+static uint32_t hca_next_stamp(hca_qp_t *qp)
+{
+    if (++qp->stamp_seq == 0) {
+        ++qp->stamp_seq;
+    }
+    return qp->stamp_seq;
+}
+
+/* ---------------------------------------------------------------- SEND */
+
+static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
+                               hca_qp_pub_t *pub, hca_wc_status_t *status_p)
+{
+    hca_ring_t *ring = hca_shm_target_ring(qp, pub);
+    hca_msg_hdr_t *msg;
+    uint64_t idx;
+    int wake = 0;
+
+    if (HCA_UNLIKELY(ring == NULL)) {
+        *status_p = HCA_WC_RETRY_EXC_ERR;
+        return HCA_EXEC_DONE;
+    }
+
+    if (HCA_LIKELY(wqe->length <= HCA_SLOT_PAYLOAD)) {
+        if (hca_ring_claim(ring, &idx, &wake) != 0) {
+            return HCA_EXEC_BUSY;
+        }
+        msg = hca_ring_slot(ring, idx);
+        hca_msg_fill(qp, msg, HCA_MSG_SEND, HCA_MSG_FIRST | HCA_MSG_LAST,
+                     wqe);
+        msg->length   = (uint32_t)wqe->length;
+        msg->data_off = (uint8_t)hca_msg_data_off(wqe->length);
+        hca_sge_gather(wqe->sge, wqe->num_sge, 0,
+                       (uint8_t*)msg + msg->data_off, wqe->length);
+        hca_ring_publish(ring, idx);
+        hca_shm_ring_wake(qp, ring, wake);
+        *status_p = HCA_WC_SUCCESS;
+        return HCA_EXEC_DONE;
+    }
+
+    if (hca_shm_qp(qp)->peer->cma_ok) {
+        /* one slot describes the message; the target reads it from our
+         * memory into the receive buffer and answers in our q object */
+        hca_pull_hdr_t *pull;
+        hca_wire_iov_t *iov;
+        if (hca_ring_claim(ring, &idx, &wake) != 0) {
+            return HCA_EXEC_BUSY;
+        }
+        msg = hca_ring_slot(ring, idx);
+        hca_msg_fill(qp, msg, HCA_MSG_SEND_PULL,
+                     HCA_MSG_FIRST | HCA_MSG_LAST, wqe);
+        pull = (hca_pull_hdr_t*)(msg + 1);
+        iov  = (hca_wire_iov_t*)(pull + 1);
+        for (uint32_t i = 0; i < wqe->num_sge; ++i) {
+            iov[i].addr   = wqe->sge[i].addr;
+            iov[i].length = wqe->sge[i].length;
+        }
+        msg->num_iov     = (uint8_t)wqe->num_sge;
+        wqe->resp_stamp  = hca_next_stamp(qp);
+        pull->resp_idx   = (uint32_t)(wqe - qp->sq);
+        pull->resp_stamp = wqe->resp_stamp;
+        hca_ring_publish(ring, idx);
+        hca_shm_ring_wake(qp, ring, wake);
+        return HCA_EXEC_ISSUED;
+    }
+
+    /* no single copy: fragments, one slot each, in order */
+    while (wqe->done < wqe->length) {
+        uint64_t n = wqe->length - wqe->done;
+        uint8_t flags = 0;
+        int w;
+
+        if (hca_ring_claim(ring, &idx, &w) != 0) {
+            if (wqe->done == 0) {
+                return HCA_EXEC_BUSY;
+            }
+            hca_shm_ring_wake(qp, ring, wake);
+            return HCA_EXEC_PARTIAL;
+        }
+        n      = (n < HCA_SLOT_PAYLOAD) ? n : HCA_SLOT_PAYLOAD;
+        flags |= (wqe->done == 0) ? HCA_MSG_FIRST : 0;
+        flags |= (wqe->done + n == wqe->length) ? HCA_MSG_LAST : 0;
+        msg    = hca_ring_slot(ring, idx);
+        hca_msg_fill(qp, msg, HCA_MSG_SEND, flags, wqe);
+        msg->length   = (uint32_t)n;
+        msg->data_off = (uint8_t)hca_msg_data_off(n);
+        hca_sge_gather(wqe->sge, wqe->num_sge, wqe->done,
+                       (uint8_t*)msg + msg->data_off, n);
+        hca_ring_publish(ring, idx);
+        wqe->done += n;
+        wake      |= w;
+    }
+    hca_shm_ring_wake(qp, ring, wake);
+    *status_p = HCA_WC_SUCCESS;
+    return HCA_EXEC_DONE;
+}
+
+/* The notice of an RDMA WRITE WITH IMM, after its data was placed. */
+static hca_exec_t hca_shm_write_imm_notice(hca_qp_t *qp, hca_wqe_t *wqe,
+                                           hca_qp_pub_t *pub,
+                                           hca_wc_status_t *status_p)
+{
+    hca_ring_t *ring = hca_shm_target_ring(qp, pub);
+    hca_msg_hdr_t *msg;
+    uint64_t idx;
+    int wake = 0;
+
+    if (ring == NULL) {
+        *status_p = HCA_WC_RETRY_EXC_ERR;
+        return HCA_EXEC_DONE;
+    }
+    if (hca_ring_claim(ring, &idx, &wake) != 0) {
+        return HCA_EXEC_PARTIAL; /* data is placed: not "nothing done" */
+    }
+    msg = hca_ring_slot(ring, idx);
+    hca_msg_fill(qp, msg, HCA_MSG_WRITE_IMM, HCA_MSG_FIRST | HCA_MSG_LAST,
+                 wqe);
+    hca_ring_publish(ring, idx);
+    hca_shm_ring_wake(qp, ring, wake);
+    *status_p = HCA_WC_SUCCESS;
+    return HCA_EXEC_DONE;
+}
+
+/* ---------------------------------------------------------------- atomics */
+
+static void hca_atomic_result(hca_wqe_t *wqe, uint64_t old)
+{
+    if (hca_opcode[wqe->opcode].flags & HCA_OPF_FETCH) {
+        hca_atomic_store_old((void*)(uintptr_t)wqe->sge[0].addr,
+                             (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8, old);
+    }
+}
+
+/* Queues a request for the target's responder thread.  BUSY when its
+ * ring is full. */
+static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
+                                   uint64_t raddr, uint64_t length)
+{
+    hca_peer_t *peer = hca_shm_qp(qp)->peer;
+    hca_svc_req_t *req;
+    uint64_t idx;
+    int wake = 0;
+
+    if (hca_ring_claim(&peer->svc, &idx, &wake) != 0) {
+        return HCA_EXEC_BUSY;
+    }
+    req              = hca_ring_slot(&peer->svc, idx);
+    req->opcode      = wqe->opcode;
+    req->size        = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+    req->src_pid     = qp->dev->pid;
+    req->src_ctx     = qp->dev->ctx_id;
+    req->src_qpn     = qp->qpn;
+    req->dst_qpn     = qp->dest_qpn;
+    req->rkey        = wqe->rkey;
+    wqe->resp_stamp  = hca_next_stamp(qp);
+    req->resp_idx    = (uint32_t)(wqe - qp->sq);
+    req->resp_stamp  = wqe->resp_stamp;
+    req->remote_addr = raddr;
+    req->length      = length;
+    req->operand     = wqe->compare_add;
+    req->swap        = wqe->swap;
+    hca_ring_publish(&peer->svc, idx);
+    if (HCA_UNLIKELY(wake)) {
+        hca_notify_signal(qp->dev, peer->pidns, peer->addr.pid,
+                          peer->addr.ctx_id, peer->hdr.name_nonce,
+                          HCA_NOTIFY_SVC);
+    }
+    qp->cnt->responder_ops++;
+    return HCA_EXEC_ISSUED;
+}
+
+/* Checks an atomic's target and finds where it lands in this process:
+ * *target_p NULL means plain memory of another process (its responder
+ * executes it).  On success the MPT entry is pinned (*entry_p). */
+hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                             uint32_t rkey, uint64_t raddr,
+                                             int size,
+                                             hca_mpt_entry_t **entry_p,
+                                             void **target_p)
+{
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+
+    *target_p = NULL;
+    if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    status = hca_access_begin(qp, rkey, pub->pd_handle,
+                              HCA_ACCESS_REMOTE_ATOMIC, raddr, (uint64_t)size,
+                              (unsigned)size, &entry);
+    if (status == HCA_WC_STATUS_LAST) {
+        *entry_p = NULL; /* only its responder may: it checks again */
+        return HCA_WC_SUCCESS;
+    }
+    if (status != HCA_WC_SUCCESS) {
+        return status;
+    }
+    if (hca_shm_qp(qp)->peer->self) {
+        *target_p = (void*)(uintptr_t)raddr;
+    } else if (entry->dm_id != 0) {
+        hca_map_t *map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer, entry->dm_id);
+        uint64_t off   = entry->dm_offset + (raddr - entry->addr);
+        if ((map != NULL) && (off <= map->shm.length) &&
+            ((uint64_t)size <= map->shm.length - off)) {
+            *target_p = (uint8_t*)map->shm.addr + off;
+        }
+    }
+    *entry_p = entry;
+    return HCA_WC_SUCCESS;
+}
+
+static hca_exec_t hca_shm_atomic(hca_qp_t *qp, hca_wqe_t *wqe,
+                                 hca_qp_pub_t *pub, hca_wc_status_t *status_p)
+{
+    int size = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    void *target;
+    uint64_t old;
+
+    status = hca_shm_atomic_target(qp, pub, wqe->rkey, wqe->remote_addr, size,
+                                   &entry, &target);
+    if (status != HCA_WC_SUCCESS) {
+        *status_p = status;
+        return HCA_EXEC_DONE;
+    }
+    if (target == NULL) {
+        /* plain memory of another process: its responder executes it */
+        if (entry != NULL) {
+            hca_access_finish(qp, entry);
+        }
+        return hca_shm_svc_post(qp, wqe, wqe->remote_addr, (uint64_t)size);
+    }
+    old = hca_atomic_apply(wqe->opcode, target, size, wqe->compare_add,
+                           wqe->swap);
+    hca_access_finish(qp, entry);
+    hca_atomic_result(wqe, old);
+    qp->cnt->mapped_ops++;
+    *status_p = HCA_WC_SUCCESS;
+    return HCA_EXEC_DONE;
+}
+
+/* ---------------------------------------------------------------- RDMA */
+
+/* WRITE/READ through the responder, one bounce-buffer chunk at a time.
+ * The chunk in flight is wqe->chunk bytes at wqe->done. */
+static hca_exec_t hca_shm_rdma_chunked(hca_qp_t *qp, hca_wqe_t *wqe,
+                                       int write, hca_wc_status_t *status_p)
+{
+    uint32_t slot = (uint32_t)(wqe - qp->sq);
+    hca_exec_t res;
+    uint64_t n;
+
+    if (wqe->chunk != 0) {
+        hca_resp_slot_t *resp = &qp->resp[slot];
+        if (atomic_load_explicit(&resp->stamp, memory_order_acquire) !=
+            wqe->resp_stamp) {
+            return HCA_EXEC_PARTIAL;
+        }
+        if (resp->status != HCA_WC_SUCCESS) {
+            *status_p = (resp->status < HCA_WC_STATUS_LAST) ?
+                         (hca_wc_status_t)resp->status : HCA_WC_REM_OP_ERR;
+            return HCA_EXEC_DONE;
+        }
+        if (!write) {
+            hca_sge_scatter(wqe->sge, wqe->num_sge, wqe->done, qp->bounce,
+                            wqe->chunk);
+        }
+        wqe->done += wqe->chunk;
+        wqe->chunk = 0;
+        if (wqe->done == wqe->length) {
+            *status_p = HCA_WC_SUCCESS; /* the caller sends an imm notice */
+            return HCA_EXEC_DONE;
+        }
+    }
+    n = wqe->length - wqe->done;
+    n = (n < HCA_BOUNCE_SIZE) ? n : HCA_BOUNCE_SIZE;
+    if (write) {
+        hca_sge_gather(wqe->sge, wqe->num_sge, wqe->done, qp->bounce, n);
+    }
+    res = hca_shm_svc_post(qp, wqe, wqe->remote_addr + wqe->done, n);
+    if (res == HCA_EXEC_BUSY) {
+        if (wqe->done != 0) {
+            return HCA_EXEC_PARTIAL;
+        }
+        return HCA_EXEC_BUSY;
+    }
+    wqe->chunk = n;
+    return HCA_EXEC_PARTIAL;
+}
+
+static hca_xfer_t hca_wqe_xfer(const hca_wqe_t *wqe)
+{
+    hca_xfer_t x = {wqe->sge, wqe->num_sge, wqe->rkey, wqe->remote_addr,
+                    wqe->length};
+    return x;
+}
+
+/* Direct paths: 0 with the status, or 1 if the responder must do it. */
+int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
+                               hca_qp_pub_t *pub, int write,
+                               hca_wc_status_t *status_p)
+{
+    unsigned need = write ? HCA_ACCESS_REMOTE_WRITE : HCA_ACCESS_REMOTE_READ;
+    hca_peer_t *peer = hca_shm_qp(qp)->peer;
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+
+    if (!(pub->access & need)) {
+        *status_p = HCA_WC_REM_ACCESS_ERR;
+        return 0;
+    }
+    if (x->length == 0) {
+        /* as on InfiniBand: a zero-length RDMA checks no R_Key and touches
+         * no memory (UCX sends UCT_INVALID_RKEY for it) */
+        *status_p = HCA_WC_SUCCESS;
+        return 0;
+    }
+    status = hca_access_begin(qp, x->rkey, pub->pd_handle, need, x->raddr,
+                              x->length, 1, &entry);
+    if (status == HCA_WC_STATUS_LAST) {
+        return 1;
+    }
+    if (status != HCA_WC_SUCCESS) {
+        *status_p = status;
+        return 0;
+    }
+    if (peer->self) {
+        /* our own memory */
+        if (write) {
+            hca_sge_gather(x->sge, x->num_sge, 0,
+                           (void*)(uintptr_t)x->raddr, x->length);
+        } else {
+            hca_sge_scatter(x->sge, x->num_sge, 0,
+                            (void*)(uintptr_t)x->raddr, x->length);
+        }
+        qp->cnt->mapped_ops++;
+    } else if (entry->dm_id != 0) {
+        hca_map_t *map = hca_peer_dm(qp->dev, peer, entry->dm_id);
+        uint64_t off   = entry->dm_offset + (x->raddr - entry->addr);
+        if ((map == NULL) || (off > map->shm.length) ||
+            (x->length > map->shm.length - off)) {
+            status = HCA_WC_REM_OP_ERR;
+        } else if (write) {
+            hca_sge_gather(x->sge, x->num_sge, 0,
+                           (uint8_t*)map->shm.addr + off, x->length);
+        } else {
+            hca_sge_scatter(x->sge, x->num_sge, 0,
+                            (uint8_t*)map->shm.addr + off, x->length);
+        }
+        qp->cnt->mapped_ops++;
+    } else if (peer->cma_ok) {
+        status = hca_cma_xfer(peer->addr.pid, write, x->sge, x->num_sge,
+                              x->raddr);
+        qp->cnt->single_copy_ops++;
+    } else {
+        hca_access_finish(qp, entry);
+        return 1;
+    }
+    hca_access_finish(qp, entry);
+    *status_p = status;
+    return 0;
+}
+
+static hca_exec_t hca_shm_rdma(hca_qp_t *qp, hca_wqe_t *wqe,
+                               hca_qp_pub_t *pub, int write,
+                               hca_wc_status_t *status_p)
+{
+    int imm = (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM);
+    hca_exec_t res;
+
+    if (wqe->state == HCA_WQE_POSTED) {
+        hca_xfer_t x = hca_wqe_xfer(wqe);
+        if (hca_shm_rdma_direct(qp, &x, pub, write, status_p) == 0) {
+            if ((*status_p != HCA_WC_SUCCESS) || !imm) {
+                return HCA_EXEC_DONE;
+            }
+            wqe->done = wqe->length;
+            return hca_shm_write_imm_notice(qp, wqe, pub, status_p);
+        }
+    } else if (imm && (wqe->chunk == 0) && (wqe->done == wqe->length)) {
+        return hca_shm_write_imm_notice(qp, wqe, pub, status_p);
+    }
+    res = hca_shm_rdma_chunked(qp, wqe, write, status_p);
+    if ((res == HCA_EXEC_DONE) && (*status_p == HCA_WC_SUCCESS) && imm) {
+        return hca_shm_write_imm_notice(qp, wqe, pub, status_p);
+    }
+    return res;
+}
+
+/* ---------------------------------------------------------------- exec */
+
+hca_exec_t hca_shm_exec(hca_qp_t *qp, hca_wqe_t *wqe,
+                        hca_wc_status_t *status_p)
+{
+    const hca_opcode_info_t *info = &hca_opcode[wqe->opcode];
+    hca_qp_pub_t *pub;
+    hca_exec_t res;
+
+    *status_p = hca_shm_target(qp, &pub);
+    if (HCA_UNLIKELY(*status_p != HCA_WC_SUCCESS)) {
+        return HCA_EXEC_DONE;
+    }
+    if (info->flags & HCA_OPF_ATOMIC) {
+        res = hca_shm_atomic(qp, wqe, pub, status_p);
+    } else if (info->flags & HCA_OPF_READ) {
+        res = hca_shm_rdma(qp, wqe, pub, 0, status_p);
+    } else if ((wqe->opcode == HCA_WR_RDMA_WRITE) ||
+               (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM)) {
+        res = hca_shm_rdma(qp, wqe, pub, 1, status_p);
+    } else {
+        res = hca_shm_send(qp, wqe, pub, status_p);
+    }
+    return res;
+}
+
+hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
+                                 hca_wc_status_t *status_p)
+{
+    hca_resp_slot_t *resp = &qp->resp[wqe - qp->sq];
+    uint32_t status;
+
+    if (atomic_load_explicit(&resp->stamp, memory_order_acquire) !=
+        wqe->resp_stamp) {
+        return HCA_EXEC_ISSUED;
+    }
+    status = resp->status;
+    if (status >= HCA_WC_STATUS_LAST) {
+        status = HCA_WC_REM_OP_ERR;
+    }
+    if ((status == HCA_WC_SUCCESS) &&
+        (hca_opcode[wqe->opcode].flags & HCA_OPF_ATOMIC)) {
+        hca_atomic_result(wqe, resp->value);
+    }
+    *status_p = (hca_wc_status_t)status;
+    return HCA_EXEC_DONE;
+}
+
+int hca_shm_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
+{
+    return atomic_load(&qp->resp[wqe - qp->sq].stamp) == wqe->resp_stamp;
+}

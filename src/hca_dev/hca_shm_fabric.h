@@ -1,0 +1,238 @@
+/*
+ * hca_shm_fabric.h - the shm fabric's private state and functions: peers
+ * on this host and our mappings of their objects, the per-QP and
+ * per-device state, and what its files share.  Nothing outside the shm
+ * fabric includes this header (the layering check enforces it through
+ * the symbols): the rest of the device reaches shm only through
+ * hca_fabric_shm_ops.
+ *
+ * Files: hca_fabric_shm.c (ops table, device open/close, connect,
+ * liveness), hca_shm_peer.c (peers and mappings), hca_shm_copy.c (copies
+ * between SGEs, single copy), hca_shm_exec.c (executing WQEs), hca_shm_direct.c
+ * (the fast paths), hca_shm_fence.c (the access fence), hca_shm_answer.c
+ * and hca_shm_service.c (the target's answers and its responder thread),
+ * hca_shm_dm_view.c (peers' device memory for rkey_ptr).
+ */
+#ifndef HCA_SHM_FABRIC_H
+#define HCA_SHM_FABRIC_H
+
+#include "hca_priv.h"
+
+#include <stddef.h>
+
+/* ---------------------------------------------------------------- peers */
+
+/* A mapping of a peer object, immutable once published on a list. */
+typedef struct hca_map {
+    struct hca_map *next;
+    uint64_t        id;
+    uint64_t        used;     /* q objects: last use (hca_shm_answer.c) */
+    hca_memobj_t    shm;
+    hca_ring_t      ring;     /* for rings */
+    hca_resp_slot_t *resp;    /* q objects: validated at map time, never */
+    uint8_t         *bounce;  /* re-read from the peer's header */
+    uint32_t        sq_depth;
+} hca_map_t;
+
+/* Another device context (usually another process) we talk to.  Lives
+ * until our device closes.  Lists are prepended under dev->lock and read
+ * without it. */
+typedef struct hca_peer {
+    struct hca_peer   *next;
+    hca_port_addr_t    addr;
+    uint32_t           pidns;
+    hca_memobj_t       ctx;
+    hca_ctx_hdr_t      hdr;        /* validated copy */
+    hca_mpt_entry_t   *mpt;
+    hca_qp_pub_t      *qp_pub;
+    hca_notify_t      *notify;
+    hca_ring_t         svc;
+    _Atomic(hca_map_t*) rings;
+    hca_map_t         *qobjs;      /* under dev->qobj_lock */
+    _Atomic(hca_map_t*) dms;
+    int                cma_ok;     /* single copy permitted to this peer */
+    hca_mapper_t      *mappers;    /* its mapper table, busy words */
+    hca_busy_t        *busy;
+    _Atomic int        access_mode;/* HCA_ACCESS_* (hca_shm_fence.h) */
+    int                mapper_slot;/* ours in its mapper table, or -1 */
+    _Atomic int        dead;
+    int                counted_dead; /* in dev->dead_peers (dev->lock) */
+    int                self;       /* our own context */
+} hca_peer_t;
+
+typedef struct hca_mapper_view hca_mapper_view_t;
+
+/* ---------------------------------------------------------------- answers */
+
+/* An answer being written to a requester (hca_shm_answer.c). */
+typedef struct hca_answer {
+    hca_peer_t *peer;
+    hca_map_t  *map;       /* its q object: map->bounce for chunks */
+    uint32_t    src_qpn;
+    uint32_t    resp_idx;
+} hca_answer_t;
+
+/* 0: the requester's response slot resp_idx is ready (finish with
+ * hca_answer_end, soon: a lock is held); -1: no answer is possible (the
+ * requester is gone or forged, or its QP was told to fail). */
+int  hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
+                      uint32_t src_qpn, uint32_t resp_idx, hca_answer_t *a);
+void hca_answer_end(hca_device_t *dev, hca_answer_t *a, uint32_t stamp,
+                    hca_wc_status_t status, uint64_t value);
+
+
+/* ---------------------------------------------------------------- state */
+
+/* Per device context (dev->fabric_dev[HCA_FABRIC_SHM]). */
+typedef struct hca_shm_dev {
+    hca_peer_t        *peers;      /* under dev->lock */
+    uint32_t           sweep_turn; /* hca_shm_check_peers: whose start
+                                      time is read this time */
+    hca_mapper_view_t *mapper_views; /* our mappings of their contexts */
+    pthread_mutex_t    fence_lock; /* mapper_views */
+    pthread_mutex_t    qobj_lock;  /* peers' q objects (hca_shm_answer.c) */
+    uint32_t           n_qobjs;
+    uint64_t           qobj_tick;
+    int                mb_ok;      /* registered for membarrier: our
+                                      deregistrations run it */
+    pthread_t          svc_thread;
+    int                svc_sock;
+    int                svc_started;
+    _Atomic int        svc_stop;
+} hca_shm_dev_t;
+
+/* Per QP (qp->fabric_priv). */
+typedef struct hca_shm_qp {
+    hca_peer_t       *peer;
+    hca_map_t        *tgt_ring;   /* cached target ring mapping */
+    uint32_t          tgt_ring_id;
+    struct {                      /* direct path: the last peer MR used */
+        uint32_t          rkey;   /* 0: empty */
+        uint32_t          access;
+        uint32_t          dm_id;
+        int               mode;   /* HCA_ACCESS_BUSY or _BUSY_FENCED */
+        int               open;   /* hca_direct_ptr access not ended */
+        hca_mpt_entry_t  *entry;
+        uint8_t          *base;   /* our mapping of its addr */
+        uint64_t          addr;
+        uint64_t          length;
+    } dcache;
+} hca_shm_qp_t;
+
+_Static_assert(sizeof(hca_shm_qp_t) <= HCA_FABRIC_QP_PRIV,
+               "hca_shm_qp_t must fit in qp->fabric_priv");
+
+HCA_INLINE hca_shm_qp_t *hca_shm_qp(hca_qp_t *qp)
+{
+    return (hca_shm_qp_t*)(void*)qp->fabric_priv;
+}
+
+HCA_INLINE hca_shm_dev_t *hca_shm_dev(hca_device_t *dev)
+{
+    return (hca_shm_dev_t*)dev->fabric_dev[HCA_FABRIC_SHM];
+}
+
+/* ---------------------------------------------------------------- peers */
+
+/* hca_shm_peer.c */
+hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr);
+void        hca_peers_destroy(hca_device_t *dev);
+hca_map_t  *hca_peer_ring(hca_device_t *dev, hca_peer_t *peer,
+                          uint32_t ring_id);
+/* Maps a requester QP's q object (not cached: see hca_shm_answer.c). */
+hca_map_t  *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
+                              uint32_t qpn);
+hca_map_t  *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer,
+                        uint32_t dm_id);
+int         hca_peer_alive(hca_peer_t *peer);
+uint64_t    hca_shm_check_peers(hca_device_t *dev);
+
+/* ---------------------------------------------------------------- copies */
+
+/* hca_shm_copy.c: between an SGE list (from byte offset) and a buffer */
+void hca_sge_gather(const hca_sge_t *sge, uint32_t num_sge, uint64_t offset,
+                    void *dst, uint64_t len);
+void hca_sge_scatter(const hca_sge_t *sge, uint32_t num_sge, uint64_t offset,
+                     const void *src, uint64_t len);
+/* Single copy between our SGEs and [raddr, raddr+len) of pid. */
+hca_wc_status_t hca_cma_xfer(uint32_t pid, int write, const hca_sge_t *sge,
+                             uint32_t num_sge, uint64_t raddr);
+/* A SEND_PULL's data, from its source into the receive WQE. */
+hca_wc_status_t hca_shm_pull(hca_device_t *dev, const hca_msg_hdr_t *hdr,
+                             const hca_wire_iov_t *wiov,
+                             const hca_rwqe_t *rwqe);
+
+/* ---------------------------------------------------------------- exec */
+
+/* hca_shm_exec.c */
+hca_exec_t hca_shm_exec(hca_qp_t *qp, hca_wqe_t *wqe,
+                        hca_wc_status_t *status_p);
+hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
+                                 hca_wc_status_t *status_p);
+int        hca_shm_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe);
+/* What an RDMA WRITE/READ moves: local SGEs and the remote range. */
+typedef struct hca_xfer {
+    const hca_sge_t *sge;
+    uint32_t         num_sge;
+    uint32_t         rkey;
+    uint64_t         raddr;
+    uint64_t         length;
+} hca_xfer_t;
+/* Direct RDMA paths: 0 with the status, or 1 if the responder must. */
+int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x, hca_qp_pub_t *pub,
+                        int write, hca_wc_status_t *status_p);
+/* An atomic's target: *target_p NULL means plain memory of another
+ * process (its responder executes it); on success the entry is pinned. */
+hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                      uint32_t rkey, uint64_t raddr, int size,
+                                      hca_mpt_entry_t **entry_p,
+                                      void **target_p);
+
+/* ---------------------------------------------------------------- direct */
+
+/* hca_shm_direct.c: the fast paths (hca_fast_ops_t) and the doorbell's */
+int   hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length);
+int   hca_shm_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+                           hca_send_slot_t *slot);
+int   hca_shm_send_commit(hca_qp_t *qp, hca_send_slot_t *slot,
+                          uint32_t length, hca_wr_opcode_t opcode,
+                          uint32_t imm_data);
+void  hca_shm_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
+int   hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
+                           uint64_t remote_addr, uint32_t rkey);
+void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                         size_t length, unsigned access);
+void  hca_shm_direct_done(hca_qp_t *qp);
+int   hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode,
+                            unsigned size, uint64_t remote_addr,
+                            uint32_t rkey, uint64_t compare_add,
+                            uint64_t swap, void *result);
+int   hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
+                       size_t length, void **ptr_p);
+/* Empties the direct path's MPT cache (new connection). */
+void  hca_direct_forget(hca_qp_t *qp);
+/* Ends an access hca_shm_direct_ptr left open (disconnect). */
+void  hca_direct_close(hca_qp_t *qp);
+
+/* ---------------------------------------------------------------- fence */
+
+/* hca_shm_fence.c, the owner's side (the requester's: hca_shm_fence.h) */
+int    hca_access_fence_init(hca_device_t *dev);
+void   hca_access_fence_wait(hca_device_t *dev, uint32_t accessors,
+                             int unfenced);
+void   hca_access_fence_close(hca_device_t *dev);
+size_t hca_mapper_view_size(void);
+/* At close: leave the peer's mapper table. */
+void   hca_access_unregister(hca_device_t *dev, hca_peer_t *peer);
+
+/* ---------------------------------------------------------------- service */
+
+/* hca_shm_answer.c: the fabric's answer op */
+void hca_shm_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
+                    const hca_pull_hdr_t *pull, hca_wc_status_t status);
+
+/* hca_shm_service.c: the responder thread */
+int  hca_svc_start(hca_device_t *dev);
+void hca_svc_stop(hca_device_t *dev);
+
+#endif
