@@ -22,6 +22,15 @@
 extern "C" {
 #endif
 
+/* libhcadev is compiled with -fvisibility=hidden: what is declared here, and
+ * only that, is exported from libhcadev.so (contrib/check-layers.sh checks
+ * it).  GCC and clang, C and C++, understand the pragma; other compilers
+ * export everything. */
+#if defined(__GNUC__) && (__GNUC__ >= 4)
+#pragma GCC visibility push(default)
+#define HCA_DEV_VISIBILITY_PUSHED 1
+#endif
+
 #define HCA_DEV_API_VERSION   1
 #define HCA_DEVNAME_MAX       16
 
@@ -597,6 +606,11 @@ const char *hca_wc_status_str(hca_wc_status_t status);
 const char *hca_wr_opcode_str(hca_wr_opcode_t opcode);
 const char *hca_qp_state_str(hca_qp_state_t state);
 const char *hca_port_state_str(hca_port_state_t state);
+
+#ifdef HCA_DEV_VISIBILITY_PUSHED
+#pragma GCC visibility pop
+#undef HCA_DEV_VISIBILITY_PUSHED
+#endif
 
 #ifdef __cplusplus
 }
