@@ -259,7 +259,7 @@ int hca_device_close(hca_device_t *dev)
      * the context */
     while ((dm = dev->dm_list) != NULL) {
         dev->dm_list = dm->next;
-        hca_memobj_destroy(&dm->shm);
+        hca_memobj_destroy(&dm->obj);
         free(dm);
     }
     hca_stats_close(dev);

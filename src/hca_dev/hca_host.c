@@ -131,7 +131,7 @@ int hca_port_addr_alive(const hca_port_addr_t *addr)
 {
     hca_host_id_t self;
     char name[HCA_OBJ_NAME_MAX];
-    hca_memobj_t shm;
+    hca_memobj_t obj;
     uint64_t start;
     int alive;
 
@@ -144,12 +144,12 @@ int hca_port_addr_alive(const hca_port_addr_t *addr)
     }
     hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
                  addr->ctx_id);
-    if (hca_memobj_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
+    if (hca_memobj_map(&obj, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* its context is closed */
     }
     alive = (hca_proc_start_time(addr->pid, &start) == 0) &&
-            (start == ((hca_ctx_hdr_t*)shm.addr)->start_time);
-    hca_memobj_destroy(&shm);
+            (start == ((hca_ctx_hdr_t*)obj.addr)->start_time);
+    hca_memobj_destroy(&obj);
     return alive;
 }
 

@@ -1,5 +1,5 @@
 /*
- * hca_memobj.c - shared-memory objects of the shm fabric: naming, creation
+ * hca_memobj.c - POSIX shared-memory objects of a device context: naming, creation
  * (mode 0600, on the device's NUMA node), mapping by peers, removal on
  * close, and reclaiming the objects of owners that died.
  *
@@ -39,12 +39,12 @@ void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
              kind, (unsigned long long)id);
 }
 
-int hca_memobj_create(hca_memobj_t *shm, const char *name, size_t length,
+int hca_memobj_create(hca_memobj_t *obj, const char *name, size_t length,
                    int numa_node)
 {
     int fd, rc;
 
-    memset(shm, 0, sizeof(*shm));
+    memset(obj, 0, sizeof(*obj));
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if ((fd < 0) && (errno == EEXIST)) {
         /* a leftover of an earlier process with our pid; if it cannot be
@@ -64,35 +64,35 @@ int hca_memobj_create(hca_memobj_t *shm, const char *name, size_t length,
         rc = -errno;
         goto err_unlink;
     }
-    shm->addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+    obj->addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                      0);
-    if (shm->addr == MAP_FAILED) {
+    if (obj->addr == MAP_FAILED) {
         rc = -errno;
         goto err_unlink;
     }
     close(fd);
     if ((numa_node >= 0) && (numa_available() >= 0)) {
         /* before first touch, so the pages come from the device's node */
-        numa_tonode_memory(shm->addr, length, numa_node);
+        numa_tonode_memory(obj->addr, length, numa_node);
     }
-    shm->length = length;
-    shm->owner  = 1;
-    snprintf(shm->name, sizeof(shm->name), "%s", name);
+    obj->length = length;
+    obj->owner  = 1;
+    snprintf(obj->name, sizeof(obj->name), "%s", name);
     return 0;
 
 err_unlink:
     close(fd);
     shm_unlink(name);
-    shm->addr = NULL;
+    obj->addr = NULL;
     return rc;
 }
 
-int hca_memobj_map(hca_memobj_t *shm, const char *name, size_t min_length)
+int hca_memobj_map(hca_memobj_t *obj, const char *name, size_t min_length)
 {
     struct stat st;
     int fd, rc;
 
-    memset(shm, 0, sizeof(*shm));
+    memset(obj, 0, sizeof(*obj));
     fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         return -errno;
@@ -113,37 +113,37 @@ int hca_memobj_map(hca_memobj_t *shm, const char *name, size_t min_length)
         close(fd);
         return -EPROTO;
     }
-    shm->addr = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+    obj->addr = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
                      MAP_SHARED, fd, 0);
     rc        = -errno;
     close(fd);
-    if (shm->addr == MAP_FAILED) {
-        shm->addr = NULL;
+    if (obj->addr == MAP_FAILED) {
+        obj->addr = NULL;
         return rc;
     }
-    shm->length = (size_t)st.st_size;
-    shm->owner  = 0;
-    snprintf(shm->name, sizeof(shm->name), "%s", name);
+    obj->length = (size_t)st.st_size;
+    obj->owner  = 0;
+    snprintf(obj->name, sizeof(obj->name), "%s", name);
     return 0;
 }
 
-void hca_memobj_destroy(hca_memobj_t *shm)
+void hca_memobj_destroy(hca_memobj_t *obj)
 {
-    if (shm->addr != NULL) {
-        munmap(shm->addr, shm->length);
-        shm->addr = NULL;
+    if (obj->addr != NULL) {
+        munmap(obj->addr, obj->length);
+        obj->addr = NULL;
     }
-    if (shm->owner) {
-        shm_unlink(shm->name);
-        shm->owner = 0;
+    if (obj->owner) {
+        shm_unlink(obj->name);
+        obj->owner = 0;
     }
 }
 
 /* 1 if the objects of (pid, ctx) belong to a dead owner. */
-static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
+static int hca_memobj_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
 {
     char name[HCA_OBJ_NAME_MAX];
-    hca_memobj_t shm;
+    hca_memobj_t obj;
     uint64_t start;
     int dead;
 
@@ -151,16 +151,16 @@ static int hca_shm_owner_dead(uint32_t pidns, uint32_t pid, uint32_t ctx)
         return 1;
     }
     hca_ctx_name(name, sizeof(name), pidns, pid, ctx);
-    if (hca_memobj_map(&shm, name, sizeof(hca_ctx_hdr_t)) != 0) {
+    if (hca_memobj_map(&obj, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* being created or closed by a live owner */
     }
     /* magic is written last at creation and cleared first at close: a
      * header without it belongs to a live owner that is opening or
      * closing, whatever its start_time says yet */
-    dead = (((hca_ctx_hdr_t*)shm.addr)->magic == HCA_WIRE_MAGIC) &&
+    dead = (((hca_ctx_hdr_t*)obj.addr)->magic == HCA_WIRE_MAGIC) &&
            ((hca_proc_start_time(pid, &start) != 0) ||
-            (start != ((hca_ctx_hdr_t*)shm.addr)->start_time));
-    hca_memobj_destroy(&shm);
+            (start != ((hca_ctx_hdr_t*)obj.addr)->start_time));
+    hca_memobj_destroy(&obj);
     return dead;
 }
 
@@ -185,7 +185,7 @@ void hca_memobj_reclaim(uint32_t pidns, uint32_t self_pid, int first_open)
             if (!first_open) {
                 continue; /* our own live contexts */
             }
-        } else if (!hca_shm_owner_dead(pidns, pid, ctx)) {
+        } else if (!hca_memobj_owner_dead(pidns, pid, ctx)) {
             continue;
         }
         snprintf(path, sizeof(path), "/%s", de->d_name);

@@ -1,6 +1,5 @@
 /*
- * hca_mr.c - protection domains, memory regions and the memory protection
- * table (MPT), and device memory.
+ * hca_mr.c - memory regions and the memory protection table (MPT).
  *
  * The MPT lives in the context object, so requesters on the same host check
  * it themselves (hca_access_begin); the protocol that keeps deregistration
@@ -13,57 +12,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-
-int hca_pd_alloc(hca_device_t *dev, hca_pd_t **pd_p)
-{
-    hca_pd_t *pd;
-
-    pthread_mutex_lock(&dev->lock);
-    if (dev->n_pd >= HCA_MAX_PD) {
-        pthread_mutex_unlock(&dev->lock);
-        return -ENOMEM;
-    }
-    pd = calloc(1, sizeof(*pd));
-    if (pd == NULL) {
-        pthread_mutex_unlock(&dev->lock);
-        return -ENOMEM;
-    }
-    pd->dev    = dev;
-    pd->handle = dev->next_pd++;
-    dev->n_pd++;
-    pthread_mutex_unlock(&dev->lock);
-    *pd_p = pd;
-    return 0;
-}
-
-int hca_pd_dealloc(hca_pd_t *pd)
-{
-    hca_device_t *dev = pd->dev;
-
-    if (atomic_load(&pd->refs) != 0) {
-        return -EBUSY;
-    }
-    pthread_mutex_lock(&dev->lock);
-    dev->n_pd--;
-    pthread_mutex_unlock(&dev->lock);
-    free(pd);
-    return 0;
-}
-
-/* The device memory object holding [addr, addr+length), if any.
- * Caller holds dev->lock. */
-static hca_dm_t *hca_dm_find(hca_device_t *dev, uintptr_t addr,
-                             size_t length)
-{
-    for (hca_dm_t *dm = dev->dm_list; dm != NULL; dm = dm->next) {
-        uintptr_t base = (uintptr_t)dm->shm.addr;
-        if ((addr >= base) && (addr - base <= dm->length) &&
-            (length <= dm->length - (addr - base))) {
-            return dm;
-        }
-    }
-    return NULL;
-}
 
 int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
                hca_mr_t **mr_p)
@@ -127,7 +75,7 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     entry->dm_id     = (dm != NULL) ? dm->id : 0;
     entry->dm_offset = (dm != NULL) ?
                        (uint64_t)((uintptr_t)addr -
-                                  (uintptr_t)dm->shm.addr) : 0;
+                                  (uintptr_t)dm->obj.addr) : 0;
     atomic_store_explicit(&entry->accessors, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->unfenced, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->key, mr->key, memory_order_relaxed);
@@ -202,91 +150,14 @@ hca_wc_status_t hca_sge_check(hca_device_t *dev, uint32_t pd_handle,
 {
     for (int i = 0; i < num_sge; ++i) {
         uint32_t index = hca_key_index(sge[i].lkey);
-        hca_mpt_entry_t *entry;
 
-        if ((index == 0) || (index >= HCA_MAX_MR)) {
-            return HCA_WC_LOC_PROT_ERR;
-        }
-        entry = &dev->mpt[index];
-        if ((atomic_load_explicit(&entry->state, memory_order_acquire) !=
-             HCA_MPT_VALID) ||
-            (atomic_load_explicit(&entry->key, memory_order_relaxed) !=
-             sge[i].lkey) ||
-            (entry->pd_handle != pd_handle) ||
-            ((entry->access & access) != access) ||
-            (sge[i].addr < entry->addr) ||
-            (sge[i].addr - entry->addr > entry->length) ||
-            (sge[i].length > entry->length - (sge[i].addr - entry->addr))) {
+        if ((index == 0) || (index >= HCA_MAX_MR) ||
+            !hca_mpt_entry_allows(&dev->mpt[index], sge[i].lkey, pd_handle,
+                                  access, sge[i].addr, sge[i].length, 1)) {
             return HCA_WC_LOC_PROT_ERR;
         }
     }
     return HCA_WC_SUCCESS;
-}
-
-int hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p)
-{
-    char name[HCA_OBJ_NAME_MAX];
-    hca_dm_t *dm;
-    int rc;
-
-    if ((length == 0) || (length > HCA_MAX_DM_SIZE)) {
-        return -EINVAL;
-    }
-    dm = calloc(1, sizeof(*dm));
-    if (dm == NULL) {
-        return -ENOMEM;
-    }
-    pthread_mutex_lock(&dev->lock);
-    dm->id = dev->next_dm_id++;   /* never reused: peers cache by id */
-    pthread_mutex_unlock(&dev->lock);
-
-    hca_obj_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id,
-                 dev->name_nonce, "dm", dm->id);
-    rc = hca_memobj_create(&dm->shm, name, length, dev->numa_node);
-    if (rc != 0) {
-        free(dm);
-        return rc;
-    }
-    dm->dev    = dev;
-    dm->length = length;
-    pthread_mutex_lock(&dev->lock);
-    dm->next     = dev->dm_list;
-    dev->dm_list = dm;
-    pthread_mutex_unlock(&dev->lock);
-    *dm_p = dm;
-    return 0;
-}
-
-int hca_dm_free(hca_dm_t *dm)
-{
-    hca_device_t *dev = dm->dev;
-    hca_dm_t **pp;
-
-    pthread_mutex_lock(&dev->lock);
-    if (dm->mrs != 0) {
-        pthread_mutex_unlock(&dev->lock);
-        return -EBUSY; /* deregister its MRs first */
-    }
-    for (pp = &dev->dm_list; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == dm) {
-            *pp = dm->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&dev->lock);
-    hca_memobj_destroy(&dm->shm);
-    free(dm);
-    return 0;
-}
-
-void *hca_dm_addr(const hca_dm_t *dm)
-{
-    return dm->shm.addr;
-}
-
-size_t hca_dm_length(const hca_dm_t *dm)
-{
-    return dm->length;
 }
 
 uint32_t hca_mr_dm_id(const hca_mr_t *mr, uint64_t *dm_base_p)

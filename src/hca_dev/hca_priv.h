@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -149,11 +150,14 @@ struct hca_mr {
     size_t    length;
 };
 
+/* The device memory holding [addr, addr+length), or NULL (dev->lock). */
+struct hca_dm *hca_dm_find(hca_device_t *dev, uintptr_t addr, size_t length);
+
 struct hca_dm {
     struct hca_dm *next;
     hca_device_t  *dev;
     uint32_t       id;
-    hca_memobj_t      shm;
+    hca_memobj_t      obj;
     size_t         length;
     uint32_t       mrs;      /* MRs inside it (dev->lock) */
 };
@@ -232,7 +236,7 @@ typedef struct hca_rq {
     hca_device_t *dev;
     hca_pd_t     *pd;
     uint32_t      ring_id;
-    hca_memobj_t     shm;
+    hca_memobj_t     obj;
     hca_ring_t    ring;
     hca_rwqe_t   *wqes;
     uint32_t      mask;
@@ -279,14 +283,33 @@ static inline hca_wc_status_t hca_rwqe_place(const hca_rwqe_t *rwqe,
     return HCA_WC_SUCCESS;
 }
 
+/* A message taken from a receive ring: one copy of its header (the slot
+ * is shared with its sender), and for a SEND_PULL its descriptor. */
+typedef struct hca_ingress_msg {
+    hca_msg_hdr_t   hdr;
+    const uint8_t  *payload;
+    hca_pull_hdr_t  pull;
+    hca_wire_iov_t  iov[HCA_MAX_SGE];
+} hca_ingress_msg_t;
+
+/* Responder (hca_resp.c): a handler per message op, 0 consumed or -EAGAIN
+ * (no receive posted: leave it in the ring). */
+typedef int (*hca_resp_handler_t)(hca_rq_t *rq, struct hca_qp *qp,
+                                  const hca_ingress_msg_t *m);
+extern const hca_resp_handler_t hca_resp_handlers[HCA_MSG_OP_LAST];
+void hca_resp_refuse(hca_device_t *dev, const hca_ingress_msg_t *m,
+                     int qp_gone);
+/* Ends partials whose source died or went quiet (every 100 ms at most). */
+void hca_resp_sweep(hca_rq_t *rq);
+
+/* Ingress router (hca_ingress.c): consumes up to budget messages of the
+ * ring, each handed to its responder handler. */
+int  hca_ingress_poll(hca_rq_t *rq, int budget);
+
 int  hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
                  uint32_t max_sge, int is_srq);
 void hca_rq_cleanup(hca_rq_t *rq);
 int  hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr);
-/* Responder: consumes up to budget messages of the ring. */
-int  hca_resp_progress(hca_rq_t *rq, int budget);
-/* Unlinked by the caller: frees a partial of qp. */
-void hca_partial_free(struct hca_qp *qp, hca_partial_t *p);
 
 
 /* ---------------------------------------------------------------- QP */
@@ -372,6 +395,27 @@ HCA_INLINE int hca_sq_idle(const hca_qp_t *qp)
     return HCA_LIKELY(qp->state == HCA_QPS_RTS) &&
            (qp->sq_exec == qp->sq_head) && (qp->n_issued == 0) &&
            !qp->sq_sig_all;
+}
+
+/* Unlinked by the caller: frees a partial of qp. */
+static inline void hca_partial_free(hca_qp_t *qp, hca_partial_t *p)
+{
+    qp->rq->n_partials--;
+    free(p);
+}
+
+/* Does the QP accept a message from that source (state, and the
+ * connected peer unless it accepts any)?  The one target check of the
+ * receive side. */
+HCA_INLINE int hca_qp_accepts(const hca_qp_t *qp, uint32_t src_pid,
+                              uint32_t src_ctx, uint32_t src_qpn)
+{
+    if ((qp->state != HCA_QPS_RTR) && (qp->state != HCA_QPS_RTS)) {
+        return 0;
+    }
+    return (qp->dest_qpn == HCA_QPN_ANY) ||
+           ((qp->dest_qpn == src_qpn) && (qp->dest.pid == src_pid) &&
+            (qp->dest.ctx_id == src_ctx));
 }
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);

@@ -76,7 +76,7 @@ static void hca_progress_cq(hca_cq_t *cq)
         /* partials: their orphans end even when nothing else comes */
         if (!hca_ring_empty(&cq->rqs[i]->ring) ||
             HCA_UNLIKELY(cq->rqs[i]->n_partials > 0)) {
-            hca_resp_progress(cq->rqs[i], 64);
+            hca_ingress_poll(cq->rqs[i], 64);
         }
     }
 }

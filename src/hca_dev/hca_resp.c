@@ -1,12 +1,17 @@
 /*
- * hca_resp.c - the responder for receive rings: validates each message
- * that arrived, matches it with a posted receive WQE (the QP's own RQ or
- * its SRQ), places the data and produces the receive completion.
+ * hca_resp.c - the responder engine: what a message that arrived for one
+ * of our QPs does.  The ingress router (hca_ingress.c) validated it and
+ * checked that its QP accepts the source; here it is matched with a posted
+ * receive WQE (the QP's own RQ or its SRQ), its data placed, and the
+ * receive completion produced.  A handler that finds no receive posted
+ * returns -EAGAIN and the message waits in its ring (an infinite RNR
+ * retry): nothing is dropped.
  *
- * Runs in the owner's hca_cq_poll.  With no receive posted the ring waits
- * (an infinite RNR retry): nothing is dropped.  A message for a QP that is
- * gone or does not accept its source is dropped and, if the sender waits
- * for an answer, answered with an error.
+ * A message's life:  ARRIVED --no receive--> ARRIVED (RNR, waits)
+ *                    ARRIVED --first fragment--> PARTIAL --last--> COMPLETE
+ *                    ARRIVED --whole / pulled / notice--> COMPLETE
+ * (hca_partial_t holds the PARTIAL state, bounded in time and by its
+ * source's liveness: hca_resp_sweep).
  */
 #include "hca_priv.h"
 
@@ -14,47 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-
-/* A local copy of the header: the slot is shared with other processes. */
-typedef struct hca_resp_msg {
-    hca_msg_hdr_t hdr;
-    const uint8_t *payload;
-} hca_resp_msg_t;
-
-static int hca_resp_validate(const hca_msg_hdr_t *hdr)
-{
-    switch (hdr->op) {
-    case HCA_MSG_SEND:
-        return (hdr->length <= hca_msg_room(hdr->data_off)) &&
-               (hdr->msg_len <= HCA_MAX_MSG) &&
-               (hdr->length <= hdr->msg_len) &&
-               /* a whole message in one slot is all there is of it */
-               (((hdr->flags & (HCA_MSG_FIRST | HCA_MSG_LAST)) !=
-                 (HCA_MSG_FIRST | HCA_MSG_LAST)) ||
-                (hdr->length == hdr->msg_len));
-    case HCA_MSG_SEND_PULL:
-        return (hdr->num_iov <= HCA_MAX_SGE) &&
-               (sizeof(hca_pull_hdr_t) +
-                hdr->num_iov * sizeof(hca_wire_iov_t) <=
-                hca_msg_room(hdr->data_off)) &&
-               (hdr->msg_len <= HCA_MAX_MSG);
-    case HCA_MSG_WRITE_IMM:
-    case HCA_MSG_NOP:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-HCA_INLINE int hca_resp_source_ok(const hca_qp_t *qp, const hca_msg_hdr_t *hdr)
-{
-    if ((qp->state != HCA_QPS_RTR) && (qp->state != HCA_QPS_RTS)) {
-        return 0;
-    }
-    return (qp->dest_qpn == HCA_QPN_ANY) ||
-           ((qp->dest_qpn == hdr->src_qpn) && (qp->dest.pid == hdr->src_pid) &&
-            (qp->dest.ctx_id == hdr->src_ctx));
-}
 
 /* Answers a SEND_PULL through the fabric it came from. */
 static void hca_resp_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
@@ -118,12 +82,6 @@ static void hca_resp_complete(hca_qp_t *qp, const hca_rwqe_t *rwqe,
     }
 }
 
-void hca_partial_free(hca_qp_t *qp, hca_partial_t *p)
-{
-    qp->rq->n_partials--;
-    free(p);
-}
-
 /* Ends an unfinished message: its receive completes with status (the
  * consumer gets it back), nothing of it is delivered. */
 static void hca_partial_abort(hca_qp_t *qp, hca_partial_t *p,
@@ -148,7 +106,7 @@ static int hca_partial_source_dead(hca_device_t *dev, const hca_partial_t *p)
 /* At most every 100 ms while partials exist: ends those whose source died
  * or sent nothing for HCA_PARTIAL_TIMEOUT_NS, so that first fragments
  * whose rest never comes cannot hold the posted receives for good. */
-static void hca_resp_sweep(hca_rq_t *rq)
+void hca_resp_sweep(hca_rq_t *rq)
 {
     hca_device_t *dev = rq->dev;
     uint64_t now      = hca_now_ns();
@@ -204,229 +162,160 @@ static hca_rwqe_t *hca_resp_take_rwqe(hca_rq_t *rq)
     return &rq->wqes[rq->tail++ & rq->mask];
 }
 
-/* Handles one message.  Returns 0 when consumed, -EAGAIN to leave it in
- * the ring (no receive posted yet). */
-static int hca_resp_handle(hca_rq_t *rq, const hca_msg_hdr_t *hdr,
-                           const uint8_t *payload)
+/* ---------------------------------------------------------------- handlers */
+
+/* RDMA WRITE WITH IMM: its data is placed; the notice takes a receive. */
+static int hca_resp_write_imm(hca_rq_t *rq, hca_qp_t *qp,
+                              const hca_ingress_msg_t *m)
+{
+    hca_rwqe_t *rwqe = hca_resp_take_rwqe(rq);
+
+    if (rwqe == NULL) {
+        return -EAGAIN;
+    }
+    hca_resp_complete(qp, rwqe, &m->hdr, HCA_WC_SUCCESS,
+                      HCA_WC_RECV_RDMA_WITH_IMM);
+    return 0;
+}
+
+/* A SEND described by its source's iovs: pulled into the receive, and the
+ * source answered. */
+static int hca_resp_send_pull(hca_rq_t *rq, hca_qp_t *qp,
+                              const hca_ingress_msg_t *m)
 {
     hca_device_t *dev = rq->dev;
-    hca_qp_t *qp      = hca_qp_lookup(dev, hdr->dst_qpn);
-    hca_wire_iov_t wiov[HCA_MAX_SGE];
+    const hca_msg_hdr_t *hdr = &m->hdr;
     hca_wc_status_t status;
-    hca_partial_t *partial;
-    hca_pull_hdr_t pull;
     hca_rwqe_t *rwqe;
 
-    if (hdr->op == HCA_MSG_NOP) {
-        return 0; /* a cancelled direct send */
-    }
-    if (hdr->op == HCA_MSG_SEND_PULL) {
-        memcpy(&pull, payload, sizeof(pull)); /* once: the sender's */
-        memcpy(wiov, payload + sizeof(pull),
-               sizeof(hca_wire_iov_t) * hdr->num_iov);
-    }
-    if ((qp == NULL) || (qp->rq != rq) || !hca_resp_source_ok(qp, hdr)) {
-        if (hdr->op == HCA_MSG_SEND_PULL) {
-            /* a QP destroyed meanwhile is gone, as if it never answered */
-            hca_resp_answer(dev, hdr, &pull,
-                            (qp == NULL) ? HCA_WC_RETRY_EXC_ERR :
-                                           HCA_WC_REM_INV_REQ_ERR);
-        }
-        __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_REM_INV_REQ_ERR], 1,
+    if ((hdr->src_pid == dev->pid) && (hdr->src_ctx == dev->ctx_id) &&
+        !hca_resp_pull_is_ours(dev, hdr, m->iov, &m->pull)) {
+        /* names us as its source, but no QP of ours sent it: forged.
+         * Dropped and counted; not answered (the answer slot it names
+         * is one of ours) and no QP is moved to ERR (a forger could
+         * name any) */
+        __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_GENERAL_ERR], 1,
                            __ATOMIC_RELAXED);
         return 0;
     }
+    rwqe = hca_resp_take_rwqe(rq);
+    if (rwqe == NULL) {
+        return -EAGAIN;
+    }
+    status = hca_fabric_of_msg(dev, hdr)->pull(dev, hdr, m->iov, rwqe);
+    hca_resp_answer(dev, hdr, &m->pull, (status == HCA_WC_LOC_LEN_ERR) ?
+                    HCA_WC_REM_INV_REQ_ERR : status);
+    hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
+    return 0;
+}
 
-    switch (hdr->op) {
-    case HCA_MSG_WRITE_IMM:
-        rwqe = hca_resp_take_rwqe(rq);
-        if (rwqe == NULL) {
-            return -EAGAIN;
-        }
-        hca_resp_complete(qp, rwqe, hdr, HCA_WC_SUCCESS,
-                          HCA_WC_RECV_RDMA_WITH_IMM);
-        return 0;
+/* The first fragment of a SEND (or all of it). */
+static int hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
+                               const hca_ingress_msg_t *m)
+{
+    const hca_msg_hdr_t *hdr = &m->hdr;
+    hca_wc_status_t status;
+    hca_partial_t *partial;
+    hca_rwqe_t *rwqe;
 
-    case HCA_MSG_SEND_PULL:
-        if ((hdr->src_pid == dev->pid) && (hdr->src_ctx == dev->ctx_id) &&
-            !hca_resp_pull_is_ours(dev, hdr, wiov, &pull)) {
-            /* names us as its source, but no QP of ours sent it: forged.
-             * Dropped and counted; not answered (the answer slot it names
-             * is one of ours) and no QP is moved to ERR (a forger could
-             * name any) */
-            __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_GENERAL_ERR], 1,
-                               __ATOMIC_RELAXED);
-            return 0;
-        }
-        rwqe = hca_resp_take_rwqe(rq);
-        if (rwqe == NULL) {
-            return -EAGAIN;
-        }
-        status = hca_fabric_of_msg(dev, hdr)->pull(dev, hdr, wiov, rwqe);
-        hca_resp_answer(dev, hdr, &pull, (status == HCA_WC_LOC_LEN_ERR) ?
-                        HCA_WC_REM_INV_REQ_ERR : status);
+    rwqe = hca_resp_take_rwqe(rq);
+    if (rwqe == NULL) {
+        return -EAGAIN;
+    }
+    /* a source's SENDs arrive in order: a new message means its
+     * unfinished one never ends */
+    partial = hca_partial_find(qp, hdr, 1);
+    if (partial != NULL) {
+        hca_partial_abort(qp, partial, HCA_WC_GENERAL_ERR);
+    }
+    status = (hdr->msg_len > rwqe->length) ? HCA_WC_LOC_LEN_ERR :
+             hca_rwqe_place(rwqe, 0, m->payload, hdr->length);
+    if (hdr->flags & HCA_MSG_LAST) {
         hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
         return 0;
-
-    case HCA_MSG_SEND:
-        if (hdr->flags & HCA_MSG_FIRST) {
-            rwqe = hca_resp_take_rwqe(rq);
-            if (rwqe == NULL) {
-                return -EAGAIN;
-            }
-            /* a source's SENDs arrive in order: a new message means its
-             * unfinished one never ends */
-            partial = hca_partial_find(qp, hdr, 1);
-            if (partial != NULL) {
-                hca_partial_abort(qp, partial, HCA_WC_GENERAL_ERR);
-            }
-            status = (hdr->msg_len > rwqe->length) ? HCA_WC_LOC_LEN_ERR :
-                     hca_rwqe_place(rwqe, 0, payload, hdr->length);
-            if (hdr->flags & HCA_MSG_LAST) {
-                hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
-                return 0;
-            }
-            partial = calloc(1, sizeof(*partial));
-            if (partial == NULL) {
-                hca_resp_complete(qp, rwqe, hdr, HCA_WC_GENERAL_ERR,
-                                  HCA_WC_RECV);
-                return 0;
-            }
-            partial->src_pid = hdr->src_pid;
-            partial->src_ctx = hdr->src_ctx;
-            partial->src_qpn = hdr->src_qpn;
-            partial->offset  = hdr->length;
-            partial->msg_len = hdr->msg_len;
-            partial->error   = status;
-            partial->last_ns = hca_now_ns();
-            partial->rwqe    = *rwqe;
-            partial->next    = qp->partials;
-            qp->partials     = partial;
-            rq->n_partials++;
-            return 0;
-        }
-        partial = hca_partial_find(qp, hdr, (hdr->flags & HCA_MSG_LAST) != 0);
-        if (partial == NULL) {
-            return 0; /* its start was dropped (QP reset): drop the rest */
-        }
-        /* the message's length is its first fragment's: a fragment
-         * that says otherwise, or runs past it, fails the message (which
-         * completes with what was placed, never more) */
-        if ((partial->error == HCA_WC_SUCCESS) &&
-            ((hdr->msg_len != partial->msg_len) ||
-             (hdr->length > partial->msg_len - partial->offset))) {
-            partial->error = HCA_WC_REM_INV_REQ_ERR;
-        }
-        if (partial->error == HCA_WC_SUCCESS) {
-            partial->error = hca_rwqe_place(&partial->rwqe, partial->offset,
-                                            payload, hdr->length);
-            partial->offset += hdr->length;
-        }
-        partial->last_ns = hca_now_ns();
-        if (hdr->flags & HCA_MSG_LAST) {
-            hca_msg_hdr_t whole = *hdr;
-            whole.msg_len = partial->msg_len;
-            if ((partial->error == HCA_WC_SUCCESS) &&
-                (partial->offset != partial->msg_len)) {
-                partial->error = HCA_WC_REM_INV_REQ_ERR; /* bytes missing */
-            }
-            hca_resp_complete(qp, &partial->rwqe, &whole,
-                              (hca_wc_status_t)partial->error, HCA_WC_RECV);
-            hca_partial_free(qp, partial);
-        }
+    }
+    partial = calloc(1, sizeof(*partial));
+    if (partial == NULL) {
+        hca_resp_complete(qp, rwqe, hdr, HCA_WC_GENERAL_ERR, HCA_WC_RECV);
         return 0;
+    }
+    partial->src_pid = hdr->src_pid;
+    partial->src_ctx = hdr->src_ctx;
+    partial->src_qpn = hdr->src_qpn;
+    partial->offset  = hdr->length;
+    partial->msg_len = hdr->msg_len;
+    partial->error   = status;
+    partial->last_ns = hca_now_ns();
+    partial->rwqe    = *rwqe;
+    partial->next    = qp->partials;
+    qp->partials     = partial;
+    rq->n_partials++;
+    return 0;
+}
+
+/* A later fragment of a SEND: placed after the earlier ones. */
+static int hca_resp_send_next(hca_qp_t *qp, const hca_ingress_msg_t *m)
+{
+    const hca_msg_hdr_t *hdr = &m->hdr;
+    hca_partial_t *partial;
+
+    partial = hca_partial_find(qp, hdr, (hdr->flags & HCA_MSG_LAST) != 0);
+    if (partial == NULL) {
+        return 0; /* its start was dropped (QP reset): drop the rest */
+    }
+    /* the message's length is its first fragment's: a fragment that says
+     * otherwise, or runs past it, fails the message (which completes with
+     * what was placed, never more) */
+    if ((partial->error == HCA_WC_SUCCESS) &&
+        ((hdr->msg_len != partial->msg_len) ||
+         (hdr->length > partial->msg_len - partial->offset))) {
+        partial->error = HCA_WC_REM_INV_REQ_ERR;
+    }
+    if (partial->error == HCA_WC_SUCCESS) {
+        partial->error = hca_rwqe_place(&partial->rwqe, partial->offset,
+                                        m->payload, hdr->length);
+        partial->offset += hdr->length;
+    }
+    partial->last_ns = hca_now_ns();
+    if (hdr->flags & HCA_MSG_LAST) {
+        hca_msg_hdr_t whole = *hdr;
+        whole.msg_len = partial->msg_len;
+        if ((partial->error == HCA_WC_SUCCESS) &&
+            (partial->offset != partial->msg_len)) {
+            partial->error = HCA_WC_REM_INV_REQ_ERR; /* bytes missing */
+        }
+        hca_resp_complete(qp, &partial->rwqe, &whole,
+                          (hca_wc_status_t)partial->error, HCA_WC_RECV);
+        hca_partial_free(qp, partial);
     }
     return 0;
 }
 
-/* 1 if the message at the head of rq is for hca_recv_peek(): the
- * responder leaves it in the ring. */
-HCA_INLINE int hca_resp_inplace(const hca_rq_t *rq, const hca_msg_hdr_t *hdr)
+static int hca_resp_send(hca_rq_t *rq, hca_qp_t *qp,
+                         const hca_ingress_msg_t *m)
 {
-    const hca_qp_t *qp = rq->owner;
-
-    /* exactly the messages the responder would place whole into one
-     * receive: the reader and the responder never disagree, or the head
-     * of the ring would wait forever */
-    return (hdr->op == HCA_MSG_SEND) &&
-           ((hdr->flags & (HCA_MSG_FIRST | HCA_MSG_LAST)) ==
-            (HCA_MSG_FIRST | HCA_MSG_LAST)) &&
-           (hdr->length == hdr->msg_len) &&
-           (hdr->length <= hca_msg_room(hdr->data_off)) && (qp != NULL) &&
-           (hdr->dst_qpn == qp->qpn) && hca_resp_source_ok(qp, hdr);
+    return (m->hdr.flags & HCA_MSG_FIRST) ? hca_resp_send_first(rq, qp, m) :
+                                            hca_resp_send_next(qp, m);
 }
 
-int hca_resp_progress(hca_rq_t *rq, int budget)
+/* The responder's handler of each message op (the router's table). */
+const hca_resp_handler_t hca_resp_handlers[HCA_MSG_OP_LAST] = {
+    [HCA_MSG_SEND]      = hca_resp_send,
+    [HCA_MSG_SEND_PULL] = hca_resp_send_pull,
+    [HCA_MSG_WRITE_IMM] = hca_resp_write_imm,
+};
+
+/* A message the router could not deliver: its QP is gone or refuses the
+ * source.  A waiting sender is answered. */
+void hca_resp_refuse(hca_device_t *dev, const hca_ingress_msg_t *m,
+                     int qp_gone)
 {
-    int count = 0;
-
-    if (HCA_UNLIKELY(rq->n_partials > 0)) {
-        hca_resp_sweep(rq);
+    if (m->hdr.op == HCA_MSG_SEND_PULL) {
+        /* a QP destroyed meanwhile is gone, as if it never answered */
+        hca_resp_answer(dev, &m->hdr, &m->pull,
+                        qp_gone ? HCA_WC_RETRY_EXC_ERR :
+                                  HCA_WC_REM_INV_REQ_ERR);
     }
-
-    while (count < budget) {
-        hca_msg_hdr_t hdr;
-        uint64_t idx;
-        uint8_t *slot = hca_ring_peek(&rq->ring, &idx);
-
-        if (slot == NULL) {
-            break;
-        }
-        memcpy(&hdr, slot, sizeof(hdr));
-        if (rq->inplace && hca_resp_inplace(rq, &hdr)) {
-            break; /* hca_recv_peek() delivers it, in order */
-        }
-        if (!hca_resp_validate(&hdr)) {
-            __atomic_fetch_add(&rq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
-                               1, __ATOMIC_RELAXED);
-        } else if (hca_resp_handle(rq, &hdr, slot + hdr.data_off) != 0) {
-            break; /* RNR: keep it until a receive is posted */
-        }
-        hca_ring_release(&rq->ring, idx);
-        ++count;
-    }
-    return count;
-}
-
-/* ---------------------------------------------------------------- in place */
-
-int hca_recv_peek(hca_qp_t *qp, hca_recv_msg_t *msg)
-{
-    hca_rq_t *rq = qp->rq;
-    hca_msg_hdr_t hdr;
-    uint64_t idx;
-    uint8_t *slot;
-
-    if (HCA_UNLIKELY(!rq->inplace)) {
-        return 0;
-    }
-    for (;;) {
-        slot = hca_ring_peek(&rq->ring, &idx);
-        if (slot == NULL) {
-            return 0;
-        }
-        /* one read of the header: the slot is shared with the sender */
-        memcpy(&hdr, slot, sizeof(hdr));
-        if (hdr.op != HCA_MSG_NOP) {
-            break;
-        }
-        hca_ring_release(&rq->ring, idx); /* a cancelled direct send */
-    }
-    if ((rq->cqes != 0) || !hca_resp_inplace(rq, &hdr)) {
-        return 0; /* its CQEs first, or the responder's (hca_cq_poll) */
-    }
-    msg->data     = slot + hdr.data_off;
-    msg->byte_len = hdr.length;
-    msg->imm_data = hdr.imm;
-    msg->wc_flags = (hdr.flags & HCA_MSG_WITH_IMM) ? HCA_WC_WITH_IMM : 0;
-    msg->src_qp   = hdr.src_qpn;
-    msg->index    = idx;
-    return 1;
-}
-
-void hca_recv_release(hca_qp_t *qp, const hca_recv_msg_t *msg)
-{
-    qp->cnt->rx_ops[HCA_WR_SEND]++;
-    qp->cnt->rx_bytes[HCA_WR_SEND] += msg->byte_len;
-    hca_ring_release(&qp->rq->ring, msg->index);
+    __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_REM_INV_REQ_ERR], 1,
+                       __ATOMIC_RELAXED);
 }

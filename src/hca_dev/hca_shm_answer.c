@@ -47,7 +47,7 @@ static void hca_qobj_evict(hca_device_t *dev, int all)
         while ((map = *link) != NULL) {
             if (all || hca_qobj_stale(peer, map)) {
                 *link = map->next;
-                hca_memobj_destroy(&map->shm);
+                hca_memobj_destroy(&map->obj);
                 free(map);
                 hca_shm_dev(dev)->n_qobjs--;
                 ++freed;
@@ -62,7 +62,7 @@ static void hca_qobj_evict(hca_device_t *dev, int all)
     }
     if (!freed && (lru != NULL) && (hca_shm_dev(dev)->n_qobjs >= HCA_QOBJ_CACHE_MAX)) {
         *lru_link = lru->next;
-        hca_memobj_destroy(&lru->shm);
+        hca_memobj_destroy(&lru->obj);
         free(lru);
         hca_shm_dev(dev)->n_qobjs--;
     }

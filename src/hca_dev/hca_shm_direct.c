@@ -129,15 +129,15 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
         return -EINVAL; /* plain memory: CMA or the responder */
     }
     map = hca_peer_dm(qp->dev, peer, dm_id);
-    if ((map == NULL) || (dm_off > map->shm.length) ||
-        (length > map->shm.length - dm_off)) {
+    if ((map == NULL) || (dm_off > map->obj.length) ||
+        (length > map->obj.length - dm_off)) {
         return -EINVAL;
     }
     hca_shm_qp(qp)->dcache.mode = hca_access_mode(qp->dev, peer);
     if (hca_shm_qp(qp)->dcache.mode == HCA_ACCESS_RESPONDER) {
         return -EINVAL;
     }
-    hca_shm_qp(qp)->dcache.base   = (uint8_t*)map->shm.addr + dm_off;
+    hca_shm_qp(qp)->dcache.base   = (uint8_t*)map->obj.addr + dm_off;
     hca_shm_qp(qp)->dcache.entry  = entry;
     hca_shm_qp(qp)->dcache.addr   = addr;
     hca_shm_qp(qp)->dcache.length = length;
@@ -415,10 +415,10 @@ int hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
         return -ENOENT;
     }
     map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer, dm_id);
-    if ((map == NULL) || (offset > map->shm.length) ||
-        (length > map->shm.length - offset)) {
+    if ((map == NULL) || (offset > map->obj.length) ||
+        (length > map->obj.length - offset)) {
         return -EACCES;
     }
-    *ptr_p = (uint8_t*)map->shm.addr + offset;
+    *ptr_p = (uint8_t*)map->obj.addr + offset;
     return 0;
 }

@@ -235,9 +235,9 @@ hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
     } else if (entry->dm_id != 0) {
         hca_map_t *map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer, entry->dm_id);
         uint64_t off   = entry->dm_offset + (raddr - entry->addr);
-        if ((map != NULL) && (off <= map->shm.length) &&
-            ((uint64_t)size <= map->shm.length - off)) {
-            *target_p = (uint8_t*)map->shm.addr + off;
+        if ((map != NULL) && (off <= map->obj.length) &&
+            ((uint64_t)size <= map->obj.length - off)) {
+            *target_p = (uint8_t*)map->obj.addr + off;
         }
     }
     *entry_p = entry;
@@ -373,15 +373,15 @@ int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
     } else if (entry->dm_id != 0) {
         hca_map_t *map = hca_peer_dm(qp->dev, peer, entry->dm_id);
         uint64_t off   = entry->dm_offset + (x->raddr - entry->addr);
-        if ((map == NULL) || (off > map->shm.length) ||
-            (x->length > map->shm.length - off)) {
+        if ((map == NULL) || (off > map->obj.length) ||
+            (x->length > map->obj.length - off)) {
             status = HCA_WC_REM_OP_ERR;
         } else if (write) {
             hca_sge_gather(x->sge, x->num_sge, 0,
-                           (uint8_t*)map->shm.addr + off, x->length);
+                           (uint8_t*)map->obj.addr + off, x->length);
         } else {
             hca_sge_scatter(x->sge, x->num_sge, 0,
-                            (uint8_t*)map->shm.addr + off, x->length);
+                            (uint8_t*)map->obj.addr + off, x->length);
         }
         qp->cnt->mapped_ops++;
     } else if (peer->cma_ok) {

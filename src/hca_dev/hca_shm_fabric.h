@@ -27,7 +27,7 @@ typedef struct hca_map {
     struct hca_map *next;
     uint64_t        id;
     uint64_t        used;     /* q objects: last use (hca_shm_answer.c) */
-    hca_memobj_t    shm;
+    hca_memobj_t    obj;
     hca_ring_t      ring;     /* for rings */
     hca_resp_slot_t *resp;    /* q objects: validated at map time, never */
     uint8_t         *bounce;  /* re-read from the peer's header */

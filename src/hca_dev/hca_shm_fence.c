@@ -184,7 +184,7 @@ void hca_access_unregister(hca_device_t *dev, hca_peer_t *peer)
 struct hca_mapper_view {
     uint64_t         id;
     uint64_t         start_time;
-    hca_memobj_t        shm;
+    hca_memobj_t        obj;
     const hca_busy_t *busy;
     const _Atomic uint32_t *qp_hwm;
     uint32_t         max_qp;
@@ -197,7 +197,7 @@ size_t hca_mapper_view_size(void)
 
 static void hca_view_drop(hca_mapper_view_t *view)
 {
-    hca_memobj_destroy(&view->shm);
+    hca_memobj_destroy(&view->obj);
     memset(view, 0, sizeof(*view));
 }
 
@@ -218,19 +218,19 @@ static int hca_view_get(hca_device_t *dev, hca_mapper_view_t *view,
     }
     hca_view_drop(view);
     hca_ctx_name(name, sizeof(name), dev->pidns, pid, ctx_id);
-    rc = hca_memobj_map(&view->shm, name, sizeof(hdr));
+    rc = hca_memobj_map(&view->obj, name, sizeof(hdr));
     if (rc == -ENOENT) {
         return 1; /* closed: its accesses are over */
     }
     if (rc != 0) {
         return -1;
     }
-    memcpy(&hdr, view->shm.addr, sizeof(hdr)); /* once: it may change */
+    memcpy(&hdr, view->obj.addr, sizeof(hdr)); /* once: it may change */
     if ((hdr.magic != HCA_WIRE_MAGIC) || (hdr.pid != pid) ||
         (hdr.ctx_id != ctx_id) || (hdr.max_qp == 0) ||
-        (hdr.max_qp > HCA_MAX_QP) || (hdr.busy_offset > view->shm.length) ||
+        (hdr.max_qp > HCA_MAX_QP) || (hdr.busy_offset > view->obj.length) ||
         (sizeof(hca_busy_t) * (hdr.max_qp + 1) >
-         view->shm.length - hdr.busy_offset)) {
+         view->obj.length - hdr.busy_offset)) {
         hca_view_drop(view);
         return -1; /* being created, or not ours to read */
     }
@@ -240,9 +240,9 @@ static int hca_view_get(hca_device_t *dev, hca_mapper_view_t *view,
     }
     view->id         = id;
     view->start_time = start_time;
-    view->busy       = (const hca_busy_t*)((const uint8_t*)view->shm.addr +
+    view->busy       = (const hca_busy_t*)((const uint8_t*)view->obj.addr +
                                            hdr.busy_offset);
-    view->qp_hwm     = &((hca_ctx_hdr_t*)view->shm.addr)->qp_hwm;
+    view->qp_hwm     = &((hca_ctx_hdr_t*)view->obj.addr)->qp_hwm;
     view->max_qp     = hdr.max_qp;
     return 0;
 }

@@ -128,7 +128,7 @@ static void hca_map_list_destroy(_Atomic(hca_map_t*) *list)
 
     while (map != NULL) {
         hca_map_t *next = map->next;
-        hca_memobj_destroy(&map->shm);
+        hca_memobj_destroy(&map->obj);
         free(map);
         map = next;
     }
@@ -146,7 +146,7 @@ void hca_peers_destroy(hca_device_t *dev)
         while (peer->qobjs != NULL) {
             hca_map_t *map = peer->qobjs;
             peer->qobjs    = map->next;
-            hca_memobj_destroy(&map->shm);
+            hca_memobj_destroy(&map->obj);
             free(map);
         }
         hca_map_list_destroy(&peer->dms);
@@ -192,9 +192,9 @@ static hca_map_t *hca_peer_map(hca_device_t *dev, hca_peer_t *peer,
     }
     hca_obj_name(name, sizeof(name), peer->pidns, peer->addr.pid,
                  peer->addr.ctx_id, peer->hdr.name_nonce, kind, id);
-    if ((hca_memobj_map(&map->shm, name, min_length) != 0) ||
+    if ((hca_memobj_map(&map->obj, name, min_length) != 0) ||
         ((check != NULL) && (check(dev, map) != 0))) {
-        hca_memobj_destroy(&map->shm);
+        hca_memobj_destroy(&map->obj);
         free(map);
         map = NULL;
         goto out;
@@ -209,11 +209,11 @@ out:
 
 static int hca_ring_map_check(hca_device_t *dev, hca_map_t *map)
 {
-    hca_ring_hdr_t *hdr = map->shm.addr;
+    hca_ring_hdr_t *hdr = map->obj.addr;
 
     if ((hdr->magic != HCA_WIRE_MAGIC) || (hdr->slots != HCA_RING_SLOTS) ||
         (hdr->slot_size != HCA_RING_SLOT_SIZE) ||
-        (map->shm.length < hca_ring_bytes(HCA_RING_SLOTS,
+        (map->obj.length < hca_ring_bytes(HCA_RING_SLOTS,
                                           HCA_RING_SLOT_SIZE))) {
         return -EPROTO;
     }
@@ -226,21 +226,21 @@ static int hca_qobj_map_check(hca_map_t *map)
 {
     hca_qobj_hdr_t hdr;
 
-    memcpy(&hdr, map->shm.addr, sizeof(hdr)); /* one read: the peer may
+    memcpy(&hdr, map->obj.addr, sizeof(hdr)); /* one read: the peer may
                                                  change it under us */
     if ((hdr.magic != HCA_WIRE_MAGIC) || (hdr.sq_depth == 0) ||
         (hdr.sq_depth > HCA_MAX_QP_WR) ||
         (hdr.resp_offset < sizeof(hdr)) ||
-        (hdr.bounce_offset > map->shm.length) ||
+        (hdr.bounce_offset > map->obj.length) ||
         (hdr.resp_offset > hdr.bounce_offset) ||
         (sizeof(hca_resp_slot_t) * hdr.sq_depth >
          hdr.bounce_offset - hdr.resp_offset) ||
-        (HCA_BOUNCE_SIZE > map->shm.length - hdr.bounce_offset)) {
+        (HCA_BOUNCE_SIZE > map->obj.length - hdr.bounce_offset)) {
         return -EPROTO;
     }
-    map->resp     = (hca_resp_slot_t*)((uint8_t*)map->shm.addr +
+    map->resp     = (hca_resp_slot_t*)((uint8_t*)map->obj.addr +
                                        hdr.resp_offset);
-    map->bounce   = (uint8_t*)map->shm.addr + hdr.bounce_offset;
+    map->bounce   = (uint8_t*)map->obj.addr + hdr.bounce_offset;
     map->sq_depth = hdr.sq_depth;
     return 0;
 }
@@ -264,9 +264,9 @@ hca_map_t *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
     }
     hca_obj_name(name, sizeof(name), peer->pidns, peer->addr.pid,
                  peer->addr.ctx_id, peer->hdr.name_nonce, "q", qpn);
-    if ((hca_memobj_map(&map->shm, name, sizeof(hca_qobj_hdr_t)) != 0) ||
+    if ((hca_memobj_map(&map->obj, name, sizeof(hca_qobj_hdr_t)) != 0) ||
         (hca_qobj_map_check(map) != 0)) {
-        hca_memobj_destroy(&map->shm);
+        hca_memobj_destroy(&map->obj);
         free(map);
         return NULL;
     }

@@ -114,36 +114,36 @@ void hca_stats_close(hca_device_t *dev)
     hca_memobj_destroy(&dev->host_stats);
 }
 
-/* Adds the counters object at offset `off` of shm object `name`. */
+/* Adds the counters object at offset `off` of the object `name`. */
 static void hca_stats_add_object(const char *name, int is_ctx,
                                  hca_counters_t *cnt)
 {
     hca_counters_t snap;
     uint64_t off;
-    hca_memobj_t shm;
+    hca_memobj_t obj;
 
-    if (hca_memobj_map(&shm, name, 128) != 0) {
+    if (hca_memobj_map(&obj, name, 128) != 0) {
         return;
     }
     if (is_ctx) {
-        const hca_ctx_hdr_t *hdr = shm.addr;
+        const hca_ctx_hdr_t *hdr = obj.addr;
         off = (hdr->magic == HCA_WIRE_MAGIC) ? hdr->counters_offset : 0;
     } else {
-        const hca_qobj_hdr_t *hdr = shm.addr;
+        const hca_qobj_hdr_t *hdr = obj.addr;
         off = (hdr->magic == HCA_WIRE_MAGIC) ? hdr->counters_offset : 0;
     }
-    if ((off != 0) && (off + sizeof(snap) <= shm.length)) {
-        memcpy(&snap, (uint8_t*)shm.addr + off, sizeof(snap));
+    if ((off != 0) && (off + sizeof(snap) <= obj.length)) {
+        memcpy(&snap, (uint8_t*)obj.addr + off, sizeof(snap));
         hca_counters_add(cnt, &snap);
     }
-    hca_memobj_destroy(&shm);
+    hca_memobj_destroy(&obj);
 }
 
 int hca_host_counters(const char *devname, hca_counters_t *cnt)
 {
     uint32_t pidns = hca_ns_inode("pid");
     struct dirent *de;
-    hca_memobj_t shm;
+    hca_memobj_t obj;
     char path[300];
     DIR *dir;
 
@@ -161,9 +161,9 @@ int hca_host_counters(const char *devname, hca_counters_t *cnt)
             return -ENODEV;
         }
     }
-    if (hca_stats_map(pidns, devname, 0, &shm) == 0) {
-        hca_counters_add(cnt, shm.addr);
-        hca_memobj_destroy(&shm);
+    if (hca_stats_map(pidns, devname, 0, &obj) == 0) {
+        hca_counters_add(cnt, obj.addr);
+        hca_memobj_destroy(&obj);
     }
     /* and what live contexts have not retired yet (every device of the
      * host shares the shm namespace: contexts name their device in the

@@ -140,7 +140,8 @@ typedef enum {
     HCA_MSG_SEND_PULL = 2,  /* payload stays at the sender: the responder
                                reads it by single copy, then reports */
     HCA_MSG_WRITE_IMM = 3,  /* data already written: consume a receive */
-    HCA_MSG_NOP       = 4   /* a reserved slot given back: skip it */
+    HCA_MSG_NOP       = 4,  /* a reserved slot given back: skip it */
+    HCA_MSG_OP_LAST
 } hca_msg_op_t;
 
 enum {

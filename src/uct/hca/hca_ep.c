@@ -92,13 +92,28 @@ static UCS_F_ALWAYS_INLINE int uct_hca_ep_direct_ok(uct_hca_ep_t *ep)
            (ucs_arbiter_group_is_empty(&ep->arb_group) || ep->in_pending);
 }
 
+/* A slot of the target's ring through the QP's fast send path (cached at
+ * connect: one call into the device).  0, -EBUSY (the path does not
+ * apply: post a WR), -EAGAIN (full) or -ECONNRESET (full, peer gone). */
+static UCS_F_ALWAYS_INLINE int
+uct_hca_ep_reserve(uct_hca_ep_t *ep, uint32_t length_hint,
+                   hca_send_slot_t *slot)
+{
+    int rc = ep->fast->send_reserve(ep->qp, length_hint, slot);
+
+    if (ucs_unlikely(rc == -EAGAIN)) {
+        rc = hca_qp_send_blocked(ep->qp);
+    }
+    return rc;
+}
+
 /* Publishes a reserved ring slot as the AM; the send is then complete
  * (an idle send queue also satisfies a pending fence). */
 static UCS_F_ALWAYS_INLINE void
 uct_hca_ep_am_commit(uct_hca_ep_t *ep, hca_send_slot_t *slot, uint8_t id,
                      size_t length)
 {
-    hca_send_commit(ep->qp, slot, (uint32_t)length, HCA_WR_SEND_WITH_IMM, id);
+    ep->fast->send_commit(ep->qp, slot, (uint32_t)length, HCA_WR_SEND_WITH_IMM, id);
     ep->send_flags = 0;
 }
 
@@ -116,12 +131,12 @@ uct_hca_ep_am_direct_sge(uct_hca_ep_t *ep, uint8_t id, const hca_sge_t *sge,
     if (!uct_hca_ep_direct_ok(ep)) {
         return -EBUSY;
     }
-    rc = hca_send_reserve(ep->qp, (uint32_t)length, &slot);
+    rc = uct_hca_ep_reserve(ep, (uint32_t)length, &slot);
     if (ucs_unlikely(rc != 0)) {
         return rc;
     }
     if (ucs_unlikely(length > slot.max_length)) {
-        hca_send_cancel(ep->qp, &slot); /* seg_size above the slot */
+        ep->fast->send_cancel(ep->qp, &slot); /* seg_size above the slot */
         return -EBUSY;
     }
     p = slot.data;
@@ -300,7 +315,7 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, payload,
                        length, "TX: AM_SHORT");
     if (uct_hca_ep_direct_ok(ep)) {
-        rc = hca_send_reserve(ep->qp, length + sizeof(header), &slot);
+        rc = uct_hca_ep_reserve(ep, length + sizeof(header), &slot);
         if (ucs_likely(rc == 0)) {
             /* header and payload straight into the target's ring */
             memcpy(slot.data, &header, sizeof(header));
@@ -377,7 +392,7 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     }
     if (iface->config.bcopy_in_slot && uct_hca_ep_direct_ok(ep)) {
         /* packed straight into the target's ring (seg_size fits a slot) */
-        rc = hca_send_reserve(ep->qp, (uint32_t)iface->config.seg_size,
+        rc = uct_hca_ep_reserve(ep, (uint32_t)iface->config.seg_size,
                               &slot);
         if (ucs_likely(rc == 0)) {
             length = pack_cb(slot.data, arg);
@@ -388,7 +403,7 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
             uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
                                slot.data, length, "TX: AM_BCOPY");
             if (ucs_unlikely(length > iface->config.seg_size)) {
-                hca_send_cancel(ep->qp, &slot);
+                ep->fast->send_cancel(ep->qp, &slot);
                 ucs_error("am_bcopy: packed %zu bytes, above seg_size %zu",
                           length, iface->config.seg_size);
                 return UCS_ERR_INVALID_PARAM;
@@ -514,7 +529,7 @@ ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
 
     UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "put_short");
     if (uct_hca_ep_direct_ok(ep) &&
-        (hca_write_direct(ep->qp, buffer, length, remote_addr,
+        (ep->fast->write_direct(ep->qp, buffer, length, remote_addr,
                           (uint32_t)rkey) == 0)) {
         ep->send_flags = 0; /* idle queue: the fence is satisfied */
         return UCS_OK;
@@ -617,11 +632,11 @@ ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
     if (uct_hca_ep_direct_ok(ep)) {
         /* the peer's device memory is mapped here: unpack straight from
          * it, no bounce buffer */
-        src = hca_direct_ptr(ep->qp, remote_addr, (uint32_t)rkey, length,
+        src = ep->fast->direct_ptr(ep->qp, remote_addr, (uint32_t)rkey, length,
                              HCA_ACCESS_REMOTE_READ);
         if (src != NULL) {
             unpack_cb(arg, src, length);
-            hca_direct_done(ep->qp);
+            ep->fast->direct_done(ep->qp);
             ep->send_flags = 0;
             return UCS_OK;
         }
@@ -715,7 +730,7 @@ uct_hca_ep_atomic(uct_hca_ep_t *ep, int op, uint64_t value, uint64_t swap,
         return UCS_ERR_UNSUPPORTED;
     }
     if (uct_hca_ep_direct_ok(ep) &&
-        (hca_atomic_direct(ep->qp, (hca_wr_opcode_t)op, size, remote_addr,
+        (ep->fast->atomic_direct(ep->qp, (hca_wr_opcode_t)op, size, remote_addr,
                            (uint32_t)rkey, value, swap, result) == 0)) {
         ep->send_flags = 0; /* idle queue: the fence is satisfied */
         return UCS_OK;
@@ -1032,6 +1047,7 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
         return UCS_ERR_UNREACHABLE;
     }
 
+    self->fast         = hca_qp_fast_ops(self->qp);
     self->status       = UCS_OK;
     self->send_flags   = 0;
     self->err_reported = 0;

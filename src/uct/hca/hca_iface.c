@@ -154,14 +154,19 @@ static int uct_hca_iface_is_reachable(const uct_iface_h tl_iface,
 {
     uct_hca_iface_t *iface = ucs_derived_of(tl_iface, uct_hca_iface_t);
 
-    /* the shm fabric reaches the processes of this host only */
-    hca_host_id_t host;
+    const uct_hca_iface_addr_t *ifaddr = (const uct_hca_iface_addr_t*)
+                                         iface_addr;
+    hca_port_addr_t addr;
 
     if ((dev_addr == NULL) || (iface_addr == NULL)) {
         return 0;
     }
-    memcpy(&host, dev_addr, sizeof(host));
-    return hca_host_id_equal(&host, &iface->md->addr.host);
+    /* the device knows which of its fabrics reaches that context */
+    memset(&addr, 0, sizeof(addr));
+    memcpy(&addr.host, dev_addr, sizeof(addr.host));
+    addr.pid    = ifaddr->pid;
+    addr.ctx_id = ifaddr->ctx_id;
+    return hca_port_addr_reachable(iface->md->dev, &addr);
 }
 
 /* ---------------------------------------------------------------- rx */

@@ -176,6 +176,7 @@ typedef struct uct_hca_flush_req {
 typedef struct uct_hca_ep {
     uct_base_ep_t        super;
     hca_qp_t            *qp;
+    const hca_fast_ops_t *fast;        /* the QP's fabric's fast paths */
     ucs_arbiter_group_t  arb_group;
     ucs_list_link_t      list;         /* in iface->ep_list */
     ucs_list_link_t      flush_list;   /* in iface->flush_eps */

@@ -1,0 +1,164 @@
+/*
+ * hca_ingress.c - the ingress router of the receive rings: takes each
+ * message that arrived, validates its header against the slot and the
+ * limits, finds the QP it is for and checks that the QP accepts its
+ * source, and hands it to the responder's handler for its op
+ * (hca_resp.c).  A message that fails validation is counted and dropped;
+ * one for a QP that is gone or refuses it is refused (its sender answered
+ * if it waits).  Also the in-place receive, which reads a ring's head
+ * message where it lies.
+ *
+ * Runs in the owner's hca_cq_poll (hca_progress.c).
+ */
+#include "hca_priv.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* The header's fields against the slot and the limits, before anything
+ * reads what they describe. */
+static int hca_ingress_valid(const hca_msg_hdr_t *hdr)
+{
+    switch (hdr->op) {
+    case HCA_MSG_SEND:
+        return (hdr->length <= hca_msg_room(hdr->data_off)) &&
+               (hdr->msg_len <= HCA_MAX_MSG) &&
+               (hdr->length <= hdr->msg_len) &&
+               /* a whole message in one slot is all there is of it */
+               (((hdr->flags & (HCA_MSG_FIRST | HCA_MSG_LAST)) !=
+                 (HCA_MSG_FIRST | HCA_MSG_LAST)) ||
+                (hdr->length == hdr->msg_len));
+    case HCA_MSG_SEND_PULL:
+        return (hdr->num_iov <= HCA_MAX_SGE) &&
+               (sizeof(hca_pull_hdr_t) +
+                hdr->num_iov * sizeof(hca_wire_iov_t) <=
+                hca_msg_room(hdr->data_off)) &&
+               (hdr->msg_len <= HCA_MAX_MSG);
+    case HCA_MSG_WRITE_IMM:
+    case HCA_MSG_NOP:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* 1 if the message at the head of rq is for hca_recv_peek(): the
+ * responder leaves it in the ring. */
+HCA_INLINE int hca_ingress_inplace(const hca_rq_t *rq, const hca_msg_hdr_t *hdr)
+{
+    const hca_qp_t *qp = rq->owner;
+
+    /* exactly the messages the responder would place whole into one
+     * receive: the reader and the responder never disagree, or the head
+     * of the ring would wait forever */
+    return (hdr->op == HCA_MSG_SEND) &&
+           ((hdr->flags & (HCA_MSG_FIRST | HCA_MSG_LAST)) ==
+            (HCA_MSG_FIRST | HCA_MSG_LAST)) &&
+           (hdr->length == hdr->msg_len) &&
+           (hdr->length <= hca_msg_room(hdr->data_off)) && (qp != NULL) &&
+           (hdr->dst_qpn == qp->qpn) && hca_qp_accepts(qp, hdr->src_pid, hdr->src_ctx, hdr->src_qpn);
+}
+
+/* Hands one message to its responder handler: 0 consumed, -EAGAIN leave
+ * it in the ring (no receive posted yet). */
+static int hca_ingress_route(hca_rq_t *rq, hca_ingress_msg_t *m)
+{
+    hca_device_t *dev = rq->dev;
+    const hca_msg_hdr_t *hdr = &m->hdr;
+    hca_qp_t *qp;
+
+    if (hdr->op == HCA_MSG_NOP) {
+        return 0; /* a cancelled direct send */
+    }
+    if (hdr->op == HCA_MSG_SEND_PULL) {
+        memcpy(&m->pull, m->payload, sizeof(m->pull)); /* once: the
+                                                          sender's */
+        memcpy(m->iov, m->payload + sizeof(m->pull),
+               sizeof(hca_wire_iov_t) * hdr->num_iov);
+    }
+    qp = hca_qp_lookup(dev, hdr->dst_qpn);
+    if ((qp == NULL) || (qp->rq != rq) ||
+        !hca_qp_accepts(qp, hdr->src_pid, hdr->src_ctx, hdr->src_qpn)) {
+        hca_resp_refuse(dev, m, qp == NULL);
+        return 0;
+    }
+    return hca_resp_handlers[hdr->op](rq, qp, m);
+}
+
+int hca_ingress_poll(hca_rq_t *rq, int budget)
+{
+    int count = 0;
+
+    if (HCA_UNLIKELY(rq->n_partials > 0)) {
+        hca_resp_sweep(rq);
+    }
+
+    while (count < budget) {
+        hca_ingress_msg_t m;
+        uint64_t idx;
+        uint8_t *slot = hca_ring_peek(&rq->ring, &idx);
+
+        if (slot == NULL) {
+            break;
+        }
+        memcpy(&m.hdr, slot, sizeof(m.hdr));
+        if (rq->inplace && hca_ingress_inplace(rq, &m.hdr)) {
+            break; /* hca_recv_peek() delivers it, in order */
+        }
+        if (!hca_ingress_valid(&m.hdr)) {
+            __atomic_fetch_add(&rq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
+                               1, __ATOMIC_RELAXED);
+        } else {
+            m.payload = slot + m.hdr.data_off;
+            if (hca_ingress_route(rq, &m) != 0) {
+                break; /* RNR: keep it until a receive is posted */
+            }
+        }
+        hca_ring_release(&rq->ring, idx);
+        ++count;
+    }
+    return count;
+}
+
+/* ---------------------------------------------------------------- in place */
+
+int hca_recv_peek(hca_qp_t *qp, hca_recv_msg_t *msg)
+{
+    hca_rq_t *rq = qp->rq;
+    hca_msg_hdr_t hdr;
+    uint64_t idx;
+    uint8_t *slot;
+
+    if (HCA_UNLIKELY(!rq->inplace)) {
+        return 0;
+    }
+    for (;;) {
+        slot = hca_ring_peek(&rq->ring, &idx);
+        if (slot == NULL) {
+            return 0;
+        }
+        /* one read of the header: the slot is shared with the sender */
+        memcpy(&hdr, slot, sizeof(hdr));
+        if (hdr.op != HCA_MSG_NOP) {
+            break;
+        }
+        hca_ring_release(&rq->ring, idx); /* a cancelled direct send */
+    }
+    if ((rq->cqes != 0) || !hca_ingress_inplace(rq, &hdr)) {
+        return 0; /* its CQEs first, or the responder's (hca_cq_poll) */
+    }
+    msg->data     = slot + hdr.data_off;
+    msg->byte_len = hdr.length;
+    msg->imm_data = hdr.imm;
+    msg->wc_flags = (hdr.flags & HCA_MSG_WITH_IMM) ? HCA_WC_WITH_IMM : 0;
+    msg->src_qp   = hdr.src_qpn;
+    msg->index    = idx;
+    return 1;
+}
+
+void hca_recv_release(hca_qp_t *qp, const hca_recv_msg_t *msg)
+{
+    qp->cnt->rx_ops[HCA_WR_SEND]++;
+    qp->cnt->rx_bytes[HCA_WR_SEND] += msg->byte_len;
+    hca_ring_release(&qp->rq->ring, msg->index);
+}
