@@ -479,6 +479,12 @@ int  hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
                      hca_wr_opcode_t opcode, uint32_t imm_data);
 /* Gives the slot back: the target skips it. */
 void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
+/* reserve, copy hdr then data, commit - in one call (a header and a
+ * payload that fit one slot together).  Returns as hca_send_reserve, and
+ * -EBUSY also when they do not fit (post a WR instead). */
+int  hca_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
+                    const void *data, uint32_t length, hca_wr_opcode_t opcode,
+                    uint32_t imm_data);
 
 /* Direct RDMA WRITE and atomics: executed inside the call when the target
  * MR is device memory of a peer on this host (which this process maps)
@@ -512,7 +518,7 @@ int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
  * can skip the call.  Valid from RTR until the QP is reset or destroyed;
  * before RTR every path is "does not apply". */
 enum {
-    HCA_FAST_SEND   = 1u << 0, /* send_reserve/commit/cancel */
+    HCA_FAST_SEND   = 1u << 0, /* send_reserve/commit/cancel, send_short */
     HCA_FAST_WRITE  = 1u << 1, /* write_direct */
     HCA_FAST_PTR    = 1u << 2, /* direct_ptr/done */
     HCA_FAST_ATOMIC = 1u << 3  /* atomic_direct */
@@ -526,6 +532,9 @@ typedef struct hca_fast_ops {
                          uint32_t length, hca_wr_opcode_t opcode,
                          uint32_t imm_data);
     void  (*send_cancel)(hca_qp_t *qp, hca_send_slot_t *slot);
+    int   (*send_short)(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
+                        const void *data, uint32_t length,
+                        hca_wr_opcode_t opcode, uint32_t imm_data);
     int   (*write_direct)(hca_qp_t *qp, const void *buf, size_t length,
                           uint64_t remote_addr, uint32_t rkey);
     void *(*direct_ptr)(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,

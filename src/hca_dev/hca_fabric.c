@@ -156,6 +156,21 @@ static void hca_fabric_no_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
     (void)slot;
 }
 
+static int hca_fabric_no_send_short(hca_qp_t *qp, const void *hdr,
+                                    uint32_t hdr_length, const void *data,
+                                    uint32_t length, hca_wr_opcode_t opcode,
+                                    uint32_t imm_data)
+{
+    (void)qp;
+    (void)hdr;
+    (void)hdr_length;
+    (void)data;
+    (void)length;
+    (void)opcode;
+    (void)imm_data;
+    return -EBUSY;
+}
+
 static int hca_fabric_no_write_direct(hca_qp_t *qp, const void *buf,
                                       size_t length, uint64_t remote_addr,
                                       uint32_t rkey)
@@ -233,6 +248,7 @@ static int hca_fabric_no_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr,
         .send_reserve  = hca_fabric_no_send_reserve, \
         .send_commit   = hca_fabric_no_send_commit, \
         .send_cancel   = hca_fabric_no_send_cancel, \
+        .send_short    = hca_fabric_no_send_short, \
         .write_direct  = hca_fabric_no_write_direct, \
         .direct_ptr    = hca_fabric_no_direct_ptr, \
         .direct_done   = hca_fabric_no_direct_done, \
@@ -280,6 +296,7 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
     HCA_FABRIC_FILL(to, from, fast.send_reserve);
     HCA_FABRIC_FILL(to, from, fast.send_commit);
     HCA_FABRIC_FILL(to, from, fast.send_cancel);
+    HCA_FABRIC_FILL(to, from, fast.send_short);
     HCA_FABRIC_FILL(to, from, fast.write_direct);
     HCA_FABRIC_FILL(to, from, fast.direct_ptr);
     HCA_FABRIC_FILL(to, from, fast.direct_done);

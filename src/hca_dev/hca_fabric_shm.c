@@ -178,6 +178,7 @@ const hca_fabric_ops_t hca_fabric_shm_ops = {
         .send_reserve  = hca_shm_send_reserve,
         .send_commit   = hca_shm_send_commit,
         .send_cancel   = hca_shm_send_cancel,
+        .send_short    = hca_shm_send_short,
         .write_direct  = hca_shm_write_direct,
         .direct_ptr    = hca_shm_direct_ptr,
         .direct_done   = hca_shm_direct_done,

@@ -241,6 +241,21 @@ void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
     qp->fabric->fast.send_cancel(qp, slot);
 }
 
+int hca_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
+                   const void *data, uint32_t length, hca_wr_opcode_t opcode,
+                   uint32_t imm_data)
+{
+    int rc = qp->fabric->fast.send_short(qp, hdr, hdr_length, data, length,
+                                         opcode, imm_data);
+
+    if (HCA_LIKELY(rc == 0)) {
+        qp->full_since = 0;
+    } else if (rc == -EAGAIN) {
+        rc = hca_qp_ring_full(qp);
+    }
+    return rc;
+}
+
 int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
                      uint64_t remote_addr, uint32_t rkey)
 {

@@ -22,8 +22,8 @@
 
 /* ---------------------------------------------------------------- reserve */
 
-int hca_shm_send_reserve(hca_qp_t *qp, uint32_t length_hint,
-                     hca_send_slot_t *slot)
+HCA_INLINE int hca_shm_reserve(hca_qp_t *qp, uint32_t length_hint,
+                               hca_send_slot_t *slot)
 {
     hca_qp_pub_t *pub;
     hca_ring_t *ring;
@@ -54,6 +54,12 @@ int hca_shm_send_reserve(hca_qp_t *qp, uint32_t length_hint,
     return 0;
 }
 
+int hca_shm_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+                         hca_send_slot_t *slot)
+{
+    return hca_shm_reserve(qp, length_hint, slot);
+}
+
 HCA_INLINE void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
                                       uint8_t op, uint8_t flags,
                                       uint32_t length, uint32_t imm)
@@ -68,7 +74,7 @@ HCA_INLINE void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
 }
 
 int hca_shm_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
-                    hca_wr_opcode_t opcode, uint32_t imm_data)
+                        hca_wr_opcode_t opcode, uint32_t imm_data)
 {
     if (HCA_UNLIKELY((length > slot->max_length) ||
                      ((opcode != HCA_WR_SEND) &&
@@ -88,6 +94,45 @@ int hca_shm_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
 void hca_shm_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
 {
     hca_send_slot_publish(qp, slot, HCA_MSG_NOP, 0, 0, 0);
+}
+
+/* reserve + two copies + commit in one call: a transport's short send
+ * (UCT am_short) costs one call into the device. */
+int hca_shm_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
+                       const void *data, uint32_t length,
+                       hca_wr_opcode_t opcode, uint32_t imm_data)
+{
+    uint32_t total = hdr_length + length;
+    hca_send_slot_t slot;
+    uint8_t *p;
+    int rc;
+
+    if (HCA_UNLIKELY((opcode != HCA_WR_SEND) &&
+                     (opcode != HCA_WR_SEND_WITH_IMM))) {
+        return -EINVAL;
+    }
+    rc = hca_shm_reserve(qp, total, &slot);
+    if (HCA_UNLIKELY(rc != 0)) {
+        return rc;
+    }
+    if (HCA_UNLIKELY(total > slot.max_length)) {
+        hca_shm_send_cancel(qp, &slot);
+        return -EBUSY; /* longer than a slot: post a WR */
+    }
+    p = slot.data;
+    if (hdr_length != 0) { /* NULL pointers are fine with 0 bytes */
+        memcpy(p, hdr, hdr_length);
+    }
+    if (length != 0) {
+        memcpy(p + hdr_length, data, length);
+    }
+    hca_send_slot_publish(qp, &slot, HCA_MSG_SEND,
+                          HCA_MSG_FIRST | HCA_MSG_LAST |
+                          ((opcode == HCA_WR_SEND_WITH_IMM) ?
+                           HCA_MSG_WITH_IMM : 0),
+                          total, imm_data);
+    hca_count_tx(qp, opcode, total);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- RDMA */

@@ -198,6 +198,9 @@ int   hca_shm_send_commit(hca_qp_t *qp, hca_send_slot_t *slot,
                           uint32_t length, hca_wr_opcode_t opcode,
                           uint32_t imm_data);
 void  hca_shm_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
+int   hca_shm_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
+                         const void *data, uint32_t length,
+                         hca_wr_opcode_t opcode, uint32_t imm_data);
 int   hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
                            uint64_t remote_addr, uint32_t rkey);
 void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,

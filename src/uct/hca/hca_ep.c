@@ -306,7 +306,6 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
 {
     uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
-    hca_send_slot_t slot;
     int rc;
 
     UCT_CHECK_AM_ID(id);
@@ -315,16 +314,15 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, payload,
                        length, "TX: AM_SHORT");
     if (uct_hca_ep_direct_ok(ep)) {
-        rc = uct_hca_ep_reserve(ep, length + sizeof(header), &slot);
+        /* header and payload straight into the target's ring: one call */
+        rc = ep->fast->send_short(ep->qp, &header, sizeof(header), payload,
+                                  length, HCA_WR_SEND_WITH_IMM, id);
         if (ucs_likely(rc == 0)) {
-            /* header and payload straight into the target's ring */
-            memcpy(slot.data, &header, sizeof(header));
-            if (length != 0) { /* payload may be NULL then */
-                memcpy(UCS_PTR_BYTE_OFFSET(slot.data, sizeof(header)),
-                       payload, length);
-            }
-            uct_hca_ep_am_commit(ep, &slot, id, length + sizeof(header));
+            ep->send_flags = 0;
             return UCS_OK;
+        }
+        if (rc == -EAGAIN) {
+            rc = hca_qp_send_blocked(ep->qp);
         }
         if (rc != -EBUSY) {
             return uct_hca_ep_post_error(ep, rc); /* ring full, peer gone */
