@@ -38,12 +38,14 @@
 # Output: the A/B table (OUT/summary.txt, OUT/ab.tsv): per row the old
 # and new medians, new/old, "slower" (latency new/old - 1, bandwidth
 # old/new - 1), each build's spread over its own runs (max/min - 1: old vs
-# old, new vs new), the noise (the larger spread, at least 0.001 us), and
-# the verdict: SLOWER if slower > noise; slower? if slower exceeds only the
-# old build's spread (re-run with more --reps); faster; = (within the
-# noise). With identical builds about 3% of the rows are SLOWER by chance
-# at --reps 3, 0.2% at --reps 5. An A/A run (--old-build equal to the new
-# build) measures the noise. See docs/PERF.md.
+# old, new vs new; from 5 runs on without the (n-1)/4 fastest and slowest
+# runs), the noise (the larger spread, at least 0.001 us), and the
+# verdict: SLOWER if slower > noise; slower? if slower exceeds only the old
+# build's spread (re-run with more --reps); faster; = (within the noise).
+# With identical builds on a steady machine about 2% of the rows are
+# SLOWER by chance at --reps 6 (3% at 3, 7% at 5, 0.3% at 8). An A/A run
+# (--old-build equal to the new build) measures the noise. See
+# docs/PERF.md.
 # Exit status: 0; 1 if a run failed; 3 if a row is SLOWER; 2 on a usage or
 # build error.
 #

@@ -168,23 +168,39 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary):
     return byrow
 
 
+def ab_spread(vals):
+    """max/min - 1 of vals without the (n-1)//4 lowest and highest."""
+    v = sorted(vals)
+    k = (len(v) - 1) // 4
+    v = v[k:len(v) - k]
+    if len(v) < 2 or v[0] <= 0:
+        return None
+    return v[-1] / v[0] - 1
+
+
 def ab_tables(outdir, info, rows, results, machine, skipped):
     """A/B mode: the old and the new hca build, per row.
 
     ratio = median(new) / median(old).  slower = how much slower the new
     build is, in percent (latency: new/old - 1; bandwidth: old/new - 1;
     negative = faster).  The spread of a build is max/min - 1 over its own
-    runs: what the same binary does from run to run, interleaved with the
-    other one.  noise = the larger of the two spreads, and at least one
-    unit of ucx_perftest's last printed digit (0.001 us).
+    runs, without its (n-1)//4 fastest and (n-1)//4 slowest runs (none up
+    to 4 runs, one each for 5-8, two for 9-12): what the same binary does
+    from run to run, interleaved with the other one.  (The full range
+    grows with the number of runs, and more runs would then detect less.)
+    noise = the larger of the two spreads, and at least one unit of
+    ucx_perftest's last printed digit (0.001 us).
       SLOWER   slower > noise
       slower?  old spread < slower <= noise: beyond the old-vs-old spread
                but not the new build's own; re-run with more --reps
       faster   -slower > noise
       =        within the noise
-    With both builds the same, a row is SLOWER by chance about 3% of the
-    time with 3 runs each, 0.2% with 5 (Monte Carlo, i.i.d. runs).
+    With both builds the same and i.i.d. runs (Monte Carlo), a row is
+    SLOWER by chance about 3% of the time with 3 runs each, 7% with 5, 2%
+    with 6, 1% with 7, 0.3% with 8; a 15% regression under 5% run-to-run
+    noise is caught 70% of the time with 3 runs, 90% with 6.
     """
+
     byrow = defaultdict(lambda: {"old": {}, "new": {}, "fail": []})
     for level, row, kind, tl, rep, value, status, note in results:
         v = to_float(value)
@@ -216,11 +232,8 @@ def ab_tables(outdir, info, rows, results, machine, skipped):
             slower = None
             if ratio is not None and nm:
                 slower = (ratio - 1 if metric == "lat" else 1 / ratio - 1)
-            sp_old = sp_new = noise = None
-            if len(olds) >= 2 and min(olds) > 0:
-                sp_old = max(olds) / min(olds) - 1
-            if len(news) >= 2 and min(news) > 0:
-                sp_new = max(news) / min(news) - 1
+            noise = None
+            sp_old, sp_new = ab_spread(olds), ab_spread(news)
             if sp_old is not None and sp_new is not None:
                 quantum = 0.001 / om if metric == "lat" else 0.01 / om
                 noise = max(sp_old, sp_new, quantum)
@@ -547,8 +560,9 @@ def ab_main(outdir, info, rows, results, machine, skipped):
                 side, info["ab_loads_" + side]))
     print("slower = how much slower new is than old (latency new/old - 1, "
           "bandwidth old/new - 1; negative: faster)")
-    print("spread = max/min - 1 of a build's own runs; noise = the larger "
-          "spread (at least 0.001 us)")
+    print("spread = max/min - 1 of a build's own runs (from 5 runs on, "
+          "without the (n-1)/4 fastest and slowest); noise = the larger")
+    print("spread (at least 0.001 us)")
     print("SLOWER = slower > noise; slower? = slower > the old spread only "
           "(re-run with more --reps); faster = -slower > noise")
     print("pairs = repetitions where the new run was slower than the old "

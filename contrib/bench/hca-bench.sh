@@ -30,8 +30,9 @@
 #                    (default both). Before the runs, LD_DEBUG=libs proves
 #                    that each side loads its own libuct_hca.so and
 #                    libhcadev.so.0. The summary is the A/B table (old and
-#                    new medians, new/old, noise = spread of the old runs,
-#                    SLOWER flags); exit status 3 if a row is SLOWER.
+#                    new medians, new/old, each build's run-to-run
+#                    spread, SLOWER flags); exit status 3 if a row is
+#                    SLOWER.
 #   --ab-old-label TEXT
 #                    name of the old side in the A/B table (e.g. a git
 #                    revision; default: DIR)
