@@ -561,8 +561,8 @@ def ab_main(outdir, info, rows, results, machine, skipped):
     print("slower = how much slower new is than old (latency new/old - 1, "
           "bandwidth old/new - 1; negative: faster)")
     print("spread = max/min - 1 of a build's own runs (from 5 runs on, "
-          "without the (n-1)/4 fastest and slowest); noise = the larger")
-    print("spread (at least 0.001 us)")
+          "without the (n-1)/4 fastest and slowest)")
+    print("noise = the larger spread of the two builds (at least 0.001 us)")
     print("SLOWER = slower > noise; slower? = slower > the old spread only "
           "(re-run with more --reps); faster = -slower > noise")
     print("pairs = repetitions where the new run was slower than the old "
