@@ -5,6 +5,9 @@ Reads OUTDIR/{info,rows,results,machine,netpipe,skipped}.tsv written by
 hca-bench.sh and the NetPIPE output files, prints one table per level
 (hca figure, best built-in figure, ratio hca/built-in, target, PASS/MISS),
 writes gnuplot data files and a script, and runs gnuplot for the PNG plots.
+An A/B run (hca-bench.sh --ab-old-build, info.tsv has ab_old) gets the A/B
+table instead (old and new build medians, noise, SLOWER flags), also
+written to OUTDIR/ab.tsv.
 Python 3 standard library only.
 """
 
@@ -163,6 +166,151 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary):
                     "'none' = no built-in transport supports the operation",
                     header, lines, notes)
     return byrow
+
+
+def ab_spread(vals):
+    """max/min - 1 of vals without the (n-1)//4 lowest and highest."""
+    v = sorted(vals)
+    k = (len(v) - 1) // 4
+    v = v[k:len(v) - k]
+    if len(v) < 2 or v[0] <= 0:
+        return None
+    return v[-1] / v[0] - 1
+
+
+def ab_tables(outdir, info, rows, results, machine, skipped):
+    """A/B mode: the old and the new hca build, per row.
+
+    ratio = median(new) / median(old).  slower = how much slower the new
+    build is, in percent (latency: new/old - 1; bandwidth: old/new - 1;
+    negative = faster).  The spread of a build is max/min - 1 over its own
+    runs, without its (n-1)//4 fastest and (n-1)//4 slowest runs (none up
+    to 4 runs, one each for 5-8, two for 9-12): what the same binary does
+    from run to run, interleaved with the other one.  (The full range
+    grows with the number of runs, and more runs would then detect less.)
+    noise = the larger of the two spreads, and at least one unit of
+    ucx_perftest's last printed digit (0.001 us).
+      SLOWER   slower > noise
+      slower?  old spread < slower <= noise: beyond the old-vs-old spread
+               but not the new build's own; re-run with more --reps
+      faster   -slower > noise
+      =        within the noise
+    With both builds the same and i.i.d. runs (Monte Carlo), a row is
+    SLOWER by chance about 3% of the time with 3 runs each, 7% with 5, 2%
+    with 6, 1% with 7, 0.3% with 8; a 15% regression under 5% run-to-run
+    noise is caught 70% of the time with 3 runs, 90% with 6.
+    """
+
+    byrow = defaultdict(lambda: {"old": {}, "new": {}, "fail": []})
+    for level, row, kind, tl, rep, value, status, note in results:
+        v = to_float(value)
+        if kind not in ("old", "new"):
+            continue
+        if status != "ok" or v is None:
+            byrow[row]["fail"].append("%s #%s: %s" % (kind, rep, note))
+            continue
+        byrow[row][kind][rep] = v
+    tsv = open(os.path.join(outdir, "ab.tsv"), "w")
+    tsv.write("# level\ttest\tsize\tmetric\told\tnew\tnew/old\t"
+              "slower%\tspread_old%\tspread_new%\tnoise%\tpairs_slower\t"
+              "verdict\n")
+    allrows = []
+    for level in ("uct", "ucp"):
+        lrows = [r for r in rows if r[0] == level]
+        if not lrows:
+            continue
+        header = ["test", "size", "unit", "old", "new", "new/old",
+                  "slower", "old spread", "new spread", "noise", "pairs",
+                  "runs", "verdict"]
+        lines, notes = [], []
+        for _, row, label, size, metric, target in lrows:
+            d = byrow[row]
+            olds, news = list(d["old"].values()), list(d["new"].values())
+            om = statistics.median(olds) if olds else None
+            nm = statistics.median(news) if news else None
+            ratio = nm / om if om and nm is not None else None
+            slower = None
+            if ratio is not None and nm:
+                slower = (ratio - 1 if metric == "lat" else 1 / ratio - 1)
+            noise = None
+            sp_old, sp_new = ab_spread(olds), ab_spread(news)
+            if sp_old is not None and sp_new is not None:
+                quantum = 0.001 / om if metric == "lat" else 0.01 / om
+                noise = max(sp_old, sp_new, quantum)
+            # paired (same repetition, back to back): how many pairs have
+            # the new run slower
+            reps = sorted(set(d["old"]) & set(d["new"]), key=int)
+            nslow = sum(1 for r in reps if
+                        (d["new"][r] > d["old"][r] if metric == "lat"
+                         else d["new"][r] < d["old"][r]))
+            res = ""
+            if slower is not None and noise is not None:
+                if slower > noise:
+                    res = "SLOWER"
+                elif slower > sp_old and slower > quantum:
+                    res = "slower?"
+                elif -slower > noise:
+                    res = "faster"
+                else:
+                    res = "="
+            if d["fail"]:
+                res = (res + " FAIL").strip()
+                for f in d["fail"]:
+                    notes.append("%s %s: %s" % (label, fsize(size), f))
+            lines.append([label, fsize(size),
+                          "us" if metric == "lat" else "MB/s",
+                          fnum(om), fnum(nm),
+                          "%.3f" % ratio if ratio is not None else "-",
+                          "%+.1f%%" % (100 * slower) if slower is not None
+                          else "-",
+                          "%.1f%%" % (100 * sp_old) if sp_old is not None
+                          else "-",
+                          "%.1f%%" % (100 * sp_new) if sp_new is not None
+                          else "-",
+                          "%.1f%%" % (100 * noise) if noise is not None
+                          else "-",
+                          "%d/%d" % (nslow, len(reps)),
+                          "%d+%d" % (len(olds), len(news)), res])
+            allrows.append((slower, noise, res))
+            tsv.write("\t".join([level, label, size, metric,
+                                 "%g" % om if om is not None else "-",
+                                 "%g" % nm if nm is not None else "-",
+                                 "%.4f" % ratio if ratio is not None else "-",
+                                 "%.2f" % (100 * slower)
+                                 if slower is not None else "-",
+                                 "%.2f" % (100 * sp_old)
+                                 if sp_old is not None else "-",
+                                 "%.2f" % (100 * sp_new)
+                                 if sp_new is not None else "-",
+                                 "%.2f" % (100 * noise)
+                                 if noise is not None else "-",
+                                 "%d/%d" % (nslow, len(reps)), res]) + "\n")
+        for lv, what, why in skipped:
+            if lv == level:
+                notes.append("not run: %s (%s)" % (what, why))
+        ml = machine_line(machine, level)
+        if ml:
+            notes.insert(0, ml)
+        print_table("%s level, A/B: old = %s, new = %s\n  lat = 50th "
+                    "percentile latency (usec), bw = overall MB/s; medians "
+                    "of the runs of each build" % (
+                        level.upper(), info.get("ab_old_label", "?"),
+                        info.get("ab_new", "?")),
+                    header, lines, notes)
+    tsv.close()
+    ok = [(sl, no) for sl, no, _ in allrows
+          if sl is not None and no is not None]
+    if ok:
+        print("A/B: %d rows: %d SLOWER, %d slower?, %d faster, %d within "
+              "the noise; median |slower| %.1f%%, median noise %.1f%%" % (
+                  len(allrows),
+                  sum(1 for *_, r in allrows if r.startswith("SLOWER")),
+                  sum(1 for *_, r in allrows if r.startswith("slower?")),
+                  sum(1 for *_, r in allrows if r.startswith("faster")),
+                  sum(1 for *_, r in allrows if r.startswith("=")),
+                  100 * statistics.median(abs(sl) for sl, _ in ok),
+                  100 * statistics.median(no for _, no in ok)))
+        print()
 
 
 def read_netpipe(path):
@@ -362,6 +510,8 @@ def main():
     print("hca benchmark, %s, %s run, UCX %s; %s" % (
         info.get("date", "?"), info.get("mode", "?"), info.get("ucx", "?"),
         info.get("host", "?")))
+    if "ab_old" in info:
+        return ab_main(outdir, info, rows, results, machine, skipped)
     print("load average at start: %s; ratio = hca / best built-in "
           "(latency: lower is better, target <= ; bandwidth: higher is "
           "better, target >=)" % info.get("loadavg", "?"))
@@ -389,6 +539,38 @@ def main():
               % machine["end"][0])
     if pngs:
         print("plots: " + ", ".join(os.path.basename(p) for p in pngs))
+    if "elapsed" in info:
+        print("elapsed: %s s, failed runs: %s" % (
+            info["elapsed"], info.get("failed_runs", "?")))
+    return 0
+
+
+def ab_main(outdir, info, rows, results, machine, skipped):
+    print("A/B run: old = %s (%s)" % (info.get("ab_old_label", "?"),
+                                      info.get("ab_old", "?")))
+    print("         new = %s" % info.get("ab_new", "?"))
+    print("load average at start: %s; %s runs of each build per row, "
+          "back to back, order alternating (ABBA)" % (
+              info.get("loadavg", "?"), info.get("reps", "?")))
+    if info.get("pinning"):
+        print("pinning: %s" % info["pinning"])
+    for side in ("old", "new"):
+        if info.get("ab_loads_" + side):
+            print("%s side loads (LD_DEBUG=libs): %s" % (
+                side, info["ab_loads_" + side]))
+    print("slower = how much slower new is than old (latency new/old - 1, "
+          "bandwidth old/new - 1; negative: faster)")
+    print("spread = max/min - 1 of a build's own runs (from 5 runs on, "
+          "without the (n-1)/4 fastest and slowest)")
+    print("noise = the larger spread of the two builds (at least 0.001 us)")
+    print("SLOWER = slower > noise; slower? = slower > the old spread only "
+          "(re-run with more --reps); faster = -slower > noise")
+    print("pairs = repetitions where the new run was slower than the old "
+          "run next to it\n")
+    ab_tables(outdir, info, rows, results, machine, skipped)
+    if "end" in machine:
+        print("machine state at the end: cache-line ping-pong raw_shm %s ns"
+              % machine["end"][0])
     if "elapsed" in info:
         print("elapsed: %s s, failed runs: %s" % (
             info["elapsed"], info.get("failed_runs", "?")))

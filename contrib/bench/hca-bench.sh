@@ -18,6 +18,24 @@
 #   --no-pin         let the scheduler place the ucx_perftest server and
 #                    client (default: server on CPU 0, client on CPU 1 with
 #                    taskset, when there are 2 CPUs or more)
+#   --ab-old-build DIR
+#                    A/B mode (contrib/bench/hca-ab.sh builds the old side
+#                    and calls this): compare the hca build of --build (NEW)
+#                    with the one in DIR (OLD) instead of hca with the
+#                    built-in transports. Every uct/ucp row that involves
+#                    hca runs OLD and NEW back to back, the order
+#                    alternating each repetition (ABBA), --reps times each
+#                    (every row, not only the target rows); the built-in
+#                    transports are not run. Levels: uct and ucp only
+#                    (default both). Before the runs, LD_DEBUG=libs proves
+#                    that each side loads its own libuct_hca.so and
+#                    libhcadev.so.0. The summary is the A/B table (old and
+#                    new medians, new/old, each build's run-to-run
+#                    spread, SLOWER flags); exit status 3 if a row is
+#                    SLOWER.
+#   --ab-old-label TEXT
+#                    name of the old side in the A/B table (e.g. a git
+#                    revision; default: DIR)
 #   -h, --help       this text
 #
 # What it runs (hca and the built-in transports interleaved back to back:
@@ -50,6 +68,9 @@ reps_target=
 do_install=yes
 pin=yes
 port=${HCA_BENCH_PORT:-23000}
+ab_old=            # A/B mode: the old build directory
+ab_old_label=
+levels_given=no
 
 log() { echo "hca-bench: $*" >&2; }
 die() { echo "hca-bench: error: $*" >&2; exit 2; }
@@ -59,11 +80,13 @@ while [ $# -gt 0 ]; do
     --long)        long=yes ;;
     -o|--out)      outdir=${2:?}; shift ;;
     --build)       builddir=${2:?}; shift ;;
-    --levels)      levels=${2:?}; shift ;;
+    --levels)      levels=${2:?}; levels_given=yes; shift ;;
     --reps)        reps_target=${2:?}; shift ;;
     --no-install)  do_install=no ;;
     --no-pin)      pin=no ;;
-    -h|--help)     sed -n '3,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --ab-old-build) ab_old=${2:?}; shift ;;
+    --ab-old-label) ab_old_label=${2:?}; shift ;;
+    -h|--help)     sed -n '3,/^# ucx_perftest runs, default/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *)             die "unknown option '$1' (see --help)" ;;
     esac
     shift
@@ -73,6 +96,14 @@ for l in ${levels//,/ }; do
 done
 case $outdir in /*) ;; *) outdir=$PWD/$outdir ;; esac
 case $builddir in /*) ;; *) builddir=$PWD/$builddir ;; esac
+if [ -n "$ab_old" ]; then
+    case $ab_old in /*) ;; *) ab_old=$PWD/$ab_old ;; esac
+    [ "$levels_given" = yes ] || levels=uct,ucp
+    for l in ${levels//,/ }; do
+        case $l in uct|ucp) ;; *) die "A/B mode: level '$l' (only uct, ucp)" ;; esac
+    done
+    ab_old_label=${ab_old_label:-$ab_old}
+fi
 
 # ---------------------------------------------------------------- settings
 KiB=1024
@@ -104,6 +135,18 @@ pingpong=$builddir/contrib/hca_pingpong_bench
 hca_env=(LD_PRELOAD="$module")
 ucp_hca_env=(LD_PRELOAD="$module" "UCX_TLS=hca,self")
 ucp_builtin_env=("UCX_TLS=posix,cma,self")
+if [ -n "$ab_old" ]; then
+    # Every row runs as often as a target row.  Each side's libhcadev.so.0
+    # is named explicitly: the module's RUNPATH points at its own build,
+    # but an inherited LD_LIBRARY_PATH would take precedence.
+    reps_other=$reps_target
+    module_old=$ab_old/src/uct/hca/.libs/libuct_hca.so
+    [ -f "$module_old" ] || die "A/B mode: $module_old missing"
+    hca_env=(LD_PRELOAD="$module" LD_LIBRARY_PATH="$builddir/src/hca_dev/.libs")
+    hca_env_old=(LD_PRELOAD="$module_old" LD_LIBRARY_PATH="$ab_old/src/hca_dev/.libs")
+    ucp_hca_env=("${hca_env[@]}" "UCX_TLS=hca,self")
+    ucp_hca_env_old=("${hca_env_old[@]}" "UCX_TLS=hca,self")
+fi
 
 # -------------------------------------------------------------- preparation
 as_root() {
@@ -143,7 +186,8 @@ install_missing() {
 
 has_level() { case ",$levels," in *",$1,"*) return 0 ;; esac; return 1; }
 
-pkgs=(ucx-utils python3 iproute2 gnuplot-nox)
+pkgs=(ucx-utils python3 iproute2)
+[ -n "$ab_old" ] || pkgs+=(gnuplot-nox)    # A/B mode draws no plots
 has_level netpipe && pkgs+=(netpipe-openmpi openmpi-bin)
 install_missing "${pkgs[@]}"
 for c in ucx_perftest ucx_info python3 ss timeout; do
@@ -193,6 +237,12 @@ fi
     echo "module	$module"
     echo "loadavg	$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "pinning	$([ ${#pin_srv[@]} -gt 0 ] && echo "ucx_perftest server on CPU 0, client on CPU 1" || echo "none (scheduler)")"
+    if [ -n "$ab_old" ]; then
+        echo "ab_old	$ab_old"
+        echo "ab_old_label	$ab_old_label"
+        echo "ab_new	$builddir"
+        echo "reps	$reps_target"
+    fi
 } >"$outdir/info.tsv"
 
 # Processes started by this script, killed (by pid) on exit.
@@ -227,12 +277,15 @@ machine_state() {
 # ------------------------------------------------------------ capabilities
 # caps[tl:op] = largest size of operation op (am_short, put_zcopy,
 # atomic_fadd, ...) on transport tl, from `ucx_info -d`.
+# read_caps TL DEV ENVWORDS... ; read_caps_as KEY TL DEV ENVWORDS... stores
+# them as caps[KEY:op] (A/B mode: the old build's hca is hca_old).
 declare -A caps
-read_caps() {
-    local tl=$1 dev=$2 op max
-    shift 2
+read_caps() { read_caps_as "$1" "$@"; }
+read_caps_as() {
+    local key=$1 tl=$2 dev=$3 op max
+    shift 3
     while read -r op max; do
-        caps[$tl:$op]=$max
+        caps[$key:$op]=$max
     done < <(env "$@" ucx_info -d -t "$tl" 2>/dev/null | awk -v dev="$dev" '
         function bytes(s,   n, u) {
             n = s; u = s; sub(/[^0-9]+$/, "", n); sub(/^[0-9]+/, "", u)
@@ -366,6 +419,10 @@ run_row() {
     unit=us; [ "$metric" = bw ] && unit=MB/s
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$level" "$row" "$label" "$size" \
         "$metric" "$target" >>"$rows"
+    if [ -n "$ab_old" ]; then
+        run_row_ab "$level" "$row" "$label" "$size" "$reps"
+        return
+    fi
     for ((r = 1; r <= reps; r++)); do
         last_note=
         if perftest "${row_hca_env[@]}" -- "${row_hca_args[@]}"; then st=ok
@@ -379,6 +436,28 @@ run_row() {
             else st=FAIL; nfail=$((nfail + 1)); fi
             record "$st" "$level" "$row" builtin "${row_builtins[$i]}" "$r"
             log "[$level] $label $(fmt_size "$size") ${row_builtins[$i]} #$r: $last_value $unit $([ $st = ok ] || echo "FAIL: $last_note")"
+        done
+    done
+}
+
+# A/B mode: the row's hca run with the old build (row_old_env) and the new
+# one (row_hca_env), back to back, old first in odd repetitions and new
+# first in even ones (ABBA: a drift of the machine hits both alike).
+#   run_row_ab LEVEL ROWID LABEL SIZE REPS   ($metric as in run_row)
+run_row_ab() {
+    local level=$1 row=$2 label=$3 size=$4 reps=$5 r side st unit
+    local order=() envw=()
+    unit=us; [ "$metric" = bw ] && unit=MB/s
+    for ((r = 1; r <= reps; r++)); do
+        if ((r % 2)); then order=(old new); else order=(new old); fi
+        for side in "${order[@]}"; do
+            last_note=
+            if [ "$side" = old ]; then envw=("${row_old_env[@]}")
+            else envw=("${row_hca_env[@]}"); fi
+            if perftest "${envw[@]}" -- "${row_hca_args[@]}"; then st=ok
+            else st=FAIL; nfail=$((nfail + 1)); fi
+            record "$st" "$level" "$row" "$side" "$row_hca_name" "$r"
+            log "[$level] $label $(fmt_size "$size") $side #$r: $last_value $unit $([ $st = ok ] || echo "FAIL: $last_note")"
         done
     done
 }
@@ -406,6 +485,11 @@ uct_rows() {
                 "hca $op max ${caps[hca:$op]:-unsupported}" >>"$skipped"
             continue
         fi
+        if [ -n "$ab_old" ] && [ "${caps[hca_old:$op]:-0}" -lt "$size" ]; then
+            printf '%s\t%s\t%s\n' "$level" "$label $(fmt_size "$size")" \
+                "old build: hca $op max ${caps[hca_old:$op]:-unsupported}" >>"$skipped"
+            continue
+        fi
         tgt=
         # shellcheck disable=SC2086  # a list of sizes
         is_in "$size" $tsizes && tgt=$target
@@ -418,6 +502,10 @@ uct_rows() {
         row_hca_name=hca
         row_hca_env=("${hca_env[@]}")
         [ -n "$alloc" ] && row_hca_env+=(UCX_HCA_ALLOC="$alloc")
+        if [ -n "$ab_old" ]; then
+            row_old_env=("${hca_env_old[@]}")
+            [ -n "$alloc" ] && row_old_env+=(UCX_HCA_ALLOC="$alloc")
+        fi
         row_hca_args=(-t "$test" -x hca -d hca0 -D "$layout" -s "$size"
                       -n "$n" -w "$w" "${extra[@]}")
         row_builtins=(); row_builtin_env=(); row_builtin_args=()
@@ -455,6 +543,7 @@ ucp_rows() {
         [ "$outst" -gt 0 ] && extra=(-O "$outst")
         row_hca_name=hca,self
         row_hca_env=("${ucp_hca_env[@]}")
+        [ -n "$ab_old" ] && row_old_env=("${ucp_hca_env_old[@]}")
         row_hca_args=(-t "$test" -s "$size" -n "$n" -w "$w" "${extra[@]}")
         row_builtins=("posix,cma,self")
         row_builtin_env=("${ucp_builtin_env[*]}")
@@ -464,11 +553,45 @@ ucp_rows() {
     done
 }
 
+# A/B mode: prove, once per side, that the dynamic linker loads that
+# side's libuct_hca.so and libhcadev.so.0 and no other copy (LD_DEBUG=libs
+# lists every library it initializes, with the path it found).
+#   check_loads SIDE BUILDDIR ENVWORDS...
+check_loads() {
+    local side=$1 bdir=$2 f want got=() real bad=0 lib p
+    shift 2
+    f=$outdir/logs/ld-debug-$side.log
+    env "$@" LD_DEBUG=libs ucx_info -d -t hca >/dev/null 2>"$f"
+    mapfile -t got < <(sed -n 's/.*calling init: //p' "$f" |
+                       grep 'libuct_hca\.so\|libhcadev\.so' | sort -u)
+    real=" "
+    for p in "${got[@]}"; do real+="$(readlink -f "$p") "; done
+    for lib in src/uct/hca/.libs/libuct_hca.so src/hca_dev/.libs/libhcadev.so.0; do
+        want=$(readlink -f "$bdir/$lib")
+        case $real in
+        *" $want "*) ;;
+        *) log "A/B: the $side side does not load $want"; bad=1 ;;
+        esac
+    done
+    [ ${#got[@]} -eq 2 ] || { log "A/B: $side run loads ${got[*]:-no hca library}"; bad=1; }
+    [ $bad -eq 0 ] || die "A/B: the $side side does not load its own build (see $f)"
+    log "A/B: $side side loads ${got[*]}"
+    echo "ab_loads_$side	${got[*]}" >>"$outdir/info.tsv"
+}
+
 # --------------------------------------------------------------- levels
+if [ -n "$ab_old" ]; then
+    check_loads new "$builddir" "${hca_env[@]}"
+    check_loads old "$ab_old" "${hca_env_old[@]}"
+fi
 if has_level uct; then
     read_caps hca hca0 "${hca_env[@]}"
-    read_caps posix memory
-    read_caps cma memory
+    if [ -n "$ab_old" ]; then
+        read_caps_as hca_old hca hca0 "${hca_env_old[@]}"
+    else
+        read_caps posix memory
+        read_caps cma memory
+    fi
     [ -n "${caps[hca:am_bcopy]:-}" ] ||
         die "ucx_info does not list hca0 with LD_PRELOAD=$module"
 fi
@@ -558,4 +681,8 @@ python3 "$benchdir/hca-bench-summary.py" "$outdir" | tee "$outdir/summary.txt"
 
 log "done in $((t_end - t_start)) s; output in $outdir"
 [ $nfail -eq 0 ] || { log "$nfail benchmark run(s) failed"; exit 1; }
+if [ -n "$ab_old" ] && grep -q 'SLOWER$' "$outdir/ab.tsv" 2>/dev/null; then
+    log "A/B: $(grep -c 'SLOWER$' "$outdir/ab.tsv") row(s) SLOWER than the old build beyond the noise"
+    exit 3
+fi
 exit 0
