@@ -446,6 +446,38 @@ HCA_INLINE void hca_count_tx(hca_qp_t *qp, unsigned opcode, uint64_t bytes)
     qp->cnt->tx_bytes[opcode] += bytes;
 }
 
+/* ---------------------------------------------------------------- target */
+
+/* Does the published QP entry `pub` (ours, or a peer's in its context)
+ * take a request for QP qpn from the source (pid, ctx, src_qpn)?  The one
+ * target check of requests: SUCCESS; RETRY_EXC_ERR if that QP no longer
+ * exists (it never answers, as on InfiniBand: gone, not refusing);
+ * REM_INV_REQ_ERR if it is not in RTR/RTS or accepts another source. */
+HCA_INLINE hca_wc_status_t hca_qp_pub_check(const hca_qp_pub_t *pub,
+                                            uint32_t qpn, uint32_t src_pid,
+                                            uint32_t src_ctx,
+                                            uint32_t src_qpn)
+{
+    uint32_t state, dq;
+
+    /* qpn first (acquire: it is published last), then what it guards */
+    if (HCA_UNLIKELY(atomic_load_explicit(&pub->qpn, memory_order_acquire) !=
+                     qpn)) {
+        return HCA_WC_RETRY_EXC_ERR;
+    }
+    state = atomic_load_explicit(&pub->state, memory_order_acquire);
+    dq    = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);
+    if (HCA_UNLIKELY(
+            ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
+            ((dq != HCA_QPN_ANY) &&
+             ((dq != src_qpn) ||
+              (atomic_load(&pub->dest_pid) != src_pid) ||
+              (atomic_load(&pub->dest_ctx) != src_ctx))))) {
+        return HCA_WC_REM_INV_REQ_ERR;
+    }
+    return HCA_WC_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- MPT */
 
 /* The checks of every access, after it was announced (pinned or busy

@@ -425,28 +425,53 @@ static hca_exec_t hca_shm_rdma(hca_qp_t *qp, hca_wqe_t *wqe,
 
 /* ---------------------------------------------------------------- exec */
 
+static hca_exec_t hca_shm_rdma_read(hca_qp_t *qp, hca_wqe_t *wqe,
+                                    hca_qp_pub_t *pub,
+                                    hca_wc_status_t *status_p)
+{
+    return hca_shm_rdma(qp, wqe, pub, 0, status_p);
+}
+
+static hca_exec_t hca_shm_rdma_write(hca_qp_t *qp, hca_wqe_t *wqe,
+                                     hca_qp_pub_t *pub,
+                                     hca_wc_status_t *status_p)
+{
+    return hca_shm_rdma(qp, wqe, pub, 1, status_p);
+}
+
+typedef hca_exec_t (*hca_shm_exec_fn_t)(hca_qp_t *qp, hca_wqe_t *wqe,
+                                        hca_qp_pub_t *pub,
+                                        hca_wc_status_t *status_p);
+
+/* How each opcode executes on the shm fabric. */
+static const hca_shm_exec_fn_t hca_shm_exec_op[HCA_WR_OPCODE_LAST] = {
+    [HCA_WR_SEND]                = hca_shm_send,
+    [HCA_WR_SEND_WITH_IMM]       = hca_shm_send,
+    [HCA_WR_RDMA_WRITE]          = hca_shm_rdma_write,
+    [HCA_WR_RDMA_WRITE_WITH_IMM] = hca_shm_rdma_write,
+    [HCA_WR_RDMA_READ]           = hca_shm_rdma_read,
+    [HCA_WR_ATOMIC_FETCH_ADD]    = hca_shm_atomic,
+    [HCA_WR_ATOMIC_CMP_SWP]      = hca_shm_atomic,
+    [HCA_WR_ATOMIC_SWAP]         = hca_shm_atomic,
+    [HCA_WR_ATOMIC_FETCH_AND]    = hca_shm_atomic,
+    [HCA_WR_ATOMIC_FETCH_OR]     = hca_shm_atomic,
+    [HCA_WR_ATOMIC_FETCH_XOR]    = hca_shm_atomic,
+    [HCA_WR_ATOMIC_ADD]          = hca_shm_atomic,
+    [HCA_WR_ATOMIC_AND]          = hca_shm_atomic,
+    [HCA_WR_ATOMIC_OR]           = hca_shm_atomic,
+    [HCA_WR_ATOMIC_XOR]          = hca_shm_atomic,
+};
+
 hca_exec_t hca_shm_exec(hca_qp_t *qp, hca_wqe_t *wqe,
                         hca_wc_status_t *status_p)
 {
-    const hca_opcode_info_t *info = &hca_opcode[wqe->opcode];
     hca_qp_pub_t *pub;
-    hca_exec_t res;
 
     *status_p = hca_shm_target(qp, &pub);
     if (HCA_UNLIKELY(*status_p != HCA_WC_SUCCESS)) {
         return HCA_EXEC_DONE;
     }
-    if (info->flags & HCA_OPF_ATOMIC) {
-        res = hca_shm_atomic(qp, wqe, pub, status_p);
-    } else if (info->flags & HCA_OPF_READ) {
-        res = hca_shm_rdma(qp, wqe, pub, 0, status_p);
-    } else if ((wqe->opcode == HCA_WR_RDMA_WRITE) ||
-               (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM)) {
-        res = hca_shm_rdma(qp, wqe, pub, 1, status_p);
-    } else {
-        res = hca_shm_send(qp, wqe, pub, status_p);
-    }
-    return res;
+    return hca_shm_exec_op[wqe->opcode](qp, wqe, pub, status_p);
 }
 
 hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,

@@ -26,7 +26,6 @@ static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
     hca_mpt_entry_t *entry;
     hca_wc_status_t status;
     hca_qp_pub_t *pub;
-    uint32_t state, dq;
     unsigned align = 1;
 
     if ((req->opcode >= HCA_WR_OPCODE_LAST) || (idx == 0) ||
@@ -34,17 +33,11 @@ static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
         return HCA_WC_REM_INV_REQ_ERR;
     }
     info  = &hca_opcode[req->opcode];
-    pub   = &dev->qp_pub[idx];
-    if (atomic_load(&pub->qpn) != req->dst_qpn) {
-        return HCA_WC_RETRY_EXC_ERR; /* the target QP is gone */
-    }
-    state = atomic_load(&pub->state);
-    dq    = atomic_load(&pub->dest_qpn);
-    if (((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
-        ((dq != HCA_QPN_ANY) &&
-         ((dq != req->src_qpn) || (atomic_load(&pub->dest_pid) != req->src_pid) ||
-          (atomic_load(&pub->dest_ctx) != req->src_ctx)))) {
-        return HCA_WC_REM_INV_REQ_ERR;
+    pub    = &dev->qp_pub[idx];
+    status = hca_qp_pub_check(pub, req->dst_qpn, req->src_pid, req->src_ctx,
+                              req->src_qpn);
+    if (status != HCA_WC_SUCCESS) {
+        return status;
     }
     if ((info->flags & HCA_OPF_ATOMIC)) {
         if ((req->size != 4) && (req->size != 8)) {

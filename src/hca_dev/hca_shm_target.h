@@ -18,8 +18,8 @@ HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
 {
     hca_peer_t *peer = hca_shm_qp(qp)->peer;
     uint32_t idx     = HCA_QPN_INDEX(qp->dest_qpn);
+    hca_wc_status_t status;
     hca_qp_pub_t *pub;
-    uint32_t state, dq;
 
     if (HCA_UNLIKELY(peer == NULL)) {
         peer = hca_shm_qp(qp)->peer = hca_peer_get(qp->dev, &qp->dest);
@@ -34,23 +34,11 @@ HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
     if (HCA_UNLIKELY((idx == 0) || (idx >= peer->hdr.max_qp))) {
         return HCA_WC_REM_INV_REQ_ERR;
     }
-    pub   = &peer->qp_pub[idx];
-    /* qpn first (acquire: it is published last), then what it guards.
-     * A target QP that no longer exists never answers, as on InfiniBand:
-     * the peer's endpoint is gone (retry exceeded), not refusing. */
-    if (HCA_UNLIKELY(atomic_load_explicit(&pub->qpn, memory_order_acquire) !=
-                     qp->dest_qpn)) {
-        return HCA_WC_RETRY_EXC_ERR;
-    }
-    state = atomic_load_explicit(&pub->state, memory_order_acquire);
-    dq    = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);
-    if (HCA_UNLIKELY(
-            ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) ||
-            ((dq != HCA_QPN_ANY) &&
-             ((dq != qp->qpn) ||
-              (atomic_load(&pub->dest_pid) != qp->dev->pid) ||
-              (atomic_load(&pub->dest_ctx) != qp->dev->ctx_id))))) {
-        return HCA_WC_REM_INV_REQ_ERR;
+    pub    = &peer->qp_pub[idx];
+    status = hca_qp_pub_check(pub, qp->dest_qpn, qp->dev->pid,
+                              qp->dev->ctx_id, qp->qpn);
+    if (HCA_UNLIKELY(status != HCA_WC_SUCCESS)) {
+        return status;
     }
     *pub_p = pub;
     return HCA_WC_SUCCESS;

@@ -196,7 +196,7 @@ UCS_CLASS_DECLARE(uct_hca_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(uct_hca_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(uct_hca_ep_t, uct_ep_t);
 
-/* device errors -> UCS statuses, in one place (hca_md.c) */
+/* device errors -> UCS statuses, in one place (hca_status.c) */
 ucs_status_t uct_hca_status(hca_wc_status_t status);   /* completions */
 ucs_status_t uct_hca_errno_status(int rc);              /* -errno of calls */
 
