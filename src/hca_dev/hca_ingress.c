@@ -59,16 +59,25 @@ HCA_INLINE int hca_ingress_inplace(const hca_rq_t *rq, const hca_msg_hdr_t *hdr)
            (hdr->dst_qpn == qp->qpn) && hca_qp_accepts(qp, hdr->src_pid, hdr->src_ctx, hdr->src_qpn);
 }
 
-/* Hands one message to its responder handler: 0 consumed, -EAGAIN leave
- * it in the ring (no receive posted yet). */
-static int hca_ingress_route(hca_rq_t *rq, hca_ingress_msg_t *m)
+/* HCA_TRACE=1: every message's transition on stderr. */
+static HCA_NOINLINE void hca_ingress_trace(const hca_rq_t *rq,
+                                           const hca_msg_hdr_t *hdr,
+                                           hca_rx_state_t to)
+{
+    hca_log("ring %u msg op %u from pid %u qp 0x%x to qp 0x%x: ARRIVED -> %s",
+            rq->ring_id, hdr->op, hdr->src_pid, hdr->src_qpn, hdr->dst_qpn,
+            hca_rx_state_name[to]);
+}
+
+/* Hands one message to its responder handler: its next state. */
+static hca_rx_state_t hca_ingress_route(hca_rq_t *rq, hca_ingress_msg_t *m)
 {
     hca_device_t *dev = rq->dev;
     const hca_msg_hdr_t *hdr = &m->hdr;
     hca_qp_t *qp;
 
     if (hdr->op == HCA_MSG_NOP) {
-        return 0; /* a cancelled direct send */
+        return HCA_RX_DROPPED; /* a cancelled direct send */
     }
     if (hdr->op == HCA_MSG_SEND_PULL) {
         memcpy(&m->pull, m->payload, sizeof(m->pull)); /* once: the
@@ -80,7 +89,7 @@ static int hca_ingress_route(hca_rq_t *rq, hca_ingress_msg_t *m)
     if ((qp == NULL) || (qp->rq != rq) ||
         !hca_qp_accepts(qp, hdr->src_pid, hdr->src_ctx, hdr->src_qpn)) {
         hca_resp_refuse(dev, m, qp == NULL);
-        return 0;
+        return HCA_RX_DROPPED;
     }
     return hca_resp_handlers[hdr->op](rq, qp, m);
 }
@@ -109,9 +118,14 @@ int hca_ingress_poll(hca_rq_t *rq, int budget)
             __atomic_fetch_add(&rq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
                                1, __ATOMIC_RELAXED);
         } else {
+            hca_rx_state_t to;
             m.payload = slot + m.hdr.data_off;
-            if (hca_ingress_route(rq, &m) != 0) {
-                break; /* RNR: keep it until a receive is posted */
+            to        = hca_ingress_route(rq, &m);
+            if (HCA_UNLIKELY(rq->dev->trace)) {
+                hca_ingress_trace(rq, &m.hdr, to);
+            }
+            if (to == HCA_RX_RNR) {
+                break; /* keep it until a receive is posted */
             }
         }
         hca_ring_release(&rq->ring, idx);

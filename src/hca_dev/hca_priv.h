@@ -292,10 +292,20 @@ typedef struct hca_ingress_msg {
     hca_wire_iov_t  iov[HCA_MAX_SGE];
 } hca_ingress_msg_t;
 
-/* Responder (hca_resp.c): a handler per message op, 0 consumed or -EAGAIN
- * (no receive posted: leave it in the ring). */
-typedef int (*hca_resp_handler_t)(hca_rq_t *rq, struct hca_qp *qp,
-                                  const hca_ingress_msg_t *m);
+/* Responder (hca_resp.c): the states of a received message, and a
+ * handler per message op - the step from ARRIVED to the next state. */
+typedef enum {
+    HCA_RX_ARRIVED = 0, /* taken from its ring, routed */
+    HCA_RX_RNR,         /* no receive posted: it stays in its ring */
+    HCA_RX_PARTIAL,     /* a fragment placed, the message goes on */
+    HCA_RX_COMPLETE,    /* placed, its receive completed */
+    HCA_RX_DROPPED,     /* refused, forged or orphaned: counted */
+    HCA_RX_LAST
+} hca_rx_state_t;
+
+extern const char *const hca_rx_state_name[HCA_RX_LAST];
+typedef hca_rx_state_t (*hca_resp_handler_t)(hca_rq_t *rq, struct hca_qp *qp,
+                                             const hca_ingress_msg_t *m);
 extern const hca_resp_handler_t hca_resp_handlers[HCA_MSG_OP_LAST];
 void hca_resp_refuse(hca_device_t *dev, const hca_ingress_msg_t *m,
                      int qp_gone);

@@ -7,11 +7,15 @@
  * returns -EAGAIN and the message waits in its ring (an infinite RNR
  * retry): nothing is dropped.
  *
- * A message's life:  ARRIVED --no receive--> ARRIVED (RNR, waits)
- *                    ARRIVED --first fragment--> PARTIAL --last--> COMPLETE
- *                    ARRIVED --whole / pulled / notice--> COMPLETE
- * (hca_partial_t holds the PARTIAL state, bounded in time and by its
- * source's liveness: hca_resp_sweep).
+ * A message is a state machine (hca_rx_state_t); each handler is the step
+ * from ARRIVED and returns the next state:
+ *   ARRIVED --no receive posted-->       RNR      (stays in its ring)
+ *   ARRIVED --first of several fragments--> PARTIAL (its receive is held
+ *             in an hca_partial_t, bounded in time and by its source's
+ *             liveness: hca_resp_sweep)
+ *   PARTIAL --later fragments, the last--> COMPLETE
+ *   ARRIVED --whole / pulled / notice-->  COMPLETE (receive CQE pushed)
+ *   ARRIVED --forged, or its start lost--> DROPPED (counted)
  */
 #include "hca_priv.h"
 
@@ -165,22 +169,22 @@ static hca_rwqe_t *hca_resp_take_rwqe(hca_rq_t *rq)
 /* ---------------------------------------------------------------- handlers */
 
 /* RDMA WRITE WITH IMM: its data is placed; the notice takes a receive. */
-static int hca_resp_write_imm(hca_rq_t *rq, hca_qp_t *qp,
+static hca_rx_state_t hca_resp_write_imm(hca_rq_t *rq, hca_qp_t *qp,
                               const hca_ingress_msg_t *m)
 {
     hca_rwqe_t *rwqe = hca_resp_take_rwqe(rq);
 
     if (rwqe == NULL) {
-        return -EAGAIN;
+        return HCA_RX_RNR;
     }
     hca_resp_complete(qp, rwqe, &m->hdr, HCA_WC_SUCCESS,
                       HCA_WC_RECV_RDMA_WITH_IMM);
-    return 0;
+    return HCA_RX_COMPLETE;
 }
 
 /* A SEND described by its source's iovs: pulled into the receive, and the
  * source answered. */
-static int hca_resp_send_pull(hca_rq_t *rq, hca_qp_t *qp,
+static hca_rx_state_t hca_resp_send_pull(hca_rq_t *rq, hca_qp_t *qp,
                               const hca_ingress_msg_t *m)
 {
     hca_device_t *dev = rq->dev;
@@ -196,21 +200,21 @@ static int hca_resp_send_pull(hca_rq_t *rq, hca_qp_t *qp,
          * name any) */
         __atomic_fetch_add(&dev->svc_cnt->errors[HCA_WC_GENERAL_ERR], 1,
                            __ATOMIC_RELAXED);
-        return 0;
+        return HCA_RX_DROPPED;
     }
     rwqe = hca_resp_take_rwqe(rq);
     if (rwqe == NULL) {
-        return -EAGAIN;
+        return HCA_RX_RNR;
     }
     status = hca_fabric_of_msg(dev, hdr)->pull(dev, hdr, m->iov, rwqe);
     hca_resp_answer(dev, hdr, &m->pull, (status == HCA_WC_LOC_LEN_ERR) ?
                     HCA_WC_REM_INV_REQ_ERR : status);
     hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
-    return 0;
+    return HCA_RX_COMPLETE;
 }
 
 /* The first fragment of a SEND (or all of it). */
-static int hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
+static hca_rx_state_t hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
                                const hca_ingress_msg_t *m)
 {
     const hca_msg_hdr_t *hdr = &m->hdr;
@@ -220,7 +224,7 @@ static int hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
 
     rwqe = hca_resp_take_rwqe(rq);
     if (rwqe == NULL) {
-        return -EAGAIN;
+        return HCA_RX_RNR;
     }
     /* a source's SENDs arrive in order: a new message means its
      * unfinished one never ends */
@@ -232,12 +236,12 @@ static int hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
              hca_rwqe_place(rwqe, 0, m->payload, hdr->length);
     if (hdr->flags & HCA_MSG_LAST) {
         hca_resp_complete(qp, rwqe, hdr, status, HCA_WC_RECV);
-        return 0;
+        return HCA_RX_COMPLETE;
     }
     partial = calloc(1, sizeof(*partial));
     if (partial == NULL) {
         hca_resp_complete(qp, rwqe, hdr, HCA_WC_GENERAL_ERR, HCA_WC_RECV);
-        return 0;
+        return HCA_RX_COMPLETE;
     }
     partial->src_pid = hdr->src_pid;
     partial->src_ctx = hdr->src_ctx;
@@ -250,18 +254,18 @@ static int hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
     partial->next    = qp->partials;
     qp->partials     = partial;
     rq->n_partials++;
-    return 0;
+    return HCA_RX_PARTIAL;
 }
 
 /* A later fragment of a SEND: placed after the earlier ones. */
-static int hca_resp_send_next(hca_qp_t *qp, const hca_ingress_msg_t *m)
+static hca_rx_state_t hca_resp_send_next(hca_qp_t *qp, const hca_ingress_msg_t *m)
 {
     const hca_msg_hdr_t *hdr = &m->hdr;
     hca_partial_t *partial;
 
     partial = hca_partial_find(qp, hdr, (hdr->flags & HCA_MSG_LAST) != 0);
     if (partial == NULL) {
-        return 0; /* its start was dropped (QP reset): drop the rest */
+        return HCA_RX_DROPPED; /* its start was dropped (QP reset) */
     }
     /* the message's length is its first fragment's: a fragment that says
      * otherwise, or runs past it, fails the message (which completes with
@@ -287,16 +291,25 @@ static int hca_resp_send_next(hca_qp_t *qp, const hca_ingress_msg_t *m)
         hca_resp_complete(qp, &partial->rwqe, &whole,
                           (hca_wc_status_t)partial->error, HCA_WC_RECV);
         hca_partial_free(qp, partial);
+        return HCA_RX_COMPLETE;
     }
-    return 0;
+    return HCA_RX_PARTIAL;
 }
 
-static int hca_resp_send(hca_rq_t *rq, hca_qp_t *qp,
+static hca_rx_state_t hca_resp_send(hca_rq_t *rq, hca_qp_t *qp,
                          const hca_ingress_msg_t *m)
 {
     return (m->hdr.flags & HCA_MSG_FIRST) ? hca_resp_send_first(rq, qp, m) :
                                             hca_resp_send_next(qp, m);
 }
+
+const char *const hca_rx_state_name[HCA_RX_LAST] = {
+    [HCA_RX_ARRIVED]  = "ARRIVED",
+    [HCA_RX_RNR]      = "RNR",
+    [HCA_RX_PARTIAL]  = "PARTIAL",
+    [HCA_RX_COMPLETE] = "COMPLETE",
+    [HCA_RX_DROPPED]  = "DROPPED",
+};
 
 /* The responder's handler of each message op (the router's table). */
 const hca_resp_handler_t hca_resp_handlers[HCA_MSG_OP_LAST] = {
