@@ -1,5 +1,5 @@
 /*
- * hca_dm_view.c - a peer's device memory mapped into this process for
+ * hca_shm_dm_view.c - a peer's device memory mapped into this process for
  * direct loads and stores (UCT's rkey_ptr), with the peer's MPT beside it,
  * so that every pointer handed out is checked as any other access is: the
  * key (index and tag), the entry's state, that the MR lies in this device

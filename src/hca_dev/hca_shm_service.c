@@ -1,5 +1,5 @@
 /*
- * hca_service.c - the responder thread of a device context.
+ * hca_shm_service.c - the responder thread of a device context.
  *
  * It executes what a requester in another process cannot do by itself:
  * atomics on plain (non device) memory, and RDMA WRITE/READ chunks when

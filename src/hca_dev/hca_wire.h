@@ -1,7 +1,7 @@
 /*
  * hca_wire.h - every structure that crosses a process boundary on the shm
  * fabric.  Peers map these objects and read them; every field that comes
- * from a peer is validated before it is used (see hca_fabric_shm.c).
+ * from a peer is validated before it is used (see hca_shm_peer.c).
  *
  * Objects (POSIX shm, mode 0600, named by hca_ctx_name() and, with the
  * context's name_nonce, hca_obj_name()):
@@ -44,7 +44,7 @@ typedef enum {
  * fields and touch memory, and it clears its busy word when done.
  * Deregistration stores INVALID (seq_cst) and waits for the busy words of
  * the mappers the entry names, each only while its process lives (see
- * hca_access_fence.c).  `inflight` pins of the owner's own threads (its
+ * hca_shm_fence.c).  `inflight` pins of the owner's own threads (its
  * responder, a QP to itself) are counted and waited for as they are. */
 /* A key (lkey = rkey) names its MPT entry and a tag that changes when the
  * entry is reused, so a stale key fails the check. */

@@ -388,7 +388,8 @@ fz_world_t *fz_world_init(void)
     /* the address its service thread sleeps on, from the socket itself:
      * the harness needs no knowledge of how the library names it */
     w->svc_addr_len = sizeof(w->svc_addr);
-    if (getsockname(w->victim->svc_sock, (struct sockaddr*)&w->svc_addr,
+    if (getsockname(hca_shm_dev(w->victim)->svc_sock,
+                    (struct sockaddr*)&w->svc_addr,
                     &w->svc_addr_len) != 0) {
         fz_fail("set-up: getsockname(service socket): %s", strerror(errno));
     }

@@ -21,7 +21,7 @@
 #ifndef HCA_FUZZ_COMMON_H
 #define HCA_FUZZ_COMMON_H
 
-#include "hca_priv.h"
+#include "hca_shm_fabric.h" /* white box: the shm fabric's peers and rings */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /*
  * fuzz_ring.c - libFuzzer harness: forged messages in the victim's
- * receive rings, consumed by the responder (hca_resp_progress, run by
+ * receive rings, consumed by the responder (hca_ingress_poll, run by
  * hca_cq_poll) and by hca_recv_peek for the in-place QP.
  *
  * Input: up to FZ_MAX_MSGS records, each (little-endian; a record cut
