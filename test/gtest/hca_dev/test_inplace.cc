@@ -18,6 +18,10 @@
  *    when it stays full and its owner is gone;
  *  - hca_send_cancel and hca_send_commit with a bad length or opcode: the
  *    receiver never sees those slots, later messages still arrive;
+ *  - hca_send_short (header + payload in one call): every split of a slot,
+ *    refused sizes and opcodes, a full ring (hca_qp_send_blocked); the
+ *    fast-path table (hca_qp_fast_ops) before, during and after a
+ *    connection;
  *  - between two processes: the basic exchange both ways, a receiver
  *    sleeping in hca_cq_wait woken by a direct send, the mixed order and
  *    the busy send queue with and without single copy (a large SEND read
@@ -864,6 +868,185 @@ TEST_F(Inplace, RingFull)
     }
     EXPECT_TRUE(expect_nothing(10));
     EXPECT_TRUE(no_cqe(s.scq, 0, "sender"));
+}
+
+/* ------------------------------------------------------------ send_short */
+
+/* hca_send_short: a header and a payload as one SEND in one call - every
+ * split of the slot between them, both opcodes, NULL pointers with 0
+ * bytes; exactly those bytes arrive, with the immediate, and no CQE. */
+TEST_F(Inplace, SendShortSizes)
+{
+    ASSERT_NO_FATAL_FAILURE(open_pair());
+    uint64_t seq = 0;
+    for (uint32_t hlen : {0u, 1u, 8u, 64u}) {
+        for (uint32_t plen = 0; hlen + plen <= mtu;
+             plen = (plen < 70) ? plen + 1 : plen * 2 + 3) {
+            for (hca_wr_opcode_t op : {HCA_WR_SEND, HCA_WR_SEND_WITH_IMM}) {
+                SCOPED_TRACE(::testing::Message()
+                             << "header " << hlen << " payload " << plen
+                             << " " << op_short_name(op));
+                std::vector<uint8_t> hdr(hlen + 1), pay(plen + 1);
+                fill_pattern(hdr.data(), hlen, 7000 + seq);
+                fill_pattern(pay.data(), plen, 9000 + seq);
+                uint32_t imm = imm_of(seq++);
+                ASSERT_EQ(0, hca_send_short(s.qp, hlen ? hdr.data() : nullptr,
+                                            hlen, plen ? pay.data() : nullptr,
+                                            plen, op, imm));
+                hca_recv_msg_t rm;
+                memset(&rm, 0, sizeof(rm));
+                ASSERT_EQ(1, hca_recv_peek(r.qp, &rm));
+                EXPECT_EQ(hlen + plen, rm.byte_len);
+                EXPECT_EQ(s.qpn, rm.src_qp);
+                if (op == HCA_WR_SEND_WITH_IMM) {
+                    EXPECT_EQ((uint32_t)HCA_WC_WITH_IMM, rm.wc_flags);
+                    EXPECT_EQ(imm, rm.imm_data);
+                } else {
+                    EXPECT_EQ(0u, rm.wc_flags);
+                }
+                if (rm.byte_len == hlen + plen) {
+                    const uint8_t *d = (const uint8_t*)rm.data;
+                    EXPECT_EQ(0, memcmp(d, hdr.data(), hlen));
+                    EXPECT_EQ(0, memcmp(d + hlen, pay.data(), plen));
+                }
+                hca_recv_release(r.qp, &rm);
+            }
+        }
+    }
+    EXPECT_TRUE(expect_peek_none());
+    EXPECT_TRUE(no_cqe(s.scq, 0, "sender"));
+    EXPECT_TRUE(no_cqe(r.rcq, 0, "receiver"));
+}
+
+/* What does not fit one slot, or is not a SEND, is refused and sends
+ * nothing: -EBUSY (post a WR instead) and -EINVAL; the QP stays usable. */
+TEST_F(Inplace, SendShortRefused)
+{
+    ASSERT_NO_FATAL_FAILURE(open_pair());
+    std::vector<uint8_t> big(2 * mtu + 16, 0x5a);
+    EXPECT_EQ(-EBUSY, hca_send_short(s.qp, big.data(), 8, big.data(),
+                                     mtu, HCA_WR_SEND, 0))
+            << "header + payload above a slot";
+    EXPECT_EQ(-EBUSY, hca_send_short(s.qp, nullptr, 0, big.data(),
+                                     mtu + 1, HCA_WR_SEND, 0));
+    for (hca_wr_opcode_t op : {HCA_WR_RDMA_WRITE, HCA_WR_RDMA_READ,
+                               HCA_WR_ATOMIC_FETCH_ADD,
+                               HCA_WR_RDMA_WRITE_WITH_IMM}) {
+        EXPECT_EQ(-EINVAL, hca_send_short(s.qp, big.data(), 8, big.data(),
+                                          8, op, 0))
+                << op_short_name(op);
+    }
+    EXPECT_TRUE(expect_peek_none()) << "a refused send left something";
+    EXPECT_EQ(HCA_QPS_RTS, hca_qp_state(s.qp));
+    /* the QP still sends, and the refused ones left no slot behind */
+    uint64_t v = 0x0123456789abcdefull;
+    ASSERT_EQ(0, hca_send_short(s.qp, &v, 8, nullptr, 0, HCA_WR_SEND, 0));
+    hca_recv_msg_t rm;
+    memset(&rm, 0, sizeof(rm));
+    ASSERT_EQ(1, hca_recv_peek(r.qp, &rm));
+    EXPECT_EQ(8u, rm.byte_len);
+    EXPECT_EQ(0, memcmp(rm.data, &v, 8));
+    hca_recv_release(r.qp, &rm);
+    EXPECT_TRUE(expect_peek_none());
+}
+
+/* A full ring: hca_send_short answers -EAGAIN after exactly as many
+ * messages as direct sends fit; hca_qp_send_blocked keeps -EAGAIN while the
+ * receiver lives, and the QP stays in RTS; after a release one more fits. */
+TEST_F(Inplace, SendShortRingFull)
+{
+    ASSERT_NO_FATAL_FAILURE(open_pair());
+    uint64_t n = 0, v;
+    int rc;
+    while ((v = n, rc = hca_send_short(s.qp, &v, 8, nullptr, 0,
+                                       HCA_WR_SEND, 0)) == 0) {
+        ++n;
+        ASSERT_LE(n, MANY_SLOTS) << "the ring never fills";
+    }
+    EXPECT_EQ(-EAGAIN, rc);
+    ASSERT_GE(n, 8u);
+    EXPECT_EQ(-EAGAIN, hca_qp_send_blocked(s.qp));
+    usleep(120 * 1000); /* past the liveness check's period */
+    EXPECT_EQ(-EAGAIN, hca_qp_send_blocked(s.qp)) << "receiver is alive";
+    EXPECT_EQ(HCA_QPS_RTS, hca_qp_state(s.qp));
+    hca_recv_msg_t rm;
+    memset(&rm, 0, sizeof(rm));
+    ASSERT_EQ(1, hca_recv_peek(r.qp, &rm));
+    hca_recv_release(r.qp, &rm);
+    v = n;
+    EXPECT_EQ(0, hca_send_short(s.qp, &v, 8, nullptr, 0, HCA_WR_SEND, 0));
+    for (uint64_t k = 1; k <= n; ++k) {
+        memset(&rm, 0, sizeof(rm));
+        ASSERT_EQ(1, hca_recv_peek(r.qp, &rm)) << "message " << k;
+        memcpy(&v, rm.data, 8);
+        EXPECT_EQ(k, v) << "in order, once";
+        hca_recv_release(r.qp, &rm);
+    }
+    EXPECT_TRUE(expect_peek_none());
+}
+
+/* hca_qp_fast_ops follows the connection: before RTR and after a reset
+ * no path applies (caps 0, every call "does not apply"); connected, the
+ * shm fabric's paths apply and a call through the table is the same as the
+ * public function. */
+TEST_F(Inplace, FastOpsFollowConnection)
+{
+    ASSERT_NO_FATAL_FAILURE(open_pair(0, HCA_QP_CREATE_RECV_INPLACE, 0,
+                                      false));
+    auto expect_none = [&](const char *when) {
+        SCOPED_TRACE(when);
+        const hca_fast_ops_t *f = hca_qp_fast_ops(s.qp);
+        ASSERT_NE(nullptr, f);
+        EXPECT_EQ(0u, f->caps);
+        hca_send_slot_t sl;
+        memset(&sl, 0, sizeof(sl));
+        uint64_t v = 1, old = 0;
+        EXPECT_EQ(-EBUSY, f->send_reserve(s.qp, 8, &sl));
+        EXPECT_EQ(-EBUSY, f->send_short(s.qp, &v, 8, nullptr, 0,
+                                        HCA_WR_SEND, 0));
+        EXPECT_EQ(-EAGAIN, f->write_direct(s.qp, &v, 8, 4096, 0x100));
+        EXPECT_EQ(nullptr, f->direct_ptr(s.qp, 4096, 0x100, 8,
+                                         HCA_ACCESS_REMOTE_WRITE));
+        EXPECT_EQ(-EAGAIN, f->atomic_direct(s.qp, HCA_WR_ATOMIC_FETCH_ADD,
+                                            8, 4096, 0x100, 1, 0, &old));
+        EXPECT_EQ(-EBUSY, hca_send_short(s.qp, &v, 8, nullptr, 0,
+                                         HCA_WR_SEND, 0));
+    };
+    expect_none("before RTR");
+    ASSERT_EQ(0, connect_qp(r.qp, s.c.addr, s.qpn));
+    ASSERT_EQ(0, connect_qp(s.qp, r.c.addr, r.qpn));
+    {
+        const hca_fast_ops_t *f = hca_qp_fast_ops(s.qp);
+        EXPECT_EQ((unsigned)(HCA_FAST_SEND | HCA_FAST_WRITE | HCA_FAST_PTR |
+                             HCA_FAST_ATOMIC), f->caps);
+        uint64_t v = 0xfeedull;
+        ASSERT_EQ(0, f->send_short(s.qp, &v, 8, nullptr, 0,
+                                   HCA_WR_SEND_WITH_IMM, 77));
+        hca_send_slot_t sl;
+        memset(&sl, 0, sizeof(sl));
+        ASSERT_EQ(0, f->send_reserve(s.qp, 8, &sl));
+        v = 0xbeefull;
+        memcpy(sl.data, &v, 8);
+        ASSERT_EQ(0, f->send_commit(s.qp, &sl, 8, HCA_WR_SEND, 0));
+        hca_recv_msg_t rm;
+        memset(&rm, 0, sizeof(rm));
+        ASSERT_EQ(1, hca_recv_peek(r.qp, &rm));
+        EXPECT_EQ(77u, rm.imm_data);
+        memcpy(&v, rm.data, 8);
+        EXPECT_EQ(0xfeedull, v);
+        hca_recv_release(r.qp, &rm);
+        memset(&rm, 0, sizeof(rm));
+        ASSERT_EQ(1, hca_recv_peek(r.qp, &rm));
+        memcpy(&v, rm.data, 8);
+        EXPECT_EQ(0xbeefull, v);
+        hca_recv_release(r.qp, &rm);
+    }
+    hca_qp_attr_t a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = HCA_QPS_RESET;
+    ASSERT_EQ(0, hca_qp_modify(s.qp, &a, HCA_QP_ATTR_STATE));
+    expect_none("after RESET");
+    EXPECT_TRUE(expect_peek_none());
 }
 
 /* ------------------------------------------------------------ cancel */
