@@ -375,6 +375,12 @@ enum {
 
 #define HCA_QPN_ANY 0xffffffffu    /* RTR: accept any source (DC target) */
 
+/* The low HCA_QPN_INDEX_BITS of a QP number index its context's QP table
+ * (never 0, unique among the context's live QPs), so a consumer can keep
+ * its QPs in an array of 1 << HCA_QPN_INDEX_BITS by QPN. */
+#define HCA_QPN_INDEX_BITS  12
+#define HCA_QPN_INDEX(_qpn) ((uint32_t)(_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
+
 typedef struct hca_qp_attr {
     hca_qp_state_t  qp_state;
     hca_port_addr_t dest;          /* RTR: the peer's port address */

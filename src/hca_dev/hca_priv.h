@@ -28,7 +28,7 @@
 
 /* Device limits (per opened context) */
 #define HCA_MAX_MR        65536
-#define HCA_MAX_QP        4095      /* QPN = gen << 12 | index, index > 0 */
+#define HCA_MAX_QP        ((1u << HCA_QPN_INDEX_BITS) - 1) /* index > 0 */
 #define HCA_MAX_CQ        1024
 #define HCA_MAX_DM        1024
 #define HCA_MAX_PD        65536

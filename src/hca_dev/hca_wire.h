@@ -54,11 +54,9 @@ typedef enum {
 #define hca_key_make(_index, _tag) (((uint32_t)(_index) << HCA_KEY_TAG_BITS) | \
                                     ((uint32_t)(_tag) & HCA_KEY_TAG_MASK))
 
-/* A QPN is gen << HCA_QPN_INDEX_BITS | index: the index names the QP's
- * entry in its context's table, the generation changes on reuse. */
-#define HCA_QPN_INDEX_BITS 12
+/* A QPN is gen << HCA_QPN_INDEX_BITS | index (hca_dev.h): the generation
+ * changes when the index is reused. */
 #define HCA_QPN_GEN_MASK   0xfffffu
-#define HCA_QPN_INDEX(_qpn) ((uint32_t)(_qpn) & ((1u << HCA_QPN_INDEX_BITS) - 1))
 
 typedef struct hca_mpt_entry {
     _Atomic uint32_t state;     /* hca_mpt_state_t */

@@ -1055,7 +1055,7 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
     ucs_arbiter_group_init(&self->arb_group);
     ucs_queue_head_init(&self->flush_q);
     ucs_list_add_tail(&iface->ep_list, &self->list);
-    iface->ep_by_qp[hca_qp_num(self->qp) & UCT_HCA_QPN_INDEX_MASK] = self;
+    iface->ep_by_qp[HCA_QPN_INDEX(hca_qp_num(self->qp))] = self;
     return UCS_OK;
 }
 
@@ -1080,7 +1080,7 @@ UCS_CLASS_CLEANUP_FUNC(uct_hca_ep_t)
         iface->failed_eps--;
     }
     ucs_list_del(&self->list);
-    iface->ep_by_qp[hca_qp_num(self->qp) & UCT_HCA_QPN_INDEX_MASK] = NULL;
+    iface->ep_by_qp[HCA_QPN_INDEX(hca_qp_num(self->qp))] = NULL;
     /* outstanding signalled WRs complete with UCS_ERR_CANCELED from
      * progress (the ERR transition puts their CQEs in the CQ); their
      * descriptors do not point back to this ep */

@@ -268,8 +268,7 @@ static void uct_hca_iface_handle_send(uct_hca_iface_t *iface,
                                       const hca_wc_t *wc)
 {
     uct_hca_op_t *op    = (uct_hca_op_t*)(uintptr_t)wc->wr_id;
-    uct_hca_ep_t *ep    = iface->ep_by_qp[wc->qp_num &
-                                          UCT_HCA_QPN_INDEX_MASK];
+    uct_hca_ep_t *ep    = iface->ep_by_qp[HCA_QPN_INDEX(wc->qp_num)];
     ucs_status_t status = uct_hca_status(wc->status);
 
     if ((ep != NULL) && (hca_qp_num(ep->qp) != wc->qp_num)) {

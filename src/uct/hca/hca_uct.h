@@ -34,8 +34,7 @@
 #define UCT_HCA_NAME            "hca"
 #define UCT_HCA_MAX_IOV         (HCA_MAX_SGE_UCT)
 #define HCA_MAX_SGE_UCT         7   /* device max 8: one for the AM header */
-#define UCT_HCA_QPN_INDEX_MASK  0xfffu
-#define UCT_HCA_MAX_EPS         4096
+#define UCT_HCA_MAX_EPS         (1u << HCA_QPN_INDEX_BITS) /* by QPN index */
 #define UCT_HCA_MAX_INLINE      960 /* short ops; bcopy goes up to seg_size */
 
 extern uct_component_t uct_hca_component;
