@@ -87,6 +87,23 @@ typedef struct hca_fault_cfg {
     _Atomic uint64_t seq;
 } hca_fault_cfg_t;
 
+/* ---------------------------------------------------------------- fabrics */
+
+/* The registry (hca_fabric.c). */
+/* Opens every fabric on a new device context (their defaults filled in
+ * dev->fabric_ops); closes them in reverse. */
+int  hca_fabric_open(hca_device_t *dev);
+void hca_fabric_close(hca_device_t *dev);
+/* The fabric that reaches addr from dev, or NULL (unreachable). */
+const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
+                                            const hca_port_addr_t *addr);
+/* The fabric of a received ring message (today: shm). */
+const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
+                                          const hca_msg_hdr_t *hdr);
+/* A fabric that is not connected: every op fails or is unsupported
+ * (a QP before RTR, or a receive-only target). */
+extern const hca_fabric_ops_t hca_fabric_none;
+
 /* ---------------------------------------------------------------- device */
 
 struct hca_device {
