@@ -357,13 +357,14 @@ typedef struct hca_wqe {
     uint32_t        status;       /* hca_wc_status_t */
     uint32_t        imm;
     uint32_t        rkey;
-    uint32_t        resp_stamp;
+    uint32_t        resp_stamp;   /* fabric: the stamp its response bears
+                                     in the QP's response slot */
     uint64_t        remote_addr;
     uint64_t        compare_add;
     uint64_t        swap;
     uint64_t        length;       /* total bytes */
-    uint64_t        done;         /* bytes moved (PARTIAL) */
-    uint64_t        chunk;        /* bytes of the chunk in flight */
+    uint64_t        done;         /* fabric: bytes moved (PARTIAL) */
+    uint64_t        chunk;        /* fabric: bytes of the chunk in flight */
     hca_sge_t       sge[HCA_MAX_SGE];
 } hca_wqe_t;
 
@@ -397,7 +398,6 @@ struct hca_qp {
                                      slots stay taken, so a CQ as deep as
                                      the send queue cannot overflow */
     uint32_t          stamp_seq;
-    int64_t           bounce_user;/* WQE index using the bounce, or -1 */
     uint64_t          wait_start; /* ns, first poll that found no news */
     uint64_t          full_since; /* ns, first -EAGAIN in a row */
     hca_memobj_t         qobj;       /* response slots + bounce area */

@@ -100,7 +100,6 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     qp->max_inline   = attr->max_inline_data;
     qp->max_send_sge = attr->max_send_sge ? attr->max_send_sge : 1;
     qp->sq_mask      = depth - 1;
-    qp->bounce_user  = -1;
     qp->state        = HCA_QPS_RESET;
     qp->fabric       = &hca_fabric_none;
     qp->sq           = calloc(depth, sizeof(*qp->sq));
@@ -351,7 +350,6 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
     }
     qp->sq_exec     = qp->sq_head;
     qp->n_issued    = 0;
-    qp->bounce_user = -1;
     hca_qp_report_sq(qp);
 
     hca_qp_flush_recv(qp);
@@ -374,7 +372,6 @@ static void hca_qp_reset(hca_qp_t *qp)
     /* sq_held stays: CQEs of before the reset may still be unpolled */
     qp->sq_head = qp->sq_exec = qp->sq_tail = 0;
     qp->n_issued    = 0;
-    qp->bounce_user = -1;
     if (qp->srq == NULL) {
         qp->own_rq.tail = qp->own_rq.head;
     }
