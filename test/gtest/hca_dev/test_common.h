@@ -328,7 +328,7 @@ inline int open_device_for(hca_fabric_type_t fabric, unsigned flags,
     }
 }
 
-/* The fabrics the fabric-parameterised suites run on (test_seam: the
+/* The fabrics the fabric-parameterised suites run on (seam_test: the
  * SameProcess / OtherProcess suites of test_ops.cc and test_procs.cc). */
 inline std::vector<hca_fabric_type_t> test_fabrics()
 {
