@@ -52,6 +52,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 
@@ -296,6 +297,42 @@ inline std::string dev_name()
     }
     names[0][HCA_DEVNAME_MAX - 1] = '\0';
     return names[0];
+}
+
+inline const char *fabric_name(hca_fabric_type_t f)
+{
+    switch (f) {
+    case HCA_FABRIC_SHM:
+        return "Shm";
+    case HCA_FABRIC_TCP:
+        return "Tcp";
+    default:
+        return "UnknownFabric";
+    }
+}
+
+/* Opens the device under test for a fabric: the one place where a fabric
+ * becomes the arguments of hca_device_open.  The shm fabric is the device
+ * opened with the flags as given (what every test did before there was a
+ * fabric axis).  The tcp fabric plugs in here, with whatever selects it
+ * (device name or open flag), and is then added to test_fabrics(). */
+inline int open_device_for(hca_fabric_type_t fabric, unsigned flags,
+                           hca_device_t **dev)
+{
+    switch (fabric) {
+    case HCA_FABRIC_SHM:
+        return hca_device_open(dev_name().c_str(), flags, dev);
+    default:
+        *dev = nullptr;
+        return -ENOTSUP;
+    }
+}
+
+/* The fabrics the fabric-parameterised suites run on (seam_test: the
+ * SameProcess / OtherProcess suites of test_ops.cc and test_procs.cc). */
+inline std::vector<hca_fabric_type_t> test_fabrics()
+{
+    return {HCA_FABRIC_SHM};
 }
 
 
@@ -631,6 +668,7 @@ public:
     hca_device_attr_t  attr;
     hca_port_addr_t    addr;
     unsigned           flags     = 0;
+    hca_fabric_type_t  fabric    = HCA_FABRIC_SHM;
     int                alloc_err = 0;   /* errno of the last failed alloc */
 
     std::vector<hca_qp_t*>            qps;
@@ -654,21 +692,35 @@ public:
         close();
     }
 
-    ::testing::AssertionResult open(unsigned fl = 0)
+    /* Opens the device for fabric fab (open_device_for); its port must be
+     * on that fabric. */
+    ::testing::AssertionResult open(unsigned fl = 0,
+                                    hca_fabric_type_t fab = HCA_FABRIC_SHM)
     {
         flags       = fl;
-        std::string name = dev_name();
-        int rc      = hca_device_open(name.c_str(), fl, &dev);
+        fabric      = fab;
+        int rc      = open_device_for(fab, fl, &dev);
         if ((rc != 0) || (dev == nullptr)) {
             dev = nullptr;
             return ::testing::AssertionFailure()
-                   << "hca_device_open(" << name << ", " << fl
-                   << ") = " << rc;
+                   << "hca_device_open(" << dev_name() << ", " << fl
+                   << ") for fabric " << fabric_name(fab) << " = " << rc;
         }
         rc = hca_device_query(dev, &attr);
         if (rc != 0) {
             return ::testing::AssertionFailure()
                    << "hca_device_query = " << rc;
+        }
+        hca_port_attr_t pa;
+        rc = hca_port_query(dev, 1, &pa);
+        if (rc != 0) {
+            return ::testing::AssertionFailure()
+                   << "hca_port_query = " << rc;
+        }
+        if (pa.fabric != fab) {
+            return ::testing::AssertionFailure()
+                   << "opened for fabric " << fabric_name(fab)
+                   << ", the port is on " << fabric_name(pa.fabric);
         }
         hca_port_address(dev, &addr);
         return ::testing::AssertionSuccess();
@@ -1363,9 +1415,10 @@ public:
         recv_seq_result res;
     } rs;
 
-    ::testing::AssertionResult open(unsigned flags = 0)
+    ::testing::AssertionResult open(unsigned flags = 0,
+                                    hca_fabric_type_t fab = HCA_FABRIC_SHM)
     {
-        return c.open(flags);
+        return c.open(flags, fab);
     }
 
     bool remote() const override
@@ -1736,12 +1789,13 @@ struct rpc_hello {
 
 /* The child side: opens the device with flags and serves commands until
  * RPC_QUIT, EOF or a long idle time.  Idle, it sleeps in poll(2). */
-inline void target_server(int rfd, int wfd, unsigned flags)
+inline void target_server(int rfd, int wfd, unsigned flags,
+                          hca_fabric_type_t fab = HCA_FABRIC_SHM)
 {
     local_target t;
     rpc_hello h;
     memset(&h, 0, sizeof(h));
-    ::testing::AssertionResult ok = t.open(flags);
+    ::testing::AssertionResult ok = t.open(flags, fab);
     h.rc   = ok ? 0 : -1;
     h.addr = t.c.addr;
     h.attr = t.c.attr;
@@ -1866,8 +1920,15 @@ public:
 
     ::testing::AssertionResult start(unsigned flags, unsigned watchdog_s = 120)
     {
-        child = fork_child([flags](int rfd, int wfd) {
-            target_server(rfd, wfd, flags);
+        return start(flags, HCA_FABRIC_SHM, watchdog_s);
+    }
+
+    /* The child opens the device for fabric fab. */
+    ::testing::AssertionResult start(unsigned flags, hca_fabric_type_t fab,
+                                     unsigned watchdog_s = 120)
+    {
+        child = fork_child([flags, fab](int rfd, int wfd) {
+            target_server(rfd, wfd, flags, fab);
         }, watchdog_s);
         if (child == nullptr) {
             dead = true;
@@ -2230,6 +2291,204 @@ inline ::testing::AssertionResult make_conn(ctx &c, target &t, conn *cn,
         return ::testing::AssertionFailure() << "local connect: " << rc;
     }
     return ::testing::AssertionSuccess();
+}
+
+
+/* Posts wr (post_retry) and waits for its successful completion of opcode
+ * opc on scq. */
+inline ::testing::AssertionResult post_and_wait(hca_qp_t *qp, cqw *scq,
+                                                hca_send_wr_t *wr,
+                                                hca_wc_opcode_t opc,
+                                                hca_wc_t *wc = nullptr,
+                                                int timeout_ms = TIMEOUT_MS)
+{
+    int rc = post_retry(qp, wr);
+    if (rc != 0) {
+        return ::testing::AssertionFailure()
+               << "post of wr_id " << wr->wr_id << " = " << rc;
+    }
+    return wait_ok(scq, wr->wr_id, opc, wc, timeout_ms);
+}
+
+/* Two QPs, each with its own send and receive CQ, connected to each other:
+ * q1 on context a, q2 on context b (the same context: a loopback pair on
+ * one PD). */
+struct qp_pair {
+    hca_pd_t *pd1 = nullptr, *pd2 = nullptr;
+    cqw      *s1 = nullptr, *r1 = nullptr, *s2 = nullptr, *r2 = nullptr;
+    hca_qp_t *q1 = nullptr, *q2 = nullptr;
+};
+
+inline ::testing::AssertionResult make_qp_pair(ctx &a, ctx &b, qp_pair *p)
+{
+    p->pd1 = a.new_pd();
+    p->pd2 = (&a == &b) ? p->pd1 : b.new_pd();
+    p->s1  = a.new_cq(64);
+    p->r1  = a.new_cq(64);
+    p->s2  = b.new_cq(64);
+    p->r2  = b.new_cq(64);
+    if ((p->pd1 == nullptr) || (p->pd2 == nullptr) || (p->r2 == nullptr)) {
+        return ::testing::AssertionFailure() << "PDs / CQs of the pair";
+    }
+    p->q1 = a.new_qp(p->pd1, p->s1, p->r1);
+    p->q2 = b.new_qp(p->pd2, p->s2, p->r2);
+    if ((p->q1 == nullptr) || (p->q2 == nullptr)) {
+        return ::testing::AssertionFailure() << "QPs of the pair";
+    }
+    int rc = connect_qp(p->q2, a.addr, hca_qp_num(p->q1));
+    if (rc == 0) {
+        rc = connect_qp(p->q1, b.addr, hca_qp_num(p->q2));
+    }
+    if (rc != 0) {
+        return ::testing::AssertionFailure() << "connect_qp = " << rc;
+    }
+    return ::testing::AssertionSuccess();
+}
+
+/* How a WR to a dead peer completes. */
+inline bool dead_peer_status(hca_wc_status_t s)
+{
+    return (s == HCA_WC_RETRY_EXC_ERR) || (s == HCA_WC_WR_FLUSH_ERR);
+}
+
+
+/* ------------------------------------------------------------ fabric seam */
+
+/* Where the target of a test lives: a device context of this process, or
+ * a forked process (its own device context). */
+enum target_kind_t {
+    SAME_PROCESS,
+    OTHER_PROCESS
+};
+
+inline const char *target_kind_name(target_kind_t k)
+{
+    return (k == SAME_PROCESS) ? "SameProcess" : "OtherProcess";
+}
+
+/* One point of the fabric seam: a fabric and where the target is. */
+struct seam_t {
+    hca_fabric_type_t fabric;
+    target_kind_t     where;
+};
+
+/* "Shm_SameProcess": the head of every seam test's parameter name. */
+inline std::string seam_name(const seam_t &s)
+{
+    return std::string(fabric_name(s.fabric)) + "_" +
+           target_kind_name(s.where);
+}
+
+inline void PrintTo(const seam_t &s, std::ostream *os)
+{
+    *os << fabric_name(s.fabric) << "/" << target_kind_name(s.where);
+}
+
+/* Every fabric of test_fabrics() x the target kinds given. */
+inline std::vector<seam_t> seams(std::vector<target_kind_t> kinds = {
+                                         SAME_PROCESS, OTHER_PROCESS})
+{
+    std::vector<seam_t> v;
+    for (hca_fabric_type_t f : test_fabrics()) {
+        for (target_kind_t k : kinds) {
+            v.push_back({f, k});
+        }
+    }
+    return v;
+}
+
+/* No parameter besides the seam. */
+struct no_param {
+};
+
+inline void PrintTo(const no_param &, std::ostream *os)
+{
+    *os << "-";
+}
+
+/* The fixture of the tests that run against a target in this process or
+ * in another one, on every fabric: the parameter is (seam, P).  c is the
+ * requester's context; open_pair() opens the target of the seam's kind
+ * (a child is forked before this process opens the device) and then c,
+ * both for the seam's fabric.  Tests that only make sense for one target
+ * kind are instantiated with seams({that kind}). */
+template <class P>
+class seam_test
+    : public hca_test,
+      public ::testing::WithParamInterface<std::tuple<seam_t, P>> {
+public:
+    typedef std::tuple<seam_t, P> param_type;
+
+protected:
+    ctx                     c;
+    std::unique_ptr<target> tgt;
+
+    const seam_t &seam() const
+    {
+        return std::get<0>(this->GetParam());
+    }
+
+    hca_fabric_type_t fabric() const
+    {
+        return seam().fabric;
+    }
+
+    target_kind_t where() const
+    {
+        return seam().where;
+    }
+
+    const P &param() const
+    {
+        return std::get<1>(this->GetParam());
+    }
+
+    target &t()
+    {
+        return *tgt;
+    }
+
+    ::testing::AssertionResult open_pair(unsigned flags)
+    {
+        ::testing::AssertionResult r = ::testing::AssertionSuccess();
+        if (where() == OTHER_PROCESS) {
+            remote_target *rt = new remote_target;
+            tgt.reset(rt);
+            r = rt->start(flags, fabric());
+        } else {
+            local_target *lt = new local_target;
+            tgt.reset(lt);
+            r = lt->open(flags, fabric());
+        }
+        if (!r) {
+            return r;
+        }
+        return c.open(flags, fabric());
+    }
+
+    void TearDown() override
+    {
+        /* the order the tests had with locals: the requester closes before
+         * the child target stops, a local target closes before the
+         * requester */
+        if (where() == OTHER_PROCESS) {
+            c.close();
+            tgt.reset();
+        } else {
+            tgt.reset();
+            c.close();
+        }
+        hca_test::TearDown();
+    }
+};
+
+/* The name of a seam test's parameter: the seam, then what rest(P)
+ * gives (nothing for no_param). */
+template <class P>
+inline std::string seam_param_name(const std::tuple<seam_t, P> &p,
+                                   const std::string &rest)
+{
+    return seam_name(std::get<0>(p)) + (rest.empty() ? "" : "_" + rest);
 }
 
 

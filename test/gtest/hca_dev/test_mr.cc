@@ -222,24 +222,8 @@ TEST_F(Mr, RkeyPtr)
     EXPECT_EQ(-EACCES, hca_qp_rkey_ptr(cn.qp, da + 1024, dkey, 4097, &p));
 }
 
-/* ---------------------------------------------------------- MPT checks */
-
-class MptLocal : public hca_test,
-                 public ::testing::WithParamInterface<mpt_param> {
-};
-
-TEST_P(MptLocal, Check)
-{
-    const mpt_param &p = GetParam();
-    ctx c;
-    local_target t;
-    ASSERT_TRUE(c.open());
-    ASSERT_TRUE(t.open());
-    run_mpt_check(c, t, p.cs, p.op, p.kind);
-}
-
-INSTANTIATE_TEST_SUITE_P(Mr, MptLocal, ::testing::ValuesIn(mpt_params()),
-                         mpt_param_name);
+/* The MPT checks against a target in this process (and in another one, on
+ * every fabric) are Ops/Mpt.Check in test_ops.cc. */
 
 /* A key of one device context means nothing to another one: an rkey that
  * is valid in the requester's own context is unknown at the target. */

@@ -1,9 +1,19 @@
 /*
- * test_ops.cc - every opcode between two QPs of one process (each on its
- * own device context): sizes x opcodes, aligned and unaligned, malloc'd
- * and device memory, with and without single copy (CMA); atomics; SEND
- * ordering under load; FENCE; completion means placement; scatter/gather;
- * one device context talking to itself.
+ * test_ops.cc - every opcode between a requester and a target that is
+ * either on another device context of this process (SameProcess) or in a
+ * forked process (OtherProcess), on every fabric of test_fabrics(): sizes
+ * x opcodes, aligned and unaligned, malloc'd and device memory, with and
+ * without single copy (CMA); atomics; MPT checks; SEND ordering under
+ * load; FENCE; completion means placement; scatter/gather.  Tests that need
+ * both ends in this process (two contexts of one process, one context
+ * talking to itself) run for SameProcess only; those that need the other
+ * process itself (it sleeps, dies, forks, deregisters...) are in
+ * test_procs.cc.
+ *
+ * Every suite here is a seam_test (test_common.h): its parameter is
+ * (fabric x target kind, what the suite varies), named
+ * <Fabric>_<TargetKind>_<rest>, e.g.
+ * Ops/DataOps.Transfer/Shm_OtherProcess_send_4096_aligned_malloc_sc.
  */
 #include "test_common.h"
 
@@ -19,11 +29,19 @@ static const size_t data_sizes[] = {0,    1,     7,         8,
                                     63,   64,    4095,      4096,
                                     65537, 1 << 20, SIZE_MAX_MSG};
 
+/* Against another process, every transfer forks a target: fewer sizes. */
+static const size_t proc_sizes[] = {0, 1, 4096, 65537, 1 << 20,
+                                    SIZE_MAX_MSG};
+
 static const hca_wr_opcode_t atomic_ops[] = {
     HCA_WR_ATOMIC_FETCH_ADD, HCA_WR_ATOMIC_CMP_SWP,   HCA_WR_ATOMIC_SWAP,
     HCA_WR_ATOMIC_FETCH_AND, HCA_WR_ATOMIC_FETCH_OR,  HCA_WR_ATOMIC_FETCH_XOR,
     HCA_WR_ATOMIC_ADD,       HCA_WR_ATOMIC_AND,       HCA_WR_ATOMIC_OR,
     HCA_WR_ATOMIC_XOR};
+
+static const unsigned open_flags[] = {0u, (unsigned)HCA_OPEN_NO_SINGLE_COPY};
+
+static const mem_kind_t mem_kinds[] = {MEM_MALLOC, MEM_DM};
 
 static const char *flags_name(unsigned f)
 {
@@ -36,57 +54,72 @@ static const char *flags_name(unsigned f)
 typedef std::tuple<hca_wr_opcode_t, size_t, bool, mem_kind_t, unsigned>
         data_param;
 
-class DataOps : public hca_test,
-                public ::testing::WithParamInterface<data_param> {
+class DataOps : public seam_test<data_param> {
 };
 
 TEST_P(DataOps, Transfer)
 {
-    hca_wr_opcode_t op = std::get<0>(GetParam());
-    size_t size        = std::get<1>(GetParam());
-    bool unaligned     = std::get<2>(GetParam());
-    mem_kind_t kind    = std::get<3>(GetParam());
-    unsigned flags     = std::get<4>(GetParam());
-    ctx c;
-    local_target t;
-    ASSERT_TRUE(c.open(flags));
-    ASSERT_TRUE(t.open(flags));
+    hca_wr_opcode_t op = std::get<0>(param());
+    size_t size        = std::get<1>(param());
+    bool unaligned     = std::get<2>(param());
+    mem_kind_t kind    = std::get<3>(param());
+    ASSERT_TRUE(open_pair(std::get<4>(param())));
     size = resolve_size(size, c.attr);
-    run_data_op(c, t, op, size, unaligned ? 1 : 0, unaligned ? 3 : 0, kind,
-                size + op);
+    /* (the pattern seeds each kind had before the seam) */
+    run_data_op(c, t(), op, size, unaligned ? 1 : 0, unaligned ? 3 : 0, kind,
+                size + op + ((where() == OTHER_PROCESS) ? 100 : 0));
 }
 
-static std::string data_param_name(const ::testing::TestParamInfo<data_param> &i)
+static std::vector<DataOps::param_type> data_params()
 {
-    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
-           size_name(std::get<1>(i.param)) + "_" +
-           (std::get<2>(i.param) ? "unaligned" : "aligned") + "_" +
-           mem_kind_name(std::get<3>(i.param)) + "_" +
-           flags_name(std::get<4>(i.param));
+    std::vector<DataOps::param_type> v;
+    for (const seam_t &s : seams()) {
+        std::vector<size_t> sizes;
+        if (s.where == SAME_PROCESS) {
+            sizes.assign(std::begin(data_sizes), std::end(data_sizes));
+        } else {
+            sizes.assign(std::begin(proc_sizes), std::end(proc_sizes));
+        }
+        for (hca_wr_opcode_t op : data_ops) {
+            for (size_t size : sizes) {
+                for (bool unaligned : {false, true}) {
+                    for (mem_kind_t k : mem_kinds) {
+                        for (unsigned f : open_flags) {
+                            v.emplace_back(s, data_param(op, size, unaligned,
+                                                         k, f));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-        Ops, DataOps,
-        ::testing::Combine(::testing::ValuesIn(data_ops),
-                           ::testing::ValuesIn(data_sizes),
-                           ::testing::Bool(),
-                           ::testing::Values(MEM_MALLOC, MEM_DM),
-                           ::testing::Values(0u, (unsigned)
-                                             HCA_OPEN_NO_SINGLE_COPY)),
-        data_param_name);
+static std::string
+data_param_name(const ::testing::TestParamInfo<DataOps::param_type> &i)
+{
+    const data_param &p = std::get<1>(i.param);
+    return seam_param_name(i.param,
+                           std::string(op_short_name(std::get<0>(p))) + "_" +
+                                   size_name(std::get<1>(p)) + "_" +
+                                   (std::get<2>(p) ? "unaligned" : "aligned") +
+                                   "_" + mem_kind_name(std::get<3>(p)) + "_" +
+                                   flags_name(std::get<4>(p)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, DataOps, ::testing::ValuesIn(data_params()),
+                         data_param_name);
 
 /* 0-byte operations without any SGE */
-class ZeroSge : public hca_test,
-                public ::testing::WithParamInterface<hca_wr_opcode_t> {
+class ZeroSge : public seam_test<hca_wr_opcode_t> {
 };
 
 TEST_P(ZeroSge, Transfer)
 {
-    hca_wr_opcode_t op = GetParam();
-    ctx c;
-    local_target t;
-    ASSERT_TRUE(c.open());
-    ASSERT_TRUE(t.open());
+    hca_wr_opcode_t op = param();
+    ASSERT_TRUE(open_pair(0));
+    target &t = this->t();
     conn cn;
     ASSERT_TRUE(make_conn(c, t, &cn));
     uint64_t ra = 0;
@@ -117,110 +150,167 @@ TEST_P(ZeroSge, Transfer)
     EXPECT_EQ(-1, t.check(rb, 0, 64, BYTE(SENTINEL)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, ZeroSge, ::testing::ValuesIn(data_ops),
-                         [](const ::testing::TestParamInfo<hca_wr_opcode_t> &i) {
-                             return std::string(op_short_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+        Ops, ZeroSge,
+        ::testing::Combine(::testing::ValuesIn(seams()),
+                           ::testing::ValuesIn(data_ops)),
+        [](const ::testing::TestParamInfo<ZeroSge::param_type> &i) {
+            return seam_param_name(i.param,
+                                   op_short_name(std::get<1>(i.param)));
+        });
 
 /* ------------------------------------------------------------ atomics */
 
 /* opcode, 32-bit, memory, open flags */
 typedef std::tuple<hca_wr_opcode_t, bool, mem_kind_t, unsigned> atomic_param;
 
-class AtomicOps : public hca_test,
-                  public ::testing::WithParamInterface<atomic_param> {
+class AtomicOps : public seam_test<atomic_param> {
 };
 
 TEST_P(AtomicOps, Execute)
 {
-    ctx c;
-    local_target t;
-    ASSERT_TRUE(c.open(std::get<3>(GetParam())));
-    ASSERT_TRUE(t.open(std::get<3>(GetParam())));
-    run_atomic(c, t, std::get<0>(GetParam()), std::get<1>(GetParam()),
-               std::get<2>(GetParam()));
-}
-
-static std::string
-atomic_param_name(const ::testing::TestParamInfo<atomic_param> &i)
-{
-    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
-           (std::get<1>(i.param) ? "32" : "64") + "_" +
-           mem_kind_name(std::get<2>(i.param)) + "_" +
-           flags_name(std::get<3>(i.param));
+    ASSERT_TRUE(open_pair(std::get<3>(param())));
+    run_atomic(c, t(), std::get<0>(param()), std::get<1>(param()),
+               std::get<2>(param()));
 }
 
 INSTANTIATE_TEST_SUITE_P(
         Ops, AtomicOps,
-        ::testing::Combine(::testing::ValuesIn(atomic_ops), ::testing::Bool(),
-                           ::testing::Values(MEM_MALLOC, MEM_DM),
-                           ::testing::Values(0u, (unsigned)
-                                             HCA_OPEN_NO_SINGLE_COPY)),
-        atomic_param_name);
+        ::testing::Combine(
+                ::testing::ValuesIn(seams()),
+                ::testing::Combine(::testing::ValuesIn(atomic_ops),
+                                   ::testing::Bool(),
+                                   ::testing::ValuesIn(mem_kinds),
+                                   ::testing::ValuesIn(open_flags))),
+        [](const ::testing::TestParamInfo<AtomicOps::param_type> &i) {
+            const atomic_param &p = std::get<1>(i.param);
+            return seam_param_name(
+                    i.param, std::string(op_short_name(std::get<0>(p))) +
+                                     "_" + (std::get<1>(p) ? "32" : "64") +
+                                     "_" + mem_kind_name(std::get<2>(p)) +
+                                     "_" + flags_name(std::get<3>(p)));
+        });
+
+/* ------------------------------------------------------------ MPT */
+
+/* The MPT checks of an MR of the target (open flags 0). */
+class Mpt : public seam_test<mpt_param> {
+};
+
+TEST_P(Mpt, Check)
+{
+    const mpt_param &p = param();
+    ASSERT_TRUE(open_pair(0));
+    run_mpt_check(c, t(), p.cs, p.op, p.kind);
+}
+
+static std::string
+mpt_seam_name(const ::testing::TestParamInfo<std::tuple<seam_t, mpt_param>> &i)
+{
+    const mpt_param &p = std::get<1>(i.param);
+    return seam_param_name(i.param, std::string(mpt_case_name(p.cs)) + "_" +
+                                            mpt_op_name(p.op) + "_" +
+                                            mem_kind_name(p.kind));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Mpt,
+                         ::testing::Combine(::testing::ValuesIn(seams()),
+                                            ::testing::ValuesIn(mpt_params())),
+                         mpt_seam_name);
+
+/* The MPT checks again, with the data path through the rings (no CMA). */
+class MptNsc : public seam_test<mpt_param> {
+};
+
+TEST_P(MptNsc, Check)
+{
+    const mpt_param &p = param();
+    ASSERT_TRUE(open_pair(HCA_OPEN_NO_SINGLE_COPY));
+    run_mpt_check(c, t(), p.cs, p.op, p.kind);
+}
+
+static std::vector<mpt_param> mpt_nsc_params()
+{
+    /* the remote-side checks of the data ops (the local checks and the
+     * atomics do not depend on the copy path) */
+    std::vector<mpt_param> v;
+    for (const mpt_param &p : mpt_params()) {
+        if (((p.op == MOP_WRITE) || (p.op == MOP_READ)) &&
+            (p.cs != MPT_BAD_LKEY) && (p.cs != MPT_LOCAL_RANGE) &&
+            (p.cs != MPT_LOCAL_NO_WRITE)) {
+            v.push_back(p);
+        }
+    }
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, MptNsc,
+                         ::testing::Combine(::testing::ValuesIn(seams()),
+                                            ::testing::ValuesIn(
+                                                    mpt_nsc_params())),
+                         mpt_seam_name);
 
 /* ------------------------------------------------------------ semantics */
 
 typedef std::tuple<mem_kind_t, unsigned> mode_param;
 
-static std::string mode_param_name(const ::testing::TestParamInfo<mode_param> &i)
-{
-    return std::string(mem_kind_name(std::get<0>(i.param))) + "_" +
-           flags_name(std::get<1>(i.param));
-}
-
-class OpsMode : public hca_test,
-                public ::testing::WithParamInterface<mode_param> {
+class OpsMode : public seam_test<mode_param> {
 protected:
-    ctx          c;
-    local_target t;
-
     void SetUp() override
     {
-        hca_test::SetUp();
-        ASSERT_TRUE(c.open(std::get<1>(GetParam())));
-        ASSERT_TRUE(t.open(std::get<1>(GetParam())));
+        seam_test<mode_param>::SetUp();
+        ASSERT_TRUE(open_pair(std::get<1>(param())));
     }
 };
 
 TEST_P(OpsMode, Fence)
 {
-    run_fence(c, t, std::get<0>(GetParam()));
+    run_fence(c, t(), std::get<0>(param()));
 }
 
+/* Right after the completion of a WRITE, the target's memory (read by the
+ * target itself: in another process, after a pipe message) holds the
+ * data. */
 TEST_P(OpsMode, CompletionMeansPlacement)
 {
-    run_placement(c, t, std::get<0>(GetParam()));
+    run_placement(c, t(), std::get<0>(param()));
 }
 
 INSTANTIATE_TEST_SUITE_P(
         Ops, OpsMode,
-        ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
-                           ::testing::Values(0u, (unsigned)
-                                             HCA_OPEN_NO_SINGLE_COPY)),
-        mode_param_name);
+        ::testing::Combine(
+                ::testing::ValuesIn(seams()),
+                ::testing::Combine(::testing::ValuesIn(mem_kinds),
+                                   ::testing::ValuesIn(open_flags))),
+        [](const ::testing::TestParamInfo<OpsMode::param_type> &i) {
+            const mode_param &p = std::get<1>(i.param);
+            return seam_param_name(i.param,
+                                   std::string(mem_kind_name(std::get<0>(p))) +
+                                           "_" + flags_name(std::get<1>(p)));
+        });
 
-class OpsFlags : public hca_test,
-                 public ::testing::WithParamInterface<unsigned> {
+static std::string
+flags_seam_name(const ::testing::TestParamInfo<std::tuple<seam_t, unsigned>> &i)
+{
+    return seam_param_name(i.param, flags_name(std::get<1>(i.param)));
+}
+
+class OpsFlags : public seam_test<unsigned> {
 };
 
 /* 10000 SENDs of varying sizes (some larger than a ring slot) arrive in
  * post order, exactly once. */
 TEST_P(OpsFlags, SendOrdering)
 {
-    ctx c;
-    local_target t;
-    ASSERT_TRUE(c.open(GetParam()));
-    ASSERT_TRUE(t.open(GetParam()));
-    run_ordering(c, t, 10000);
+    ASSERT_TRUE(open_pair(param()));
+    run_ordering(c, t(), 10000);
 }
 
 /* Gather on send, scatter on receive and on READ. */
 TEST_P(OpsFlags, ScatterGather)
 {
-    ctx c;
-    local_target t;
-    ASSERT_TRUE(c.open(GetParam()));
-    ASSERT_TRUE(t.open(GetParam()));
+    ASSERT_TRUE(open_pair(param()));
+    target &t = this->t();
     if (c.attr.max_sge < 3) {
         GTEST_SKIP() << "max_sge " << c.attr.max_sge;
     }
@@ -254,8 +344,7 @@ TEST_P(OpsFlags, ScatterGather)
     ASSERT_EQ(0, t.fill(rb, 0, N + 64, BYTE(SENTINEL)));
     hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, g, 3, HCA_SEND_SIGNALED, 1, ra,
                              rkey);
-    ASSERT_EQ(0, post_retry(cn.qp, &wr));
-    ASSERT_TRUE(wait_ok(cn.scq, 1, HCA_WC_RDMA_WRITE));
+    ASSERT_TRUE(post_and_wait(cn.qp, cn.scq, &wr, HCA_WC_RDMA_WRITE));
     EXPECT_EQ(-1, t.check(rb, 0, N, PAT(11)));
     EXPECT_EQ(-1, t.check(rb, N, 64, BYTE(SENTINEL)));
 
@@ -274,10 +363,8 @@ TEST_P(OpsFlags, ScatterGather)
 
     /* scatter READ: into 3 local pieces */
     memset(lb, LSENTINEL, N + 128);
-    ASSERT_EQ(0, post_retry(cn.qp, &(wr = mk_wr(HCA_WR_RDMA_READ, g, 3,
-                                                HCA_SEND_SIGNALED, 3, ra,
-                                                rkey))));
-    ASSERT_TRUE(wait_ok(cn.scq, 3, HCA_WC_RDMA_READ));
+    wr = mk_wr(HCA_WR_RDMA_READ, g, 3, HCA_SEND_SIGNALED, 3, ra, rkey);
+    ASSERT_TRUE(post_and_wait(cn.qp, cn.scq, &wr, HCA_WC_RDMA_READ));
     EXPECT_EQ(0, memcmp(lb, m, p0));
     EXPECT_EQ(0, memcmp(lb + p0 + 32, m + p0, p1));
     EXPECT_EQ(0, memcmp(lb + p0 + 64 + p1, m + p0 + p1, p2));
@@ -288,146 +375,20 @@ TEST_P(OpsFlags, ScatterGather)
             << "wrote past the last piece";
 }
 
-/* A SEND scattered into a receive of 3 SGEs. */
-TEST_P(OpsFlags, ScatterReceive)
-{
-    ctx c;
-    ASSERT_TRUE(c.open(GetParam()));
-    ctx d;
-    ASSERT_TRUE(d.open(GetParam()));
-    if (d.attr.max_sge < 3) {
-        GTEST_SKIP() << "max_sge " << d.attr.max_sge;
-    }
-    hca_pd_t *pc = c.new_pd(), *pd = d.new_pd();
-    cqw *sc = c.new_cq(64), *rc = c.new_cq(64);
-    cqw *sd = d.new_cq(64), *rd = d.new_cq(64);
-    ASSERT_NE(nullptr, rd);
-    hca_qp_t *qc = c.new_qp(pc, sc, rc), *qd = d.new_qp(pd, sd, rd);
-    ASSERT_NE(nullptr, qd);
-    ASSERT_EQ(0, connect_qp(qd, c.addr, hca_qp_num(qc)));
-    ASSERT_EQ(0, connect_qp(qc, d.addr, hca_qp_num(qd)));
-    const size_t N = 10000;
-    uint8_t *src   = c.alloc(MEM_MALLOC, N);
-    hca_mr_t *smr  = c.reg(pc, src, N, ACCESS_ALL);
-    uint8_t *dst   = d.alloc(MEM_MALLOC, N + 300);
-    hca_mr_t *dmr  = d.reg(pd, dst, N + 300, ACCESS_ALL);
-    ASSERT_NE(nullptr, smr);
-    ASSERT_NE(nullptr, dmr);
-    fill_pattern(src, N, 12);
-    memset(dst, SENTINEL, N + 300);
-    const size_t a0 = 1, a1 = 4999, a2 = N - a0 - a1 + 50;   /* room left */
-    hca_sge_t s[3] = {mk_sge(dst, a0, hca_mr_lkey(dmr)),
-                      mk_sge(dst + 100, a1, hca_mr_lkey(dmr)),
-                      mk_sge(dst + 200 + a1, a2, hca_mr_lkey(dmr))};
-    hca_recv_wr_t rw;
-    memset(&rw, 0, sizeof(rw));
-    rw.wr_id   = 5;
-    rw.sg_list = s;
-    rw.num_sge = 3;
-    hca_recv_wr_t *badr;
-    ASSERT_EQ(0, hca_post_recv(qd, &rw, &badr));
-    hca_sge_t g      = mk_sge(src, N, hca_mr_lkey(smr));
-    hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &g, 1, HCA_SEND_SIGNALED, 6);
-    ASSERT_EQ(0, post_retry(qc, &wr));
-    hca_wc_t wc;
-    ASSERT_TRUE(wait_ok(rd, 5, HCA_WC_RECV, &wc));
-    EXPECT_EQ(N, wc.byte_len);
-    ASSERT_TRUE(wait_ok(sc, 6, HCA_WC_SEND));
-    EXPECT_EQ(0, memcmp(dst, src, a0));
-    EXPECT_EQ(0, memcmp(dst + 100, src + a0, a1));
-    EXPECT_EQ(0, memcmp(dst + 200 + a1, src + a0 + a1, N - a0 - a1));
-    EXPECT_EQ(-1, check_byte(dst + a0, 100 - a0, SENTINEL));
-    EXPECT_EQ(-1, check_byte(dst + 100 + a1, 100, SENTINEL));
-    EXPECT_EQ(-1, check_byte(dst + 200 + a1 + (N - a0 - a1), 50 + 50,
-                             SENTINEL))
-            << "wrote past the message";
-}
+INSTANTIATE_TEST_SUITE_P(
+        Ops, OpsFlags,
+        ::testing::Combine(::testing::ValuesIn(seams()),
+                           ::testing::ValuesIn(open_flags)),
+        flags_seam_name);
 
-INSTANTIATE_TEST_SUITE_P(Ops, OpsFlags,
-                         ::testing::Values(0u, (unsigned)
-                                           HCA_OPEN_NO_SINGLE_COPY),
-                         [](const ::testing::TestParamInfo<unsigned> &i) {
-                             return std::string(flags_name(i.param));
-                         });
-
-class Ops : public hca_test {
+class OpsPlain : public seam_test<no_param> {
 };
 
-/* Two QPs of one device context connected to each other. */
-TEST_F(Ops, SameContextLoopback)
-{
-    ctx c;
-    ASSERT_TRUE(c.open());
-    hca_pd_t *pd = c.new_pd();
-    cqw *s1 = c.new_cq(64), *r1 = c.new_cq(64);
-    cqw *s2 = c.new_cq(64), *r2 = c.new_cq(64);
-    ASSERT_NE(nullptr, r2);
-    hca_qp_t *q1 = c.new_qp(pd, s1, r1), *q2 = c.new_qp(pd, s2, r2);
-    ASSERT_NE(nullptr, q2);
-    ASSERT_EQ(0, connect_qp(q1, c.addr, hca_qp_num(q2)));
-    ASSERT_EQ(0, connect_qp(q2, c.addr, hca_qp_num(q1)));
-    const size_t N = 100000;
-    uint8_t *a     = c.alloc(MEM_MALLOC, N);
-    uint8_t *b     = c.alloc(MEM_DM, N);
-    ASSERT_NE(nullptr, a);
-    ASSERT_NE(nullptr, b);
-    hca_mr_t *ma = c.reg(pd, a, N, ACCESS_ALL);
-    hca_mr_t *mb = c.reg(pd, b, N, ACCESS_ALL);
-    ASSERT_NE(nullptr, mb);
-
-    fill_pattern(a, N, 1);
-    memset(b, SENTINEL, N);
-    hca_sge_t sa     = mk_sge(a, N, hca_mr_lkey(ma));
-    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sa, 1, HCA_SEND_SIGNALED, 1,
-                             (uint64_t)(uintptr_t)b, hca_mr_rkey(mb));
-    ASSERT_EQ(0, post_retry(q1, &wr));
-    ASSERT_TRUE(wait_ok(s1, 1, HCA_WC_RDMA_WRITE));
-    EXPECT_EQ(-1, check_pattern(b, N, 1));
-
-    fill_pattern(b, N, 2);
-    wr = mk_wr(HCA_WR_RDMA_READ, &sa, 1, HCA_SEND_SIGNALED, 2,
-               (uint64_t)(uintptr_t)b, hca_mr_rkey(mb));
-    ASSERT_EQ(0, post_retry(q1, &wr));
-    ASSERT_TRUE(wait_ok(s1, 2, HCA_WC_RDMA_READ));
-    EXPECT_EQ(-1, check_pattern(a, N, 2));
-
-    memset(b, SENTINEL, N);
-    fill_pattern(a, N, 3);
-    ASSERT_EQ(0, post_recv1(q2, b, N, hca_mr_lkey(mb), 7));
-    wr = mk_wr(HCA_WR_SEND, &sa, 1, HCA_SEND_SIGNALED, 3);
-    ASSERT_EQ(0, post_retry(q1, &wr));
-    hca_wc_t wc;
-    ASSERT_TRUE(wait_ok(r2, 7, HCA_WC_RECV, &wc));
-    EXPECT_EQ(N, wc.byte_len);
-    EXPECT_EQ(hca_qp_num(q1), wc.src_qp);
-    ASSERT_TRUE(wait_ok(s1, 3, HCA_WC_SEND));
-    EXPECT_EQ(-1, check_pattern(b, N, 3));
-
-    if (c.attr.atomic_caps & HCA_ATOMIC_CAP_64) {
-        uint64_t v = 41;
-        memcpy(b + 8, &v, 8);
-        hca_sge_t r      = mk_sge(a, 8, hca_mr_lkey(ma));
-        wr               = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &r, 1,
-                                 HCA_SEND_SIGNALED, 4,
-                                 (uint64_t)(uintptr_t)(b + 8), hca_mr_rkey(mb));
-        wr.compare_add   = 1;
-        ASSERT_EQ(0, post_retry(q2, &wr));
-        ASSERT_TRUE(wait_ok(s2, 4, HCA_WC_ATOMIC));
-        uint64_t old, now;
-        memcpy(&old, a, 8);
-        memcpy(&now, b + 8, 8);
-        EXPECT_EQ(41u, old);
-        EXPECT_EQ(42u, now);
-    }
-}
-
 /* Many WRs in one chain, mixing opcodes: completions in post order. */
-TEST_F(Ops, MixedChain)
+TEST_P(OpsPlain, MixedChain)
 {
-    ctx c;
-    local_target t;
-    ASSERT_TRUE(c.open());
-    ASSERT_TRUE(t.open());
+    ASSERT_TRUE(open_pair(0));
+    target &t = this->t();
     conn cn;
     ASSERT_TRUE(make_conn(c, t, &cn));
     const size_t N = 4096;
@@ -503,3 +464,140 @@ TEST_F(Ops, MixedChain)
                 << "receive " << j;
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, OpsPlain,
+        ::testing::Combine(::testing::ValuesIn(seams()),
+                           ::testing::Values(no_param())),
+        [](const ::testing::TestParamInfo<OpsPlain::param_type> &i) {
+            return seam_param_name(i.param, "");
+        });
+
+/* ---------------------------------------------- both ends in this process */
+
+/* A SEND scattered into a receive of 3 SGEs (the receive is posted
+ * directly, with 3 SGEs: two contexts of this process). */
+class OpsLocalFlags : public seam_test<unsigned> {
+};
+
+TEST_P(OpsLocalFlags, ScatterReceive)
+{
+    ASSERT_TRUE(c.open(param(), fabric()));
+    ctx d;
+    ASSERT_TRUE(d.open(param(), fabric()));
+    if (d.attr.max_sge < 3) {
+        GTEST_SKIP() << "max_sge " << d.attr.max_sge;
+    }
+    qp_pair p;
+    ASSERT_TRUE(make_qp_pair(c, d, &p));
+    const size_t N = 10000;
+    uint8_t *src   = c.alloc(MEM_MALLOC, N);
+    hca_mr_t *smr  = c.reg(p.pd1, src, N, ACCESS_ALL);
+    uint8_t *dst   = d.alloc(MEM_MALLOC, N + 300);
+    hca_mr_t *dmr  = d.reg(p.pd2, dst, N + 300, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+    ASSERT_NE(nullptr, dmr);
+    fill_pattern(src, N, 12);
+    memset(dst, SENTINEL, N + 300);
+    const size_t a0 = 1, a1 = 4999, a2 = N - a0 - a1 + 50;   /* room left */
+    hca_sge_t s[3] = {mk_sge(dst, a0, hca_mr_lkey(dmr)),
+                      mk_sge(dst + 100, a1, hca_mr_lkey(dmr)),
+                      mk_sge(dst + 200 + a1, a2, hca_mr_lkey(dmr))};
+    hca_recv_wr_t rw;
+    memset(&rw, 0, sizeof(rw));
+    rw.wr_id   = 5;
+    rw.sg_list = s;
+    rw.num_sge = 3;
+    hca_recv_wr_t *badr;
+    ASSERT_EQ(0, hca_post_recv(p.q2, &rw, &badr));
+    hca_sge_t g      = mk_sge(src, N, hca_mr_lkey(smr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &g, 1, HCA_SEND_SIGNALED, 6);
+    ASSERT_EQ(0, post_retry(p.q1, &wr));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_ok(p.r2, 5, HCA_WC_RECV, &wc));
+    EXPECT_EQ(N, wc.byte_len);
+    ASSERT_TRUE(wait_ok(p.s1, 6, HCA_WC_SEND));
+    EXPECT_EQ(0, memcmp(dst, src, a0));
+    EXPECT_EQ(0, memcmp(dst + 100, src + a0, a1));
+    EXPECT_EQ(0, memcmp(dst + 200 + a1, src + a0 + a1, N - a0 - a1));
+    EXPECT_EQ(-1, check_byte(dst + a0, 100 - a0, SENTINEL));
+    EXPECT_EQ(-1, check_byte(dst + 100 + a1, 100, SENTINEL));
+    EXPECT_EQ(-1, check_byte(dst + 200 + a1 + (N - a0 - a1), 50 + 50,
+                             SENTINEL))
+            << "wrote past the message";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, OpsLocalFlags,
+        ::testing::Combine(::testing::ValuesIn(seams({SAME_PROCESS})),
+                           ::testing::ValuesIn(open_flags)),
+        flags_seam_name);
+
+class OpsLocal : public seam_test<no_param> {
+};
+
+/* Two QPs of one device context connected to each other. */
+TEST_P(OpsLocal, SameContextLoopback)
+{
+    ASSERT_TRUE(c.open(0, fabric()));
+    qp_pair p;
+    ASSERT_TRUE(make_qp_pair(c, c, &p));
+    const size_t N = 100000;
+    uint8_t *a     = c.alloc(MEM_MALLOC, N);
+    uint8_t *b     = c.alloc(MEM_DM, N);
+    ASSERT_NE(nullptr, a);
+    ASSERT_NE(nullptr, b);
+    hca_mr_t *ma = c.reg(p.pd1, a, N, ACCESS_ALL);
+    hca_mr_t *mb = c.reg(p.pd1, b, N, ACCESS_ALL);
+    ASSERT_NE(nullptr, mb);
+
+    fill_pattern(a, N, 1);
+    memset(b, SENTINEL, N);
+    hca_sge_t sa     = mk_sge(a, N, hca_mr_lkey(ma));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sa, 1, HCA_SEND_SIGNALED, 1,
+                             (uint64_t)(uintptr_t)b, hca_mr_rkey(mb));
+    ASSERT_TRUE(post_and_wait(p.q1, p.s1, &wr, HCA_WC_RDMA_WRITE));
+    EXPECT_EQ(-1, check_pattern(b, N, 1));
+
+    fill_pattern(b, N, 2);
+    wr = mk_wr(HCA_WR_RDMA_READ, &sa, 1, HCA_SEND_SIGNALED, 2,
+               (uint64_t)(uintptr_t)b, hca_mr_rkey(mb));
+    ASSERT_TRUE(post_and_wait(p.q1, p.s1, &wr, HCA_WC_RDMA_READ));
+    EXPECT_EQ(-1, check_pattern(a, N, 2));
+
+    memset(b, SENTINEL, N);
+    fill_pattern(a, N, 3);
+    ASSERT_EQ(0, post_recv1(p.q2, b, N, hca_mr_lkey(mb), 7));
+    wr = mk_wr(HCA_WR_SEND, &sa, 1, HCA_SEND_SIGNALED, 3);
+    ASSERT_EQ(0, post_retry(p.q1, &wr));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_ok(p.r2, 7, HCA_WC_RECV, &wc));
+    EXPECT_EQ(N, wc.byte_len);
+    EXPECT_EQ(hca_qp_num(p.q1), wc.src_qp);
+    ASSERT_TRUE(wait_ok(p.s1, 3, HCA_WC_SEND));
+    EXPECT_EQ(-1, check_pattern(b, N, 3));
+
+    if (c.attr.atomic_caps & HCA_ATOMIC_CAP_64) {
+        uint64_t v = 41;
+        memcpy(b + 8, &v, 8);
+        hca_sge_t r      = mk_sge(a, 8, hca_mr_lkey(ma));
+        wr               = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &r, 1,
+                                 HCA_SEND_SIGNALED, 4,
+                                 (uint64_t)(uintptr_t)(b + 8), hca_mr_rkey(mb));
+        wr.compare_add   = 1;
+        ASSERT_TRUE(post_and_wait(p.q2, p.s2, &wr, HCA_WC_ATOMIC));
+        uint64_t old, now;
+        memcpy(&old, a, 8);
+        memcpy(&now, b + 8, 8);
+        EXPECT_EQ(41u, old);
+        EXPECT_EQ(42u, now);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, OpsLocal,
+        ::testing::Combine(::testing::ValuesIn(seams({SAME_PROCESS})),
+                           ::testing::Values(no_param())),
+        [](const ::testing::TestParamInfo<OpsLocal::param_type> &i) {
+            return seam_param_name(i.param, "");
+        });

@@ -1,9 +1,17 @@
 /*
- * test_procs.cc - two (or three) processes: every opcode across processes,
- * MPT checks across processes, one-sided operations while the target
- * sleeps, deregistration while a peer copies, atomics under contention,
- * receive ring full, shared-memory object cleanup and reclaim, blocking
- * wait woken by a peer, dead peers.
+ * test_procs.cc - what needs the target to be another process: one-sided
+ * operations while the target sleeps, deregistration while a peer copies,
+ * atomics under contention, receive ring full, shared-memory object cleanup
+ * and reclaim, blocking wait woken by a peer, dead peers, rkey_ptr and
+ * dm_view on another process's memory, fork after open, host counters.
+ * (Every opcode, the MPT checks, FENCE, placement and ordering against a
+ * target in another process are the OtherProcess half of test_ops.cc.)
+ *
+ * Every suite here is a seam_test (test_common.h) instantiated for the
+ * OtherProcess target kind on every fabric of test_fabrics(): its
+ * parameter names start with <Fabric>_OtherProcess, e.g.
+ * Procs/Procs.RecvRingFull/Shm_OtherProcess.  Each test opens the device
+ * (parent and children) for fabric().
  *
  * Children are forked before the parent opens the device (except in
  * ForkAfterOpen) and open it themselves.
@@ -21,16 +29,21 @@ static const char *flags_name(unsigned f)
 
 /* A device context with one PD and one connected-to-be QP. */
 struct endpoint {
-    ctx       c;
-    hca_pd_t *pd  = nullptr;
-    cqw      *scq = nullptr;
-    cqw      *rcq = nullptr;
-    hca_qp_t *qp  = nullptr;
+    ctx               c;
+    hca_fabric_type_t fabric;
+    hca_pd_t         *pd  = nullptr;
+    cqw              *scq = nullptr;
+    cqw              *rcq = nullptr;
+    hca_qp_t         *qp  = nullptr;
+
+    explicit endpoint(hca_fabric_type_t fab) : fabric(fab)
+    {
+    }
 
     ::testing::AssertionResult open(unsigned flags, uint32_t depth = 128,
                                     int cqe = 1024)
     {
-        ::testing::AssertionResult r = c.open(flags);
+        ::testing::AssertionResult r = c.open(flags, fabric);
         if (!r) {
             return r;
         }
@@ -55,6 +68,53 @@ struct endpoint {
         pi.qpn[0] = hca_qp_num(qp);
         return pi;
     }
+
+    /* The parent's half of the usual exchange with a child: sends info(),
+     * receives the child's peer_info and connects qp to its first QP. */
+    ::testing::AssertionResult connect_to(child_t *ch, peer_info *pi)
+    {
+        return connect_to(ch, info(), qp, pi);
+    }
+
+    /* The same, sending me and connecting q. */
+    static ::testing::AssertionResult connect_to(child_t *ch,
+                                                 const peer_info &me,
+                                                 hca_qp_t *q, peer_info *pi)
+    {
+        if (!send_msg(ch->wfd, me)) {
+            return ::testing::AssertionFailure() << "send to the child";
+        }
+        if (!recv_msg(ch->rfd, pi)) {
+            return ::testing::AssertionFailure() << "nothing from the child";
+        }
+        int rc = connect_qp(q, pi->addr, pi->qpn[0]);
+        if (rc != 0) {
+            return ::testing::AssertionFailure() << "connect_qp = " << rc;
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* A QP with a deep send queue (as deep as the device allows, up to
+     * 16384) on a send CQ of its own, and the rcq: so that the peer's
+     * receive ring fills before the send queue. */
+    ::testing::AssertionResult deep_qp(hca_qp_t **q, cqw **q_scq,
+                                       uint32_t *depth_p = nullptr)
+    {
+        uint32_t depth = std::min<uint32_t>(c.attr.max_qp_wr, 16384);
+        if (depth_p != nullptr) {
+            *depth_p = depth;
+        }
+        *q_scq = c.new_cq((int)std::min<uint32_t>(c.attr.max_cqe,
+                                                 depth + 16));
+        if (*q_scq == nullptr) {
+            return ::testing::AssertionFailure() << "deep QP's CQ";
+        }
+        *q = c.new_qp(pd, *q_scq, rcq, c.caps(depth));
+        if (*q == nullptr) {
+            return ::testing::AssertionFailure() << "deep QP";
+        }
+        return ::testing::AssertionSuccess();
+    }
 };
 
 /* Main-thread state of process pid ('S' sleeping, 'R' running...). */
@@ -74,206 +134,36 @@ static char proc_state(pid_t pid)
     return (p && p[1] && p[2]) ? p[2] : '?';
 }
 
-/* ------------------------------------------------------------ every op */
-
-static const hca_wr_opcode_t data_ops[] = {
-    HCA_WR_SEND, HCA_WR_SEND_WITH_IMM, HCA_WR_RDMA_WRITE,
-    HCA_WR_RDMA_WRITE_WITH_IMM, HCA_WR_RDMA_READ};
-
-static const size_t proc_sizes[] = {0, 1, 4096, 65537, 1 << 20,
-                                    SIZE_MAX_MSG};
-
-static const hca_wr_opcode_t atomic_ops[] = {
-    HCA_WR_ATOMIC_FETCH_ADD, HCA_WR_ATOMIC_CMP_SWP,   HCA_WR_ATOMIC_SWAP,
-    HCA_WR_ATOMIC_FETCH_AND, HCA_WR_ATOMIC_FETCH_OR,  HCA_WR_ATOMIC_FETCH_XOR,
-    HCA_WR_ATOMIC_ADD,       HCA_WR_ATOMIC_AND,       HCA_WR_ATOMIC_OR,
-    HCA_WR_ATOMIC_XOR};
-
-typedef std::tuple<hca_wr_opcode_t, size_t, bool, mem_kind_t, unsigned>
-        pdata_param;
-
-class ProcsData : public hca_test,
-                  public ::testing::WithParamInterface<pdata_param> {
-};
-
-TEST_P(ProcsData, Transfer)
-{
-    hca_wr_opcode_t op = std::get<0>(GetParam());
-    size_t size        = std::get<1>(GetParam());
-    bool unaligned     = std::get<2>(GetParam());
-    mem_kind_t kind    = std::get<3>(GetParam());
-    unsigned flags     = std::get<4>(GetParam());
-    remote_target t;
-    ASSERT_TRUE(t.start(flags));
-    ctx c;
-    ASSERT_TRUE(c.open(flags));
-    size = resolve_size(size, c.attr);
-    run_data_op(c, t, op, size, unaligned ? 1 : 0, unaligned ? 3 : 0, kind,
-                size + op + 100);
-}
-
-static std::string
-pdata_param_name(const ::testing::TestParamInfo<pdata_param> &i)
-{
-    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
-           size_name(std::get<1>(i.param)) + "_" +
-           (std::get<2>(i.param) ? "unaligned" : "aligned") + "_" +
-           mem_kind_name(std::get<3>(i.param)) + "_" +
-           flags_name(std::get<4>(i.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(
-        Procs, ProcsData,
-        ::testing::Combine(::testing::ValuesIn(data_ops),
-                           ::testing::ValuesIn(proc_sizes), ::testing::Bool(),
-                           ::testing::Values(MEM_MALLOC, MEM_DM),
-                           ::testing::Values(0u, (unsigned)
-                                             HCA_OPEN_NO_SINGLE_COPY)),
-        pdata_param_name);
-
-typedef std::tuple<hca_wr_opcode_t, bool, mem_kind_t, unsigned> patomic_param;
-
-class ProcsAtomic : public hca_test,
-                    public ::testing::WithParamInterface<patomic_param> {
-};
-
-TEST_P(ProcsAtomic, Execute)
-{
-    unsigned flags = std::get<3>(GetParam());
-    remote_target t;
-    ASSERT_TRUE(t.start(flags));
-    ctx c;
-    ASSERT_TRUE(c.open(flags));
-    run_atomic(c, t, std::get<0>(GetParam()), std::get<1>(GetParam()),
-               std::get<2>(GetParam()));
-}
-
-static std::string
-patomic_param_name(const ::testing::TestParamInfo<patomic_param> &i)
-{
-    return std::string(op_short_name(std::get<0>(i.param))) + "_" +
-           (std::get<1>(i.param) ? "32" : "64") + "_" +
-           mem_kind_name(std::get<2>(i.param)) + "_" +
-           flags_name(std::get<3>(i.param));
-}
-
-INSTANTIATE_TEST_SUITE_P(
-        Procs, ProcsAtomic,
-        ::testing::Combine(::testing::ValuesIn(atomic_ops), ::testing::Bool(),
-                           ::testing::Values(MEM_MALLOC, MEM_DM),
-                           ::testing::Values(0u, (unsigned)
-                                             HCA_OPEN_NO_SINGLE_COPY)),
-        patomic_param_name);
-
-/* ------------------------------------------------------------ MPT */
-
-class ProcsMpt : public hca_test,
-                 public ::testing::WithParamInterface<mpt_param> {
-};
-
-TEST_P(ProcsMpt, Check)
-{
-    const mpt_param &p = GetParam();
-    remote_target t;
-    ASSERT_TRUE(t.start(0));
-    ctx c;
-    ASSERT_TRUE(c.open());
-    run_mpt_check(c, t, p.cs, p.op, p.kind);
-}
-
-INSTANTIATE_TEST_SUITE_P(Procs, ProcsMpt, ::testing::ValuesIn(mpt_params()),
-                         mpt_param_name);
-
-/* The MPT checks again, with the data path through the rings (no CMA). */
-class ProcsMptNsc : public hca_test,
-                    public ::testing::WithParamInterface<mpt_param> {
-};
-
-TEST_P(ProcsMptNsc, Check)
-{
-    const mpt_param &p = GetParam();
-    remote_target t;
-    ASSERT_TRUE(t.start(HCA_OPEN_NO_SINGLE_COPY));
-    ctx c;
-    ASSERT_TRUE(c.open(HCA_OPEN_NO_SINGLE_COPY));
-    run_mpt_check(c, t, p.cs, p.op, p.kind);
-}
-
-static std::vector<mpt_param> mpt_nsc_params()
-{
-    /* the remote-side checks of the data ops (the local checks and the
-     * atomics do not depend on the copy path) */
-    std::vector<mpt_param> v;
-    for (const mpt_param &p : mpt_params()) {
-        if (((p.op == MOP_WRITE) || (p.op == MOP_READ)) &&
-            (p.cs != MPT_BAD_LKEY) && (p.cs != MPT_LOCAL_RANGE) &&
-            (p.cs != MPT_LOCAL_NO_WRITE)) {
-            v.push_back(p);
-        }
-    }
-    return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(Procs, ProcsMptNsc,
-                         ::testing::ValuesIn(mpt_nsc_params()),
-                         mpt_param_name);
-
 /* ------------------------------------------------------------ semantics */
 
 typedef std::tuple<mem_kind_t, unsigned> pmode_param;
 
-static std::string
-pmode_param_name(const ::testing::TestParamInfo<pmode_param> &i)
-{
-    return std::string(mem_kind_name(std::get<0>(i.param))) + "_" +
-           flags_name(std::get<1>(i.param));
-}
-
-class ProcsMode : public hca_test,
-                  public ::testing::WithParamInterface<pmode_param> {
+class ProcsMode : public seam_test<pmode_param> {
 protected:
     mem_kind_t kind() const
     {
-        return std::get<0>(GetParam());
+        return std::get<0>(param());
     }
 
     unsigned flags() const
     {
-        return std::get<1>(GetParam());
+        return std::get<1>(param());
     }
 };
 
-TEST_P(ProcsMode, Fence)
-{
-    remote_target t;
-    ASSERT_TRUE(t.start(flags()));
-    ctx c;
-    ASSERT_TRUE(c.open(flags()));
-    run_fence(c, t, kind());
-}
-
-/* Right after the completion of a WRITE, the child's memory (read by the
- * child itself, after a pipe message) holds the data. */
-TEST_P(ProcsMode, CompletionMeansPlacement)
-{
-    remote_target t;
-    ASSERT_TRUE(t.start(flags()));
-    ctx c;
-    ASSERT_TRUE(c.open(flags()));
-    run_placement(c, t, kind());
-}
 
 /* RDMA writes, reads and atomics complete while the target process sleeps
  * in read(2) on a pipe; then the target checks its memory. */
 TEST_P(ProcsMode, OneSidedWhileTargetSleeps)
 {
+    const hca_fabric_type_t fab = fabric();
     const size_t R     = 1 << 20;
     const mem_kind_t k = kind();
     const unsigned fl  = flags();
-    child_t *ch = fork_child([k, fl, R](int rfd, int wfd) {
+    child_t *ch = fork_child([k, fl, R, fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(fl));
         uint8_t *b = e.c.alloc(k, 2 * R + 64);
         ASSERT_NE(nullptr, b);
@@ -313,12 +203,10 @@ TEST_P(ProcsMode, OneSidedWhileTargetSleeps)
     });
     ASSERT_NE(nullptr, ch);
 
-    endpoint e;
+    endpoint e(fab);
     ASSERT_TRUE(e.open(fl));
-    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
     peer_info pi;
-    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    ASSERT_TRUE(e.connect_to(ch, &pi));
     uint8_t *lb = e.c.alloc(k, 2 * R + 64);
     ASSERT_NE(nullptr, lb);
     hca_mr_t *lmr = e.c.reg(e.pd, lb, 2 * R + 64, ACCESS_ALL);
@@ -346,8 +234,7 @@ TEST_P(ProcsMode, OneSidedWhileTargetSleeps)
         hca_send_wr_t wr = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &r, 1,
                                  HCA_SEND_SIGNALED, 10 + i, ra + 2 * R, rk);
         wr.compare_add   = 1;
-        ASSERT_EQ(0, post_retry(e.qp, &wr));
-        ASSERT_TRUE(wait_ok(e.scq, 10 + i, HCA_WC_ATOMIC));
+        ASSERT_TRUE(post_and_wait(e.qp, e.scq, &wr, HCA_WC_ATOMIC));
         uint64_t old;
         memcpy(&old, lb + 2 * R, 8);
         EXPECT_EQ(100u + i, old);
@@ -358,8 +245,7 @@ TEST_P(ProcsMode, OneSidedWhileTargetSleeps)
                                  HCA_SEND_SIGNALED, 30, ra + 2 * R + 8, rk);
         wr.compare_add   = 5;
         wr.swap          = 6;
-        ASSERT_EQ(0, post_retry(e.qp, &wr));
-        ASSERT_TRUE(wait_ok(e.scq, 30, HCA_WC_ATOMIC));
+        ASSERT_TRUE(post_and_wait(e.qp, e.scq, &wr, HCA_WC_ATOMIC));
         uint64_t old;
         memcpy(&old, lb + 2 * R + 8, 8);
         EXPECT_EQ(5u, old);
@@ -370,8 +256,7 @@ TEST_P(ProcsMode, OneSidedWhileTargetSleeps)
                                  HCA_SEND_SIGNALED | HCA_SEND_ATOMIC32, 31,
                                  ra + 2 * R + 16, rk);
         wr.compare_add   = 5;
-        ASSERT_EQ(0, post_retry(e.qp, &wr));
-        ASSERT_TRUE(wait_ok(e.scq, 31, HCA_WC_ATOMIC));
+        ASSERT_TRUE(post_and_wait(e.qp, e.scq, &wr, HCA_WC_ATOMIC));
         uint32_t old;
         memcpy(&old, lb + 2 * R + 16, 4);
         EXPECT_EQ(7u, old);
@@ -389,15 +274,16 @@ TEST_P(ProcsMode, OneSidedWhileTargetSleeps)
  * with REM_ACCESS_ERR. */
 TEST_P(ProcsMode, DeregWhileCopying)
 {
+    const hca_fabric_type_t fab = fabric();
     const size_t LEN   = 32ul << 20;
     const size_t BLK   = 8ul << 20;
     const mem_kind_t k = kind();
     const unsigned fl  = flags();
-    child_t *ch = fork_child([k, fl, LEN](int rfd, int wfd) {
+    child_t *ch = fork_child([k, fl, LEN, fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
         ctx c;
-        ASSERT_TRUE(c.open(fl));
+        ASSERT_TRUE(c.open(fl, fab));
         hca_pd_t *pd = c.new_pd();
         cqw *cq      = c.new_cq(256);
         ASSERT_NE(nullptr, cq);
@@ -436,8 +322,7 @@ TEST_P(ProcsMode, DeregWhileCopying)
     });
     ASSERT_NE(nullptr, ch);
 
-    ctx c;
-    ASSERT_TRUE(c.open(fl));
+    ASSERT_TRUE(c.open(fl, fab));
     hca_pd_t *pd = c.new_pd();
     cqw *s1 = c.new_cq(256), *s2 = c.new_cq(256), *r = c.new_cq(256);
     ASSERT_NE(nullptr, r);
@@ -521,34 +406,31 @@ TEST_P(ProcsMode, DeregWhileCopying)
 
 INSTANTIATE_TEST_SUITE_P(
         Procs, ProcsMode,
-        ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
-                           ::testing::Values(0u, (unsigned)
-                                             HCA_OPEN_NO_SINGLE_COPY)),
-        pmode_param_name);
+        ::testing::Combine(
+                ::testing::ValuesIn(seams({OTHER_PROCESS})),
+                ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
+                                   ::testing::Values(0u, (unsigned)
+                                                     HCA_OPEN_NO_SINGLE_COPY))),
+        [](const ::testing::TestParamInfo<ProcsMode::param_type> &i) {
+            const pmode_param &p = std::get<1>(i.param);
+            return seam_param_name(i.param,
+                                   std::string(mem_kind_name(std::get<0>(p))) +
+                                           "_" + flags_name(std::get<1>(p)));
+        });
 
-class ProcsFlags : public hca_test,
-                   public ::testing::WithParamInterface<unsigned> {
+class ProcsFlags : public seam_test<unsigned> {
 };
-
-/* 10000 SENDs from the parent arrive in order in the child. */
-TEST_P(ProcsFlags, SendOrdering)
-{
-    remote_target t;
-    ASSERT_TRUE(t.start(GetParam()));
-    ctx c;
-    ASSERT_TRUE(c.open(GetParam()));
-    run_ordering(c, t, 10000);
-}
 
 /* A READ from a dead process does not hang: it completes with an error.
  * (No hca_qp_check_peer: the engine finds out by itself.) */
 TEST_P(ProcsFlags, DeadPeerNoCheck)
 {
-    const unsigned fl = GetParam();
-    child_t *ch = fork_child([fl](int rfd, int wfd) {
+    const hca_fabric_type_t fab = fabric();
+    const unsigned fl = param();
+    child_t *ch = fork_child([fl, fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(fl));
         uint8_t *b   = e.c.alloc(MEM_MALLOC, 1 << 20);
         hca_mr_t *mr = e.c.reg(e.pd, b, 1 << 20, ACCESS_ALL);
@@ -561,12 +443,10 @@ TEST_P(ProcsFlags, DeadPeerNoCheck)
         pause();
     });
     ASSERT_NE(nullptr, ch);
-    endpoint e;
+    endpoint e(fab);
     ASSERT_TRUE(e.open(fl));
-    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
     peer_info pi;
-    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    ASSERT_TRUE(e.connect_to(ch, &pi));
     uint8_t *lb   = e.c.alloc(MEM_MALLOC, 1 << 20);
     hca_mr_t *lmr = e.c.reg(e.pd, lb, 1 << 20, ACCESS_ALL);
     ASSERT_NE(nullptr, lmr);
@@ -583,29 +463,27 @@ TEST_P(ProcsFlags, DeadPeerNoCheck)
         hca_wc_t wc;
         ASSERT_TRUE(wait_wc(e.scq, &wc)) << "a READ from a dead peer hangs";
         EXPECT_EQ(2u, wc.wr_id);
-        EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
-                    (wc.status == HCA_WC_WR_FLUSH_ERR))
-                << wc_str(wc);
+        EXPECT_TRUE(dead_peer_status(wc.status)) << wc_str(wc);
     } else {
         EXPECT_LT(rc, 0);
     }
     EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(e.qp));
 }
 
-INSTANTIATE_TEST_SUITE_P(Procs, ProcsFlags,
-                         ::testing::Values(0u, (unsigned)
-                                           HCA_OPEN_NO_SINGLE_COPY),
-                         [](const ::testing::TestParamInfo<unsigned> &i) {
-                             return std::string(flags_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+        Procs, ProcsFlags,
+        ::testing::Combine(::testing::ValuesIn(seams({OTHER_PROCESS})),
+                           ::testing::Values(0u, (unsigned)
+                                             HCA_OPEN_NO_SINGLE_COPY)),
+        [](const ::testing::TestParamInfo<ProcsFlags::param_type> &i) {
+            return seam_param_name(i.param, flags_name(std::get<1>(i.param)));
+        });
 
 /* ------------------------------------------------------------ contention */
 
 typedef std::tuple<mem_kind_t, bool> contention_param;
 
-class ProcsContention
-    : public hca_test,
-      public ::testing::WithParamInterface<contention_param> {
+class ProcsContention : public seam_test<contention_param> {
 };
 
 /* Two children do remote fetch-adds and adds on a counter of the parent
@@ -613,8 +491,9 @@ class ProcsContention
  * exact; each child sees its fetched values strictly increase. */
 TEST_P(ProcsContention, AtomicsExact)
 {
-    const mem_kind_t k = std::get<0>(GetParam());
-    const bool is32    = std::get<1>(GetParam());
+    const hca_fabric_type_t fab = fabric();
+    const mem_kind_t k = std::get<0>(param());
+    const bool is32    = std::get<1>(param());
     const int K        = 20000;        /* remote ops per child */
     const size_t VOFF  = 8;
     const size_t width = is32 ? 4 : 8;
@@ -625,10 +504,10 @@ TEST_P(ProcsContention, AtomicsExact)
         int32_t  ok;
         int32_t  pad;
     };
-    auto body = [is32, K, width](int rfd, int wfd) {
+    auto body = [is32, K, width, fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0, 64, 256));
         std::string why;
         if (!atomic_supported(e.c.attr, HCA_WR_ATOMIC_FETCH_ADD, is32,
@@ -697,8 +576,7 @@ TEST_P(ProcsContention, AtomicsExact)
     ASSERT_NE(nullptr, c1);
     ASSERT_NE(nullptr, c2);
 
-    ctx c;
-    ASSERT_TRUE(c.open());
+    ASSERT_TRUE(c.open(0, fab));
     std::string why;
     bool supported = atomic_supported(c.attr, HCA_WR_ATOMIC_FETCH_ADD, is32,
                                       &why);
@@ -777,31 +655,36 @@ TEST_P(ProcsContention, AtomicsExact)
 
 INSTANTIATE_TEST_SUITE_P(
         Procs, ProcsContention,
-        ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
-                           ::testing::Bool()),
-        [](const ::testing::TestParamInfo<contention_param> &i) {
-            return std::string(mem_kind_name(std::get<0>(i.param))) + "_" +
-                   (std::get<1>(i.param) ? "32" : "64");
+        ::testing::Combine(
+                ::testing::ValuesIn(seams({OTHER_PROCESS})),
+                ::testing::Combine(::testing::Values(MEM_MALLOC, MEM_DM),
+                                   ::testing::Bool())),
+        [](const ::testing::TestParamInfo<ProcsContention::param_type> &i) {
+            const contention_param &p = std::get<1>(i.param);
+            return seam_param_name(i.param,
+                                   std::string(mem_kind_name(std::get<0>(p))) +
+                                           "_" + (std::get<1>(p) ? "32" : "64"));
         });
 
 /* ------------------------------------------------------------ plain tests */
 
-class Procs : public hca_test {
+class Procs : public seam_test<no_param> {
 };
 
 /* The target neither posts nor polls receives: the sender keeps sending
  * until hca_post_send returns -EAGAIN (ring full, nothing of that WR
  * delivered); then the target drains and every message arrives once, in
  * order. */
-TEST_F(Procs, RecvRingFull)
+TEST_P(Procs, RecvRingFull)
 {
+    const hca_fabric_type_t fab = fabric();
     const size_t MS   = 64;
     const uint32_t RW = 256;   /* receives posted by the child at a time */
     const uint64_t MORE = 300; /* messages after the first -EAGAIN */
-    child_t *ch = fork_child([MS, RW](int rfd, int wfd) {
+    child_t *ch = fork_child([MS, RW, fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0, RW, 4 * RW));
         uint8_t *b   = e.c.alloc(MEM_MALLOC, RW * MS);
         hca_mr_t *mr = e.c.reg(e.pd, b, RW * MS, ACCESS_ALL);
@@ -839,21 +722,17 @@ TEST_F(Procs, RecvRingFull)
     });
     ASSERT_NE(nullptr, ch);
 
-    endpoint e;
+    endpoint e(fab);
     ASSERT_TRUE(e.open(0, 128, 4096));
     /* a deep send queue, so that the ring fills before the send queue */
-    uint32_t depth = std::min<uint32_t>(e.c.attr.max_qp_wr, 16384);
-    cqw *scq     = e.c.new_cq((int)std::min<uint32_t>(e.c.attr.max_cqe,
-                                                      depth + 16));
-    ASSERT_NE(nullptr, scq);
-    hca_qp_t *qp = e.c.new_qp(e.pd, scq, e.rcq, e.c.caps(depth));
-    ASSERT_NE(nullptr, qp);
+    hca_qp_t *qp   = nullptr;
+    cqw *scq       = nullptr;
+    uint32_t depth = 0;
+    ASSERT_TRUE(e.deep_qp(&qp, &scq, &depth));
     peer_info me = e.info();
     me.qpn[0]    = hca_qp_num(qp);
-    ASSERT_TRUE(send_msg(ch->wfd, me));
     peer_info pi;
-    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    ASSERT_EQ(0, connect_qp(qp, pi.addr, pi.qpn[0]));
+    ASSERT_TRUE(endpoint::connect_to(ch, me, qp, &pi));
     uint8_t *src  = e.c.alloc(MEM_MALLOC, MS * 1024);
     hca_mr_t *smr = e.c.reg(e.pd, src, MS * 1024, ACCESS_ALL);
     ASSERT_NE(nullptr, smr);
@@ -937,10 +816,11 @@ TEST_F(Procs, RecvRingFull)
 /* A child that has the device open with QPs, MRs, an SRQ and device memory
  * owns /dev/shm objects named after its pid; after it closes the device and
  * exits cleanly none is left. */
-TEST_F(Procs, ShmCleanExit)
+TEST_P(Procs, ShmCleanExit)
 {
-    child_t *ch = fork_child([](int rfd, int wfd) {
-        endpoint e;
+    const hca_fabric_type_t fab = fabric();
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0));
         uint8_t *d = e.c.alloc(MEM_DM, 1 << 20);
         ASSERT_NE(nullptr, d);
@@ -973,11 +853,11 @@ TEST_F(Procs, ShmCleanExit)
 
 /* A child killed with SIGKILL leaves its objects; the next
  * hca_device_open (of the parent, or of a new process) reclaims them. */
-static void reclaim_after_kill(bool by_new_process)
+static void reclaim_after_kill(hca_fabric_type_t fab, bool by_new_process)
 {
-    child_t *ch = fork_child([](int rfd, int wfd) {
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
         (void)rfd;
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0));
         uint8_t *d = e.c.alloc(MEM_DM, 1 << 20);
         ASSERT_NE(nullptr, d);
@@ -986,7 +866,7 @@ static void reclaim_after_kill(bool by_new_process)
         ASSERT_NE(nullptr, e.c.reg(e.pd, m, 1 << 20, ACCESS_ALL));
         ASSERT_EQ(0, connect_qp(e.qp, e.c.addr, hca_qp_num(e.qp)));
         ctx c2;   /* a second context */
-        ASSERT_TRUE(c2.open(HCA_OPEN_NO_SINGLE_COPY));
+        ASSERT_TRUE(c2.open(HCA_OPEN_NO_SINGLE_COPY, fab));
         ASSERT_NE(nullptr, c2.alloc(MEM_DM, 4096));
         ASSERT_TRUE(send_token(wfd, 1));
         pause();
@@ -1002,15 +882,15 @@ static void reclaim_after_kill(bool by_new_process)
                            "reclaimed";
 
     if (by_new_process) {
-        child_t *c2 = fork_child([](int, int) {
+        child_t *c2 = fork_child([fab](int, int) {
             ctx c;
-            ASSERT_TRUE(c.open());
+            ASSERT_TRUE(c.open(0, fab));
         });
         ASSERT_NE(nullptr, c2);
         EXPECT_TRUE(wait_child(c2));
     } else {
         ctx c;
-        ASSERT_TRUE(c.open());
+        ASSERT_TRUE(c.open(0, fab));
     }
     after = shm_entries_of(pid);
     EXPECT_TRUE(after.empty()) << "not reclaimed by hca_device_open: "
@@ -1022,25 +902,26 @@ static void reclaim_after_kill(bool by_new_process)
     }
 }
 
-TEST_F(Procs, ShmReclaimAfterKill)
+TEST_P(Procs, ShmReclaimAfterKill)
 {
-    reclaim_after_kill(false);
+    reclaim_after_kill(fabric(), false);
 }
 
-TEST_F(Procs, ShmReclaimByNewProcess)
+TEST_P(Procs, ShmReclaimByNewProcess)
 {
-    reclaim_after_kill(true);
+    reclaim_after_kill(fabric(), true);
 }
 
 /* The child sleeps in hca_cq_wait on its receive CQ; the parent's SEND
  * wakes it. */
-TEST_F(Procs, BlockingWaitInChild)
+TEST_P(Procs, BlockingWaitInChild)
 {
+    const hca_fabric_type_t fab = fabric();
     const int DELAY_MS = 300;
-    child_t *ch = fork_child([](int rfd, int wfd) {
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0));
         cq_unregister(e.rcq);
         uint8_t *b   = e.c.alloc(MEM_MALLOC, 4096);
@@ -1079,12 +960,10 @@ TEST_F(Procs, BlockingWaitInChild)
         ASSERT_TRUE(expect_token(rfd, 2));
     });
     ASSERT_NE(nullptr, ch);
-    endpoint e;
+    endpoint e(fab);
     ASSERT_TRUE(e.open(0));
-    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
     peer_info pi;
-    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    ASSERT_TRUE(e.connect_to(ch, &pi));
     uint8_t *b   = e.c.alloc(MEM_MALLOC, 1000);
     hca_mr_t *mr = e.c.reg(e.pd, b, 1000, ACCESS_ALL);
     ASSERT_NE(nullptr, mr);
@@ -1093,8 +972,7 @@ TEST_F(Procs, BlockingWaitInChild)
     EXPECT_EQ('S', proc_state(ch->pid)) << "the child is not asleep";
     hca_sge_t s      = mk_sge(b, 1000, hca_mr_lkey(mr));
     hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1, HCA_SEND_SIGNALED, 1);
-    ASSERT_EQ(0, post_retry(e.qp, &wr));
-    ASSERT_TRUE(wait_ok(e.scq, 1, HCA_WC_SEND));
+    ASSERT_TRUE(post_and_wait(e.qp, e.scq, &wr, HCA_WC_SEND));
     EXPECT_TRUE(expect_token(ch->rfd, 1));
     ASSERT_TRUE(send_token(ch->wfd, 2));
     EXPECT_TRUE(wait_child(ch));
@@ -1103,12 +981,13 @@ TEST_F(Procs, BlockingWaitInChild)
 /* A dead peer: hca_qp_check_peer returns 0 and moves the QP to ERR;
  * outstanding and later WRs complete with RETRY_EXC_ERR or WR_FLUSH_ERR;
  * nothing hangs. */
-TEST_F(Procs, DeadPeerCheck)
+TEST_P(Procs, DeadPeerCheck)
 {
-    child_t *ch = fork_child([](int rfd, int wfd) {
+    const hca_fabric_type_t fab = fabric();
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0));
         uint8_t *b   = e.c.alloc(MEM_MALLOC, 4096);
         hca_mr_t *mr = e.c.reg(e.pd, b, 4096, ACCESS_ALL);
@@ -1121,20 +1000,17 @@ TEST_F(Procs, DeadPeerCheck)
         pause();
     });
     ASSERT_NE(nullptr, ch);
-    endpoint e;
+    endpoint e(fab);
     ASSERT_TRUE(e.open(0));
-    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
     peer_info pi;
-    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    ASSERT_TRUE(e.connect_to(ch, &pi));
     uint8_t *b   = e.c.alloc(MEM_MALLOC, 4096);
     hca_mr_t *mr = e.c.reg(e.pd, b, 4096, ACCESS_ALL);
     ASSERT_NE(nullptr, mr);
     hca_sge_t s      = mk_sge(b, 64, hca_mr_lkey(mr));
     hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &s, 1, HCA_SEND_SIGNALED, 1,
                              pi.raddr[0], pi.rkey[0]);
-    ASSERT_EQ(0, post_retry(e.qp, &wr));
-    ASSERT_TRUE(wait_ok(e.scq, 1, HCA_WC_RDMA_WRITE));
+    ASSERT_TRUE(post_and_wait(e.qp, e.scq, &wr, HCA_WC_RDMA_WRITE));
     EXPECT_EQ(1, hca_qp_check_peer(e.qp));
     EXPECT_EQ(1, hca_port_addr_alive(&pi.addr));
 
@@ -1156,9 +1032,7 @@ TEST_F(Procs, DeadPeerCheck)
     hca_wc_t wc;
     ASSERT_TRUE(wait_wc(e.scq, &wc)) << "the outstanding SEND hangs";
     EXPECT_EQ(2u, wc.wr_id);
-    EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
-                (wc.status == HCA_WC_WR_FLUSH_ERR))
-            << wc_str(wc);
+    EXPECT_TRUE(dead_peer_status(wc.status)) << wc_str(wc);
     /* a later post is refused (QP in ERR) or completes with an error;
      * whether posting in ERR is accepted is Qp.PostInErrFlushes' business */
     wr.wr_id = 3;
@@ -1167,9 +1041,7 @@ TEST_F(Procs, DeadPeerCheck)
     if (rc == 0) {
         ASSERT_TRUE(wait_wc(e.scq, &wc)) << "a WR to a dead peer hangs";
         EXPECT_EQ(3u, wc.wr_id);
-        EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
-                    (wc.status == HCA_WC_WR_FLUSH_ERR))
-                << wc_str(wc);
+        EXPECT_TRUE(dead_peer_status(wc.status)) << wc_str(wc);
     } else {
         EXPECT_EQ(-EINVAL, rc);
     }
@@ -1177,12 +1049,13 @@ TEST_F(Procs, DeadPeerCheck)
 }
 
 /* rkey_ptr on the device memory of another process. */
-TEST_F(Procs, RkeyPtr)
+TEST_P(Procs, RkeyPtr)
 {
-    child_t *ch = fork_child([](int rfd, int wfd) {
+    const hca_fabric_type_t fab = fabric();
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0));
         uint8_t *d    = e.c.alloc(MEM_DM, 65536);
         uint8_t *m    = e.c.alloc(MEM_MALLOC, 65536);
@@ -1210,12 +1083,10 @@ TEST_F(Procs, RkeyPtr)
         ASSERT_TRUE(send_token(wfd, 2));
     });
     ASSERT_NE(nullptr, ch);
-    endpoint e;
+    endpoint e(fab);
     ASSERT_TRUE(e.open(0));
-    ASSERT_TRUE(send_msg(ch->wfd, e.info()));
     peer_info pi;
-    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    ASSERT_EQ(0, connect_qp(e.qp, pi.addr, pi.qpn[0]));
+    ASSERT_TRUE(e.connect_to(ch, &pi));
     void *p = nullptr;
     ASSERT_EQ(0, hca_qp_rkey_ptr(e.qp, pi.raddr[0] + 100, pi.rkey[0], 1000,
                                  &p));
@@ -1238,11 +1109,12 @@ TEST_F(Procs, RkeyPtr)
 /* hca_dm_view on the device memory of another process: stores through the
  * pointer land in its MR and nowhere else; after it deregistered the MR,
  * the key gives no pointer. */
-TEST_F(Procs, DmView)
+TEST_P(Procs, DmView)
 {
-    child_t *ch = fork_child([](int rfd, int wfd) {
+    const hca_fabric_type_t fab = fabric();
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
         ctx c;
-        ASSERT_TRUE(c.open());
+        ASSERT_TRUE(c.open(0, fab));
         hca_pd_t *pd = c.new_pd();
         uint8_t *d   = c.alloc(MEM_DM, 1 << 20);
         ASSERT_NE(nullptr, d);
@@ -1288,9 +1160,10 @@ TEST_F(Procs, DmView)
 
 /* The parent has the device open (its responder running) when it forks;
  * the child opens its own context and talks to the parent. */
-TEST_F(Procs, ForkAfterOpen)
+TEST_P(Procs, ForkAfterOpen)
 {
-    endpoint e;
+    const hca_fabric_type_t fab = fabric();
+    endpoint e(fab);
     ASSERT_TRUE(e.open(0));
     uint8_t *b   = e.c.alloc(MEM_MALLOC, 65536);
     hca_mr_t *mr = e.c.reg(e.pd, b, 65536, ACCESS_ALL);
@@ -1300,9 +1173,9 @@ TEST_F(Procs, ForkAfterOpen)
     me.raddr[0]  = (uint64_t)(uintptr_t)b;
     me.rkey[0]   = hca_mr_rkey(mr);
 
-    child_t *ch = fork_child([me](int rfd, int wfd) {
+    child_t *ch = fork_child([me, fab](int rfd, int wfd) {
         (void)rfd;
-        endpoint c;
+        endpoint c(fab);
         ASSERT_TRUE(c.open(0));
         uint8_t *s   = c.c.alloc(MEM_MALLOC, 32768);
         hca_mr_t *sm = c.c.reg(c.pd, s, 32768, ACCESS_ALL);
@@ -1314,12 +1187,11 @@ TEST_F(Procs, ForkAfterOpen)
         hca_sge_t sg     = mk_sge(s, 32768, hca_mr_lkey(sm));
         hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED,
                                  1, me.raddr[0], me.rkey[0]);
-        ASSERT_EQ(0, post_retry(c.qp, &wr));
-        ASSERT_TRUE(wait_ok(c.scq, 1, HCA_WC_RDMA_WRITE));
+        ASSERT_TRUE(post_and_wait(c.qp, c.scq, &wr, HCA_WC_RDMA_WRITE));
         fill_pattern(s, 32768, 32);
         wr = mk_wr(HCA_WR_SEND, &sg, 1, HCA_SEND_SIGNALED, 2);
-        ASSERT_EQ(0, post_retry(c.qp, &wr));
-        ASSERT_TRUE(wait_ok(c.scq, 2, HCA_WC_SEND, nullptr, 2 * TIMEOUT_MS));
+        ASSERT_TRUE(post_and_wait(c.qp, c.scq, &wr, HCA_WC_SEND, nullptr,
+                                  2 * TIMEOUT_MS));
     });
     ASSERT_NE(nullptr, ch);
     peer_info pi;
@@ -1336,19 +1208,19 @@ TEST_F(Procs, ForkAfterOpen)
 }
 
 /* Port addresses across processes: reachable, alive, then gone. */
-TEST_F(Procs, AddressOfOtherProcess)
+TEST_P(Procs, AddressOfOtherProcess)
 {
-    child_t *ch = fork_child([](int rfd, int wfd) {
+    const hca_fabric_type_t fab = fabric();
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
         ctx c;
-        ASSERT_TRUE(c.open());
+        ASSERT_TRUE(c.open(0, fab));
         ASSERT_TRUE(send_msg(wfd, c.addr));
         ASSERT_TRUE(expect_token(rfd, 1));
     });
     ASSERT_NE(nullptr, ch);
     hca_port_addr_t a;
     ASSERT_TRUE(recv_msg(ch->rfd, &a));
-    ctx c;
-    ASSERT_TRUE(c.open());
+    ASSERT_TRUE(c.open(0, fab));
     EXPECT_EQ((uint32_t)ch->pid, a.pid);
     EXPECT_TRUE(hca_host_id_equal(&a.host, &c.addr.host));
     EXPECT_TRUE(hca_port_addr_reachable(c.dev, &a));
@@ -1362,33 +1234,29 @@ TEST_F(Procs, AddressOfOtherProcess)
  * for a while, then either -ECONNRESET (the ring stayed full and the owner
  * is gone) or the WR is accepted and completes with RETRY_EXC_ERR; the QP
  * ends in ERR, outstanding WRs complete; nothing hangs. */
-TEST_F(Procs, DeadPeerRingFull)
+TEST_P(Procs, DeadPeerRingFull)
 {
+    const hca_fabric_type_t fab = fabric();
     const size_t MS = 64;
-    child_t *ch = fork_child([](int rfd, int wfd) {
+    child_t *ch = fork_child([fab](int rfd, int wfd) {
         peer_info pp;
         ASSERT_TRUE(recv_msg(rfd, &pp));
-        endpoint e;
+        endpoint e(fab);
         ASSERT_TRUE(e.open(0));
         ASSERT_EQ(0, connect_qp(e.qp, pp.addr, pp.qpn[0]));
         ASSERT_TRUE(send_msg(wfd, e.info()));
         pause();
     });
     ASSERT_NE(nullptr, ch);
-    endpoint e;
+    endpoint e(fab);
     ASSERT_TRUE(e.open(0, 128, 4096));
-    uint32_t depth = std::min<uint32_t>(e.c.attr.max_qp_wr, 16384);
-    cqw *scq       = e.c.new_cq((int)std::min<uint32_t>(e.c.attr.max_cqe,
-                                                        depth + 16));
-    ASSERT_NE(nullptr, scq);
-    hca_qp_t *qp = e.c.new_qp(e.pd, scq, e.rcq, e.c.caps(depth));
-    ASSERT_NE(nullptr, qp);
+    hca_qp_t *qp = nullptr;
+    cqw *scq     = nullptr;
+    ASSERT_TRUE(e.deep_qp(&qp, &scq));
     peer_info me = e.info();
     me.qpn[0]    = hca_qp_num(qp);
-    ASSERT_TRUE(send_msg(ch->wfd, me));
     peer_info pi;
-    ASSERT_TRUE(recv_msg(ch->rfd, &pi));
-    ASSERT_EQ(0, connect_qp(qp, pi.addr, pi.qpn[0]));
+    ASSERT_TRUE(endpoint::connect_to(ch, me, qp, &pi));
     uint8_t *src  = e.c.alloc(MEM_MALLOC, MS);
     hca_mr_t *smr = e.c.reg(e.pd, src, MS, ACCESS_ALL);
     ASSERT_NE(nullptr, smr);
@@ -1439,9 +1307,7 @@ TEST_F(Procs, DeadPeerRingFull)
             while (scq->pop(&wc)) {
                 if (wc.wr_id == n) {
                     found = true;
-                    EXPECT_TRUE((wc.status == HCA_WC_RETRY_EXC_ERR) ||
-                                (wc.status == HCA_WC_WR_FLUSH_ERR))
-                            << wc_str(wc);
+                    EXPECT_TRUE(dead_peer_status(wc.status)) << wc_str(wc);
                 }
             }
         }
@@ -1459,23 +1325,18 @@ TEST_F(Procs, DeadPeerRingFull)
 }
 
 /* hca_host_counters: every process's QPs, the closed ones included. */
-TEST_F(Procs, HostCounters)
+TEST_P(Procs, HostCounters)
 {
+    const hca_fabric_type_t fab = fabric();
     hca_counters_t h0, h1;
     ASSERT_EQ(0, hca_host_counters(dev_name().c_str(), &h0));
-    child_t *ch = fork_child([](int, int) {
+    child_t *ch = fork_child([fab](int, int) {
         ctx c;
-        ASSERT_TRUE(c.open());
-        hca_pd_t *pd = c.new_pd();
-        cqw *s1 = c.new_cq(64), *r1 = c.new_cq(64);
-        cqw *s2 = c.new_cq(64), *r2 = c.new_cq(64);
-        ASSERT_NE(nullptr, r2);
-        hca_qp_t *q1 = c.new_qp(pd, s1, r1), *q2 = c.new_qp(pd, s2, r2);
-        ASSERT_NE(nullptr, q2);
-        ASSERT_EQ(0, connect_qp(q1, c.addr, hca_qp_num(q2)));
-        ASSERT_EQ(0, connect_qp(q2, c.addr, hca_qp_num(q1)));
+        ASSERT_TRUE(c.open(0, fab));
+        qp_pair p;
+        ASSERT_TRUE(make_qp_pair(c, c, &p));
         uint8_t *b   = c.alloc(MEM_MALLOC, 4096);
-        hca_mr_t *mr = c.reg(pd, b, 4096, ACCESS_ALL);
+        hca_mr_t *mr = c.reg(p.pd1, b, 4096, ACCESS_ALL);
         ASSERT_NE(nullptr, mr);
         for (int i = 0; i < 3; ++i) {
             hca_sge_t s      = mk_sge(b, 100, hca_mr_lkey(mr));
@@ -1483,8 +1344,7 @@ TEST_F(Procs, HostCounters)
                                      HCA_SEND_SIGNALED, i,
                                      (uint64_t)(uintptr_t)(b + 2048),
                                      hca_mr_rkey(mr));
-            ASSERT_EQ(0, post_retry(q1, &wr));
-            ASSERT_TRUE(wait_ok(s1, i, HCA_WC_RDMA_WRITE));
+            ASSERT_TRUE(post_and_wait(p.q1, p.s1, &wr, HCA_WC_RDMA_WRITE));
         }
         c.close();
     });
@@ -1497,3 +1357,11 @@ TEST_F(Procs, HostCounters)
     EXPECT_GE(h1.tx_bytes[HCA_WR_RDMA_WRITE],
               h0.tx_bytes[HCA_WR_RDMA_WRITE] + 300);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+        Procs, Procs,
+        ::testing::Combine(::testing::ValuesIn(seams({OTHER_PROCESS})),
+                           ::testing::Values(no_param())),
+        [](const ::testing::TestParamInfo<Procs::param_type> &i) {
+            return seam_param_name(i.param, "");
+        });

@@ -15,7 +15,7 @@ namespace {
 /* ------------------------------------------------------------ ordering */
 
 class UctAmOrder : public uct_test_base,
-                   public ::testing::WithParamInterface<topology> {
+                   public with_fabric<topology> {
 protected:
     void TearDown() override
     {
@@ -34,8 +34,10 @@ protected:
 TEST_P(UctAmOrder, SequencePerEndpoint)
 {
     const int neps = 3, per_ep = 2000;
-    ASSERT_NO_FATAL_FAILURE(make_target(GetParam(), &tgt));
-    ASSERT_NO_FATAL_FAILURE(sender.open(topology_config(GetParam())));
+    ASSERT_NO_FATAL_FAILURE(make_target(GetParam(), &tgt, entity_config(),
+                                        GetFabric()));
+    ASSERT_NO_FATAL_FAILURE(
+            sender.open(topology_config(GetParam(), GetFabric())));
     if (GetParam() != TOPO_LOCAL) {
         ((remote_target*)tgt.get())->set_local(&sender);
     }
@@ -102,11 +104,10 @@ TEST_P(UctAmOrder, SequencePerEndpoint)
     EXPECT_EQ(total, s.count) << "duplicated messages";
 }
 
-INSTANTIATE_TEST_SUITE_P(hca, UctAmOrder,
-                         ::testing::Values(TOPO_LOCAL, TOPO_REMOTE),
-                         [](const ::testing::TestParamInfo<topology> &i) {
-                             return std::string(topology_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+        hca, UctAmOrder,
+        on_fabrics(::testing::Values(TOPO_LOCAL, TOPO_REMOTE)),
+        fabric_param_name<topology>(topology_name_of));
 
 /* ------------------------------------------------------------ keep desc */
 

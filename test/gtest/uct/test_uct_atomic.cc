@@ -30,12 +30,12 @@ struct peer_report {
 
 /* child: at least n rounds (and 0.4 s) of post-add, fetch-add (64 and 32 bit), cswap increments
  * and or-ing its own bits */
-int atomic_peer(channel &ch, unsigned id, unsigned n)
+int atomic_peer(channel &ch, unsigned id, unsigned n, uct_fabric f)
 {
     entity e;
     std::string msg;
 
-    e.open();
+    e.open(fabric_config(f));
     if (::testing::Test::HasFatalFailure()) {
         return 2;
     }
@@ -163,19 +163,20 @@ int atomic_peer(channel &ch, unsigned id, unsigned n)
 }
 
 class UctAtomicContention : public uct_test_base,
-                            public ::testing::WithParamInterface<mem_kind> {};
+                            public with_fabric<mem_kind> {};
 
 TEST_P(UctAtomicContention, TwoPeersAndLocalCpuExact)
 {
     const unsigned npeers = 2, n = 500;
     std::vector<child> kids;
     for (unsigned i = 0; i < npeers; ++i) {
-        kids.push_back(fork_child([i, n](channel &ch) {
-            return atomic_peer(ch, i, n);
+        const uct_fabric f = GetFabric();
+        kids.push_back(fork_child([i, n, f](channel &ch) {
+            return atomic_peer(ch, i, n, f);
         }, 120));
     }
     entity tgt;
-    ASSERT_NO_FATAL_FAILURE(tgt.open());
+    ASSERT_NO_FATAL_FAILURE(tgt.open(fabric_config(GetFabric())));
     buffer mem;
     ASSERT_NO_FATAL_FAILURE(mem.alloc(tgt, GetParam(), AREA));
     memset(mem.data(), 0, AREA);
@@ -275,11 +276,13 @@ TEST_P(UctAtomicContention, TwoPeersAndLocalCpuExact)
     mem.free();
 }
 
-INSTANTIATE_TEST_SUITE_P(hca, UctAtomicContention,
-                         ::testing::Values(MEM_IFACE_ALLOC, MEM_MD_ALLOC,
-                                           MEM_PLAIN),
-                         [](const ::testing::TestParamInfo<mem_kind> &i) {
-                             return std::string(mem_kind_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+        hca, UctAtomicContention,
+        on_fabrics(::testing::Values(MEM_IFACE_ALLOC, MEM_MD_ALLOC,
+                                     MEM_PLAIN)),
+        fabric_param_name<mem_kind>(
+                [](const ::testing::TestParamInfo<mem_kind> &i) {
+                    return std::string(mem_kind_name(i.param));
+                }));
 
 } /* namespace */

@@ -139,14 +139,16 @@ failure issue_bad(entity &e, uct_ep_h ep, int op, uint64_t raddr,
 typedef std::tuple<topology, mem_kind> err_param;
 
 class UctErrors : public uct_test_base,
-                  public ::testing::WithParamInterface<err_param> {
+                  public with_fabric<err_param> {
 protected:
     void SetUp() override
     {
         topo = std::get<0>(GetParam());
         kind = std::get<1>(GetParam());
-        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt));
-        ASSERT_NO_FATAL_FAILURE(sender.open(topology_config(topo)));
+        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt, entity_config(),
+                                            GetFabric()));
+        ASSERT_NO_FATAL_FAILURE(
+                sender.open(topology_config(topo, GetFabric())));
         if (topo != TOPO_LOCAL) {
             ((remote_target*)tgt.get())->set_local(&sender);
         }
@@ -339,10 +341,11 @@ std::string err_param_name(const ::testing::TestParamInfo<err_param> &i)
 
 INSTANTIATE_TEST_SUITE_P(
     hca, UctErrors,
-    ::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
-                                         TOPO_REMOTE_NO_CMA),
-                       ::testing::Values(MEM_IFACE_ALLOC, MEM_PLAIN)),
-    err_param_name);
+    on_fabrics(::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
+                                                    TOPO_REMOTE_NO_CMA),
+                                  ::testing::Values(MEM_IFACE_ALLOC,
+                                                    MEM_PLAIN))),
+    fabric_param_name<err_param>(err_param_name));
 
 /* ------------------------------------------------------------ dead peer */
 
@@ -380,11 +383,11 @@ int passive_peer(channel &ch, entity_config cfg)
 }
 
 class UctDeadPeer : public uct_test_base,
-                    public ::testing::WithParamInterface<topology> {
+                    public with_fabric<topology> {
 protected:
     void SetUp() override
     {
-        entity_config cfg = topology_config(GetParam());
+        entity_config cfg = topology_config(GetParam(), GetFabric());
         kid = fork_child([cfg](channel &ch) { return passive_peer(ch, cfg); });
         std::string msg;
         ASSERT_TRUE(kid.ch.recv(&msg, 20000)) << "peer did not start";
@@ -977,10 +980,9 @@ TEST_P(UctDeadPeer, PendingRequestsOfFailedEpEndOnce)
     EXPECT_EQ(1, e.errors_for(ep));
 }
 
-INSTANTIATE_TEST_SUITE_P(hca, UctDeadPeer,
-                         ::testing::Values(TOPO_REMOTE, TOPO_REMOTE_NO_CMA),
-                         [](const ::testing::TestParamInfo<topology> &i) {
-                             return std::string(topology_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+        hca, UctDeadPeer,
+        on_fabrics(::testing::Values(TOPO_REMOTE, TOPO_REMOTE_NO_CMA)),
+        fabric_param_name<topology>(topology_name_of));
 
 } /* namespace */

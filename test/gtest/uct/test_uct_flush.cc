@@ -15,11 +15,12 @@ namespace {
 typedef std::tuple<topology, mem_kind> flush_param;
 
 class UctFlush : public uct_test_base, public topo_sender,
-                 public ::testing::WithParamInterface<flush_param> {
+                 public with_fabric<flush_param> {
 protected:
     void SetUp() override
     {
-        kind = std::get<1>(GetParam());
+        kind        = std::get<1>(GetParam());
+        topo_fabric = GetFabric();
         ASSERT_NO_FATAL_FAILURE(open_topo(std::get<0>(GetParam())));
     }
 
@@ -242,7 +243,7 @@ TEST_P(UctFlush, CancelWithPendingRequests)
     entity_config small;
     small.iface_cfg.push_back({"TX_QUEUE_LEN", "4"});
     entity s2;
-    entity_config cfg = topology_config(topo);
+    entity_config cfg = topology_config(topo, topo_fabric);
     cfg.iface_cfg     = small.iface_cfg;
     ASSERT_NO_FATAL_FAILURE(s2.open(cfg));
     if (topo != TOPO_LOCAL) {
@@ -403,7 +404,7 @@ TEST_P(UctFlush, DestroyedEpsReturnTheirCredits)
 {
     const unsigned credits = 8;
     entity s2;
-    entity_config cfg = topology_config(topo);
+    entity_config cfg = topology_config(topo, topo_fabric);
     cfg.iface_cfg.push_back({"TX_CQ_LEN", std::to_string(credits)});
     ASSERT_NO_FATAL_FAILURE(s2.open(cfg));
     if (topo != TOPO_LOCAL) {
@@ -596,9 +597,10 @@ std::string flush_param_name(const ::testing::TestParamInfo<flush_param> &i)
 
 INSTANTIATE_TEST_SUITE_P(
     hca, UctFlush,
-    ::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
-                                         TOPO_REMOTE_NO_CMA),
-                       ::testing::Values(MEM_IFACE_ALLOC, MEM_PLAIN)),
-    flush_param_name);
+    on_fabrics(::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
+                                                    TOPO_REMOTE_NO_CMA),
+                                  ::testing::Values(MEM_IFACE_ALLOC,
+                                                    MEM_PLAIN))),
+    fabric_param_name<flush_param>(flush_param_name));
 
 } /* namespace */

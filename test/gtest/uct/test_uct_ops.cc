@@ -236,11 +236,12 @@ TEST_F(UctHcaCaps, ReachabilityAndConfig)
 typedef std::tuple<topology, mem_kind> ops_param;
 
 class UctOps : public uct_test_base, public topo_sender,
-               public ::testing::WithParamInterface<ops_param> {
+               public with_fabric<ops_param> {
 protected:
     void SetUp() override
     {
-        kind = std::get<1>(GetParam());
+        kind        = std::get<1>(GetParam());
+        topo_fabric = GetFabric();
         ASSERT_NO_FATAL_FAILURE(open_topo(std::get<0>(GetParam())));
         seed = 0x1234 + (uint64_t)topo * 77 + (uint64_t)kind * 1001;
     }
@@ -829,11 +830,11 @@ static std::string ops_param_name(
 
 INSTANTIATE_TEST_SUITE_P(
     hca, UctOps,
-    ::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
-                                         TOPO_REMOTE_NO_CMA),
-                       ::testing::Values(MEM_IFACE_ALLOC, MEM_MD_ALLOC,
-                                         MEM_PLAIN)),
-    ops_param_name);
+    on_fabrics(::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
+                                                    TOPO_REMOTE_NO_CMA),
+                                  ::testing::Values(MEM_IFACE_ALLOC,
+                                                    MEM_MD_ALLOC, MEM_PLAIN))),
+    fabric_param_name<ops_param>(ops_param_name));
 
 /* ------------------------------------------------------------ shared md */
 

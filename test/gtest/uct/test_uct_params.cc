@@ -45,10 +45,11 @@ namespace {
 /* ------------------------------------------------------------ zero length */
 
 class UctZeroLength : public uct_test_base, public topo_sender,
-                      public ::testing::WithParamInterface<topology> {
+                      public with_fabric<topology> {
 protected:
     void SetUp() override
     {
+        topo_fabric = GetFabric();
         ASSERT_NO_FATAL_FAILURE(open_topo(GetParam()));
     }
 
@@ -135,12 +136,11 @@ TEST_P(UctZeroLength, RmaWithNullBufferAndInvalidRkeyCompletes)
     tgt->free(r.id);
 }
 
-INSTANTIATE_TEST_SUITE_P(hca, UctZeroLength,
-                         ::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
-                                           TOPO_REMOTE_NO_CMA),
-                         [](const ::testing::TestParamInfo<topology> &i) {
-                             return std::string(topology_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+        hca, UctZeroLength,
+        on_fabrics(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
+                                     TOPO_REMOTE_NO_CMA)),
+        fabric_param_name<topology>(topology_name_of));
 
 /* Two ifaces in this process; the receiver records each AM's length */
 class UctAmPair : public uct_test_base {

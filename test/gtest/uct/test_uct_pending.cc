@@ -119,7 +119,7 @@ struct flush_req {
 typedef std::tuple<topology, mem_kind, pending_op> pending_param;
 
 class UctPendingFlush : public uct_test_base, public topo_sender,
-                        public ::testing::WithParamInterface<pending_param> {
+                        public with_fabric<pending_param> {
 protected:
     void SetUp() override
     {
@@ -128,6 +128,7 @@ protected:
         op   = std::get<2>(GetParam());
         n    = (op == OP_AM_BCOPY) ? N_AMS : N_PUTS;
         small_sq.iface_cfg.push_back({"TX_QUEUE_LEN", "4"});
+        topo_fabric = GetFabric();
         ASSERT_NO_FATAL_FAILURE(open_topo(std::get<0>(GetParam()), small_sq));
 
         if (op == OP_PUT_ZCOPY) {
@@ -397,11 +398,12 @@ std::string pending_param_name(
  * only progresses while the test waits */
 INSTANTIATE_TEST_SUITE_P(
     hca, UctPendingFlush,
-    ::testing::Values(pending_param(TOPO_REMOTE_NO_CMA, MEM_PLAIN,
-                                    OP_PUT_ZCOPY),
-                      pending_param(TOPO_LOCAL, MEM_PLAIN, OP_AM_BCOPY),
-                      pending_param(TOPO_LOCAL, MEM_IFACE_ALLOC,
-                                    OP_AM_BCOPY)),
-    pending_param_name);
+    on_fabrics(::testing::Values(pending_param(TOPO_REMOTE_NO_CMA, MEM_PLAIN,
+                                               OP_PUT_ZCOPY),
+                                 pending_param(TOPO_LOCAL, MEM_PLAIN,
+                                               OP_AM_BCOPY),
+                                 pending_param(TOPO_LOCAL, MEM_IFACE_ALLOC,
+                                               OP_AM_BCOPY))),
+    fabric_param_name<pending_param>(pending_param_name));
 
 } /* namespace */

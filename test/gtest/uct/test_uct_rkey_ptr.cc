@@ -11,12 +11,14 @@ using namespace hcat;
 namespace {
 
 class UctRkeyPtr : public uct_test_base,
-                   public ::testing::WithParamInterface<topology> {
+                   public with_fabric<topology> {
 protected:
     void SetUp() override
     {
-        ASSERT_NO_FATAL_FAILURE(make_target(GetParam(), &tgt));
-        ASSERT_NO_FATAL_FAILURE(e.open(topology_config(GetParam())));
+        ASSERT_NO_FATAL_FAILURE(make_target(GetParam(), &tgt, entity_config(),
+                                            GetFabric()));
+        ASSERT_NO_FATAL_FAILURE(
+                e.open(topology_config(GetParam(), GetFabric())));
         if (GetParam() != TOPO_LOCAL) {
             ((remote_target*)tgt.get())->set_local(&e);
         }
@@ -161,10 +163,9 @@ TEST_P(UctRkeyPtr, StaleAndWrongKeysGiveNoPointer)
     rk.release();
 }
 
-INSTANTIATE_TEST_SUITE_P(hca, UctRkeyPtr,
-                         ::testing::Values(TOPO_LOCAL, TOPO_REMOTE),
-                         [](const ::testing::TestParamInfo<topology> &i) {
-                             return std::string(topology_name(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+        hca, UctRkeyPtr,
+        on_fabrics(::testing::Values(TOPO_LOCAL, TOPO_REMOTE)),
+        fabric_param_name<topology>(topology_name_of));
 
 } /* namespace */

@@ -1267,9 +1267,39 @@ const char *topology_name(topology t)
     }
 }
 
-entity_config topology_config(topology t)
+const char *fabric_name(uct_fabric f)
+{
+    switch (f) {
+    case FABRIC_SHM: return "shm";
+    default:         return "?";
+    }
+}
+
+std::vector<uct_fabric> uct_fabrics()
+{
+    return {FABRIC_SHM};
+}
+
+cfg_list fabric_md_config(uct_fabric f)
+{
+    switch (f) {
+    case FABRIC_SHM:
+    default:
+        return cfg_list();
+    }
+}
+
+entity_config fabric_config(uct_fabric f)
 {
     entity_config cfg;
+    cfg.md_cfg = fabric_md_config(f);
+    return cfg;
+}
+
+entity_config topology_config(topology t, uct_fabric f)
+{
+    entity_config cfg;
+    cfg.md_cfg = fabric_md_config(f);
     if (t == TOPO_REMOTE_NO_CMA) {
         cfg.md_cfg.push_back({"SINGLE_COPY", "n"});
     }
@@ -1278,14 +1308,15 @@ entity_config topology_config(topology t)
 
 void topo_sender::open_topo(topology t, const entity_config &sender_extra)
 {
-    entity_config cfg = topology_config(t);
+    entity_config cfg = topology_config(t, topo_fabric);
 
     topo = t;
     cfg.md_cfg.insert(cfg.md_cfg.end(), sender_extra.md_cfg.begin(),
                       sender_extra.md_cfg.end());
     cfg.iface_cfg.insert(cfg.iface_cfg.end(), sender_extra.iface_cfg.begin(),
                          sender_extra.iface_cfg.end());
-    ASSERT_NO_FATAL_FAILURE(make_target(t, &tgt));
+    ASSERT_NO_FATAL_FAILURE(make_target(t, &tgt, entity_config(),
+                                        topo_fabric));
     ASSERT_NO_FATAL_FAILURE(sender.open(cfg));
     if (t != TOPO_LOCAL) {
         ((remote_target*)tgt.get())->set_local(&sender);
@@ -1305,9 +1336,9 @@ void topo_sender::close_topo()
 }
 
 void make_target(topology t, std::unique_ptr<target> *tgt,
-                 const entity_config &extra)
+                 const entity_config &extra, uct_fabric f)
 {
-    entity_config cfg = topology_config(t);
+    entity_config cfg = topology_config(t, f);
     cfg.md_cfg.insert(cfg.md_cfg.end(), extra.md_cfg.begin(),
                       extra.md_cfg.end());
     cfg.iface_cfg.insert(cfg.iface_cfg.end(), extra.iface_cfg.begin(),

@@ -41,6 +41,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -467,15 +468,37 @@ enum topology {
     TOPO_LAST
 };
 const char *topology_name(topology t);
-entity_config topology_config(topology t);
+
+/* The fabric of the hca device under the transport: the fabric axis of the
+ * parameterised suites (uct_fabrics() x topology [x memory kind]).  One
+ * value today. */
+enum uct_fabric {
+    FABRIC_SHM = 0,        /* processes of one host */
+    FABRIC_LAST
+};
+const char *fabric_name(uct_fabric f);
+/* The fabrics the parameterised suites run on. */
+std::vector<uct_fabric> uct_fabrics();
+/* The hook where a fabric becomes configuration: the md options of both
+ * sides (what UCX_HCA_<NAME> sets).  shm: none, the transport's default.
+ * The tcp fabric adds its selection here (the md option behind
+ * UCX_HCA_FABRIC) and its value to uct_fabrics(). */
+cfg_list fabric_md_config(uct_fabric f);
+/* An entity_config with only the fabric's md options. */
+entity_config fabric_config(uct_fabric f);
+
+/* The configuration of both sides of a topology on a fabric. */
+entity_config topology_config(topology t, uct_fabric f = FABRIC_SHM);
 /* Creates the target of a topology (forks for the remote ones). */
 void make_target(topology t, std::unique_ptr<target> *tgt,
-                 const entity_config &extra = entity_config());
+                 const entity_config &extra = entity_config(),
+                 uct_fabric f = FABRIC_SHM);
 
 /* A sender entity with one ep to a target of a topology (a second worker
  * here, or a forked child): what the data test fixtures share. */
 struct topo_sender {
     topology                topo = TOPO_LOCAL;
+    uct_fabric              topo_fabric = FABRIC_SHM;   /* set before open */
     std::unique_ptr<target> tgt;
     entity                  sender;
     uct_ep_h                ep = nullptr;
@@ -492,6 +515,54 @@ class uct_test_base : public ::testing::Test {
 protected:
     void TearDown() override { kill_children(); }
 };
+
+/* The parameter of a suite on the fabric axis: (fabric, P).  GetParam()
+ * gives P, as it did before the axis; GetFabric() the fabric.  Instantiate
+ * with on_fabrics(generator of P) and fabric_param_name<P>(namer of P). */
+template <class P>
+class with_fabric
+    : public ::testing::WithParamInterface<std::tuple<uct_fabric, P>> {
+public:
+    typedef ::testing::WithParamInterface<std::tuple<uct_fabric, P>> base;
+
+    static const P &GetParam()
+    {
+        return std::get<1>(base::GetParam());
+    }
+
+    static uct_fabric GetFabric()
+    {
+        return std::get<0>(base::GetParam());
+    }
+};
+
+template <class G>
+auto on_fabrics(const G &gen)
+        -> decltype(::testing::Combine(::testing::ValuesIn(uct_fabrics()),
+                                       gen))
+{
+    return ::testing::Combine(::testing::ValuesIn(uct_fabrics()), gen);
+}
+
+/* The name of a topology parameter ("local", "remote"...). */
+inline std::string topology_name_of(const ::testing::TestParamInfo<topology> &i)
+{
+    return topology_name(i.param);
+}
+
+/* "<fabric>_<the name of P>", e.g. shm_remote_plain */
+template <class P, class F>
+std::function<std::string(
+        const ::testing::TestParamInfo<std::tuple<uct_fabric, P>> &)>
+fabric_param_name(F namer)
+{
+    return [namer](const ::testing::TestParamInfo<std::tuple<uct_fabric, P>>
+                           &i) {
+        return std::string(fabric_name(std::get<0>(i.param))) + "_" +
+               namer(::testing::TestParamInfo<P>(std::get<1>(i.param),
+                                                 i.index));
+    };
+}
 
 /* Reads a file descriptor's full text (for ucp print-info checks) */
 std::string read_memstream(const std::function<void(FILE*)> &fn);
