@@ -121,13 +121,6 @@ int hca_cq_destroy(hca_cq_t *cq)
     return 0;
 }
 
-/* Phase the entry at index i carries when valid: 1 on the first wrap, so a
- * zeroed ring holds no valid entry. */
-static inline uint32_t hca_cq_phase(const hca_cq_t *cq, uint64_t i)
-{
-    return (uint32_t)((i >> cq->log_size) & 1) ^ 1;
-}
-
 int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc)
 {
     hca_cqe_t *cqe;

@@ -210,6 +210,23 @@ struct hca_cq {
     uint32_t         n_rqs;
 };
 
+/* Phase the entry at index i carries when valid: 1 on the first wrap, so a
+ * zeroed ring holds no valid entry. */
+static inline uint32_t hca_cq_phase(const hca_cq_t *cq, uint64_t i)
+{
+    return (uint32_t)((i >> cq->log_size) & 1) ^ 1;
+}
+
+/* Nothing to poll: no new CQE and no overflow to report (inline: what an
+ * idle poll asks). */
+static inline int hca_cq_ring_idle(const hca_cq_t *cq)
+{
+    const hca_cqe_t *cqe = &cq->ring[cq->cons & cq->mask];
+
+    return (__atomic_load_n(&cqe->owner, __ATOMIC_ACQUIRE) !=
+            hca_cq_phase(cq, cq->cons)) && !cq->overflow;
+}
+
 /* Producer (engine code of the owner): never overwrites. */
 int hca_cq_push(hca_cq_t *cq, const hca_wc_t *wc);
 /* Consumer: up to num CQEs, or -EOVERFLOW (then its QPs are in ERR). */

@@ -84,6 +84,9 @@ static void hca_progress_cq(hca_cq_t *cq)
 int hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc)
 {
     hca_progress_cq(cq);
+    if (HCA_LIKELY(hca_cq_ring_idle(cq))) {
+        return 0;
+    }
     return hca_cq_ring_poll(cq, num, wc);
 }
 

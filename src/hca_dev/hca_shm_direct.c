@@ -120,7 +120,10 @@ int hca_shm_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
         return -EBUSY; /* longer than a slot: post a WR */
     }
     p = slot.data;
-    if (hdr_length != 0) { /* NULL pointers are fine with 0 bytes */
+    if (HCA_LIKELY(hdr_length == sizeof(uint64_t))) {
+        memcpy(p, hdr, sizeof(uint64_t)); /* a transport's AM header: one
+                                             store */
+    } else if (hdr_length != 0) { /* NULL pointers are fine with 0 bytes */
         memcpy(p, hdr, hdr_length);
     }
     if (length != 0) {
