@@ -306,6 +306,16 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
 
 /* ---------------------------------------------------------------- registry */
 
+void hca_fabric_close(hca_device_t *dev)
+{
+    for (int t = HCA_FABRIC_LAST - 1; t >= 0; --t) {
+        if (dev->fabric_open[t]) {
+            dev->fabric_ops[t].dev_close(dev);
+            dev->fabric_open[t] = 0;
+        }
+    }
+}
+
 int hca_fabric_open(hca_device_t *dev)
 {
     int rc;
@@ -317,26 +327,12 @@ int hca_fabric_open(hca_device_t *dev)
         hca_fabric_fill(&dev->fabric_ops[t], hca_fabrics[t]);
         rc = dev->fabric_ops[t].dev_open(dev);
         if (rc != 0) {
-            while (--t >= 0) {
-                if (hca_fabrics[t] != NULL) {
-                    dev->fabric_ops[t].dev_close(dev);
-                }
-            }
+            hca_fabric_close(dev); /* the ones opened before it */
             return rc;
         }
         dev->fabric_open[t] = 1;
     }
     return 0;
-}
-
-void hca_fabric_close(hca_device_t *dev)
-{
-    for (int t = HCA_FABRIC_LAST - 1; t >= 0; --t) {
-        if (dev->fabric_open[t]) {
-            dev->fabric_ops[t].dev_close(dev);
-            dev->fabric_open[t] = 0;
-        }
-    }
 }
 
 const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,

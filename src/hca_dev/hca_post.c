@@ -217,17 +217,23 @@ int hca_qp_send_blocked(hca_qp_t *qp)
     return hca_qp_ring_full(qp);
 }
 
-int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
-                     hca_send_slot_t *slot)
+/* A fast send's answer, with the ring-full rule applied: the timer of a
+ * full ring restarts after a send that found room. */
+HCA_INLINE int hca_fast_send_rc(hca_qp_t *qp, int rc)
 {
-    int rc = qp->fabric->fast.send_reserve(qp, length_hint, slot);
-
     if (HCA_LIKELY(rc == 0)) {
         qp->full_since = 0;
     } else if (rc == -EAGAIN) {
         rc = hca_qp_ring_full(qp);
     }
     return rc;
+}
+
+int hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+                     hca_send_slot_t *slot)
+{
+    return hca_fast_send_rc(qp, qp->fabric->fast.send_reserve(qp, length_hint,
+                                                              slot));
 }
 
 int hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
@@ -245,15 +251,10 @@ int hca_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
                    const void *data, uint32_t length, hca_wr_opcode_t opcode,
                    uint32_t imm_data)
 {
-    int rc = qp->fabric->fast.send_short(qp, hdr, hdr_length, data, length,
-                                         opcode, imm_data);
-
-    if (HCA_LIKELY(rc == 0)) {
-        qp->full_since = 0;
-    } else if (rc == -EAGAIN) {
-        rc = hca_qp_ring_full(qp);
-    }
-    return rc;
+    return hca_fast_send_rc(qp, qp->fabric->fast.send_short(qp, hdr,
+                                                            hdr_length, data,
+                                                            length, opcode,
+                                                            imm_data));
 }
 
 int hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,

@@ -291,6 +291,36 @@ struct hca_srq {
     int      qps;
 };
 
+/* The one walk of an SGE list: copies len bytes between buf and the
+ * list, starting at byte `offset` of the list - into the SGEs (to_sge) or
+ * out of them.  Stops at the list's end. */
+HCA_INLINE void hca_sge_copy(const hca_sge_t *sge, uint32_t num_sge,
+                             uint64_t offset, void *buf, uint64_t len,
+                             int to_sge)
+{
+    uint8_t *p = buf;
+
+    for (uint32_t i = 0; (i < num_sge) && (len > 0); ++i) {
+        uint8_t *at;
+        uint64_t n;
+        if (offset >= sge[i].length) {
+            offset -= sge[i].length;
+            continue;
+        }
+        n  = sge[i].length - offset;
+        n  = (n < len) ? n : len;
+        at = (uint8_t*)(uintptr_t)sge[i].addr + offset;
+        if (to_sge) {
+            memcpy(at, p, n);
+        } else {
+            memcpy(p, at, n);
+        }
+        p     += n;
+        len   -= n;
+        offset = 0;
+    }
+}
+
 /* Copies into the receive buffer at offset; LOC_LEN_ERR if it does not
  * fit (nothing beyond the buffer is touched). */
 static inline hca_wc_status_t hca_rwqe_place(const hca_rwqe_t *rwqe,
@@ -301,19 +331,8 @@ static inline hca_wc_status_t hca_rwqe_place(const hca_rwqe_t *rwqe,
     if ((offset > rwqe->length) || (len > rwqe->length - offset)) {
         return HCA_WC_LOC_LEN_ERR;
     }
-    for (uint32_t i = 0; (i < rwqe->num_sge) && (len > 0); ++i) {
-        uint64_t n;
-        if (offset >= rwqe->sge[i].length) {
-            offset -= rwqe->sge[i].length;
-            continue;
-        }
-        n = rwqe->sge[i].length - offset;
-        n = (n < len) ? n : len;
-        memcpy((uint8_t*)(uintptr_t)rwqe->sge[i].addr + offset, src, n);
-        src   += n;
-        len   -= n;
-        offset = 0;
-    }
+    hca_sge_copy(rwqe->sge, rwqe->num_sge, offset, (void*)(uintptr_t)src,
+                 len, 1);
     return HCA_WC_SUCCESS;
 }
 

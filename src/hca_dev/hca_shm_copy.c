@@ -12,52 +12,23 @@
 /* ---------------------------------------------------------------- copies */
 
 /* Copies len bytes starting at byte `offset` of the SGE list into dst. */
-void hca_sge_gather(const hca_sge_t *sge, uint32_t num_sge,
-                           uint64_t offset, void *dst, uint64_t len)
+void hca_sge_gather(const hca_sge_t *sge, uint32_t num_sge, uint64_t offset,
+                    void *dst, uint64_t len)
 {
-    uint8_t *out = dst;
-
-    for (uint32_t i = 0; (i < num_sge) && (len > 0); ++i) {
-        uint64_t n;
-        if (offset >= sge[i].length) {
-            offset -= sge[i].length;
-            continue;
-        }
-        n = sge[i].length - offset;
-        n = (n < len) ? n : len;
-        memcpy(out, (uint8_t*)(uintptr_t)sge[i].addr + offset, n);
-        out   += n;
-        len   -= n;
-        offset = 0;
-    }
+    hca_sge_copy(sge, num_sge, offset, dst, len, 0);
 }
 
 /* Copies len bytes of src into the SGE list starting at byte `offset`. */
-void hca_sge_scatter(const hca_sge_t *sge, uint32_t num_sge,
-                            uint64_t offset, const void *src, uint64_t len)
+void hca_sge_scatter(const hca_sge_t *sge, uint32_t num_sge, uint64_t offset,
+                     const void *src, uint64_t len)
 {
-    const uint8_t *in = src;
-
-    for (uint32_t i = 0; (i < num_sge) && (len > 0); ++i) {
-        uint64_t n;
-        if (offset >= sge[i].length) {
-            offset -= sge[i].length;
-            continue;
-        }
-        n = sge[i].length - offset;
-        n = (n < len) ? n : len;
-        memcpy((uint8_t*)(uintptr_t)sge[i].addr + offset, in, n);
-        in    += n;
-        len   -= n;
-        offset = 0;
-    }
+    hca_sge_copy(sge, num_sge, offset, (void*)(uintptr_t)src, len, 1);
 }
 
 /* Single copy between our SGEs and [raddr, raddr+len) of pid.
  * 0, or the completion status. */
-hca_wc_status_t hca_cma_xfer(uint32_t pid, int write,
-                                    const hca_sge_t *sge, uint32_t num_sge,
-                                    uint64_t raddr)
+hca_wc_status_t hca_cma_xfer(uint32_t pid, int write, const hca_sge_t *sge,
+                             uint32_t num_sge, uint64_t raddr)
 {
     for (uint32_t i = 0; i < num_sge; ++i) {
         uint64_t done = 0;

@@ -73,6 +73,13 @@ HCA_INLINE void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
     hca_shm_ring_wake(qp, ring, (int)slot->wake);
 }
 
+/* The ring flags of a whole SEND in one slot. */
+HCA_INLINE uint8_t hca_send_msg_flags(hca_wr_opcode_t opcode)
+{
+    return HCA_MSG_FIRST | HCA_MSG_LAST |
+           ((opcode == HCA_WR_SEND_WITH_IMM) ? HCA_MSG_WITH_IMM : 0);
+}
+
 int hca_shm_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
                         hca_wr_opcode_t opcode, uint32_t imm_data)
 {
@@ -83,9 +90,7 @@ int hca_shm_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
         return -EINVAL;
     }
     hca_send_slot_publish(qp, slot, HCA_MSG_SEND,
-                          HCA_MSG_FIRST | HCA_MSG_LAST |
-                          ((opcode == HCA_WR_SEND_WITH_IMM) ?
-                           HCA_MSG_WITH_IMM : 0),
+                          hca_send_msg_flags(opcode),
                           length, imm_data);
     hca_count_tx(qp, opcode, length);
     return 0;
@@ -130,9 +135,7 @@ int hca_shm_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
         memcpy(p + hdr_length, data, length);
     }
     hca_send_slot_publish(qp, &slot, HCA_MSG_SEND,
-                          HCA_MSG_FIRST | HCA_MSG_LAST |
-                          ((opcode == HCA_WR_SEND_WITH_IMM) ?
-                           HCA_MSG_WITH_IMM : 0),
+                          hca_send_msg_flags(opcode),
                           total, imm_data);
     hca_count_tx(qp, opcode, total);
     return 0;
