@@ -53,7 +53,7 @@ typedef enum {
 
 typedef enum {
     HCA_FABRIC_SHM = 0,  /* processes of one host: shared memory + CMA */
-    HCA_FABRIC_TCP = 1,  /* other hosts (a later issue) */
+    HCA_FABRIC_TCP = 1,  /* other hosts: TCP sockets */
     HCA_FABRIC_LAST
 } hca_fabric_type_t;
 
@@ -90,12 +90,38 @@ typedef struct hca_device_attr {
     uint32_t atomic_caps;       /* HCA_ATOMIC_CAP_* */
 } hca_device_attr_t;
 
+/* Which fabrics a context uses (hca_open_attr_t.fabric, or the
+ * environment variable HCA_FABRIC=auto|shm|tcp when that is AUTO). */
+typedef enum {
+    HCA_FABRIC_MODE_AUTO = 0, /* shm on the same host, tcp to others */
+    HCA_FABRIC_MODE_SHM,      /* shm only: other hosts are unreachable */
+    HCA_FABRIC_MODE_TCP,      /* tcp to every peer, this host's too */
+    HCA_FABRIC_MODE_LAST
+} hca_fabric_mode_t;
+
+/* A context's tcp listener (family HCA_NET_NONE: it has none). */
+enum {
+    HCA_NET_NONE = 0,
+    HCA_NET_IPV4 = 4,
+    HCA_NET_IPV6 = 6
+};
+
+typedef struct hca_net_addr {
+    uint8_t  family;      /* HCA_NET_* */
+    uint8_t  reserved;
+    uint16_t port;        /* host byte order */
+    uint8_t  addr[16];    /* network byte order; IPv4 in the first 4 */
+} hca_net_addr_t;
+
 typedef struct hca_port_attr {
     hca_port_state_t  state;
-    hca_fabric_type_t fabric;
+    hca_fabric_type_t fabric;      /* the fabric of peers on this host */
     uint32_t          mtu;         /* bytes moved per ring slot */
     uint32_t          max_msg_sz;
     uint32_t          single_copy; /* 1 if CMA may be used by this process */
+    hca_fabric_mode_t fabric_mode;
+    hca_net_addr_t    net;         /* tcp listener, if tcp is enabled */
+    char              net_dev[32]; /* its interface ("lo", "eth0") */
 } hca_port_attr_t;
 
 /* Host identity: what makes two processes "the same host" for the shm
@@ -110,9 +136,13 @@ typedef struct hca_host_id {
 
 /* Address of an opened device context (what a GID + LID are on IB). */
 typedef struct hca_port_addr {
-    hca_host_id_t host;
-    uint32_t      pid;
-    uint32_t      ctx_id;    /* which open of the device in that process */
+    uint64_t       host;     /* hca_host_key() of the context's host */
+    uint32_t       pid;
+    uint32_t       ctx_id;   /* which open of the device in that process */
+    hca_net_addr_t net;      /* its tcp listener */
+    uint64_t       secret;   /* random per context: a tcp peer must
+                                present it, so only a process that was
+                                given the address can connect */
 } hca_port_addr_t;
 
 /* Returns the number of devices and writes up to max names. */
@@ -128,7 +158,26 @@ enum {
                                           happens where it is missing) */
 };
 
+/* Everything a context can be opened with (hca_device_open_attr). */
+typedef struct hca_open_attr {
+    unsigned          flags;       /* HCA_OPEN_* */
+    hca_fabric_mode_t fabric;      /* AUTO: $HCA_FABRIC, else auto */
+    const char       *net_devices; /* tcp: interface names or addresses,
+                                      comma separated, first usable
+                                      wins; NULL: $HCA_NET_DEVICES, else
+                                      the first interface that is up,
+                                      not loopback and has an address,
+                                      else loopback */
+    uint16_t          port_min;    /* listener port range; 0: ephemeral */
+    uint16_t          port_max;
+    uint32_t          peer_timeout_ms; /* a silent tcp peer fails its QPs
+                                          after this; 0: $HCA_TCP_TIMEOUT_MS,
+                                          else 10000 */
+} hca_open_attr_t;
+
 int  hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p);
+int  hca_device_open_attr(const char *name, const hca_open_attr_t *attr,
+                          hca_device_t **dev_p);
 int  hca_device_close(hca_device_t *dev);
 int  hca_device_query(hca_device_t *dev, hca_device_attr_t *attr);
 int  hca_port_query(hca_device_t *dev, uint8_t port_num, hca_port_attr_t *attr);
@@ -137,6 +186,10 @@ const char *hca_device_name(hca_device_t *dev);
 
 int  hca_host_id_get(hca_host_id_t *id);
 int  hca_host_id_equal(const hca_host_id_t *a, const hca_host_id_t *b);
+/* A 64-bit digest of a host identity: what addresses carry. */
+uint64_t hca_host_key(const hca_host_id_t *id);
+/* "10.0.0.1:4711", "[fe80::1]:4711" or "-" (no listener). */
+void hca_net_addr_str(const hca_net_addr_t *addr, char *buf, size_t len);
 
 /* Is the context at addr reachable from dev (same host for shm)? */
 int  hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr);

@@ -125,8 +125,48 @@ static void hca_ctx_publish(hca_device_t *dev)
     dev->hdr->magic = HCA_WIRE_MAGIC;
 }
 
+/* The fabric mode asked for: the attribute, else $HCA_FABRIC, else auto.
+ * -EINVAL for a value that names no mode. */
+static int hca_fabric_mode_get(const hca_open_attr_t *attr,
+                               hca_fabric_mode_t *mode_p)
+{
+    static const char *const names[HCA_FABRIC_MODE_LAST] = {
+        [HCA_FABRIC_MODE_AUTO] = "auto",
+        [HCA_FABRIC_MODE_SHM]  = "shm",
+        [HCA_FABRIC_MODE_TCP]  = "tcp",
+    };
+    const char *env = getenv("HCA_FABRIC");
+
+    if ((unsigned)attr->fabric >= HCA_FABRIC_MODE_LAST) {
+        return -EINVAL;
+    }
+    *mode_p = attr->fabric;
+    if ((attr->fabric != HCA_FABRIC_MODE_AUTO) || (env == NULL) ||
+        (*env == '\0')) {
+        return 0;
+    }
+    for (int m = 0; m < HCA_FABRIC_MODE_LAST; ++m) {
+        if (strcmp(env, names[m]) == 0) {
+            *mode_p = (hca_fabric_mode_t)m;
+            return 0;
+        }
+    }
+    hca_log("HCA_FABRIC=%s: expected auto, shm or tcp", env);
+    return -EINVAL;
+}
+
 int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
 {
+    hca_open_attr_t attr = {.flags = flags};
+
+    return hca_device_open_attr(name, &attr, dev_p);
+}
+
+int hca_device_open_attr(const char *name, const hca_open_attr_t *attr,
+                         hca_device_t **dev_p)
+{
+    unsigned flags = attr->flags;
+    hca_fabric_mode_t mode;
     hca_device_t *dev;
     uint32_t ctx_id;
     int index, pos = 0, rc;
@@ -136,10 +176,24 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
         return -ENODEV;
     }
 
+    if ((flags & ~(unsigned)(HCA_OPEN_NO_SINGLE_COPY |
+                             HCA_OPEN_NO_MEMBARRIER)) ||
+        (attr->port_min > attr->port_max) ||
+        (hca_fabric_mode_get(attr, &mode) != 0)) {
+        return -EINVAL;
+    }
     dev = calloc(1, sizeof(*dev));
     if (dev == NULL) {
         return -ENOMEM;
     }
+    dev->fabric_mode = mode;
+    dev->open_attr   = *attr;
+    if (attr->net_devices != NULL) {
+        snprintf(dev->net_devices, sizeof(dev->net_devices), "%s",
+                 attr->net_devices);
+    }
+    dev->open_attr.net_devices = (attr->net_devices != NULL) ?
+                                 dev->net_devices : NULL;
     snprintf(dev->name, sizeof(dev->name), "hca%d", index);
     dev->flags     = flags;
     dev->trace     = (getenv("HCA_TRACE") != NULL) &&
@@ -158,6 +212,7 @@ int hca_device_open(const char *name, unsigned flags, hca_device_t **dev_p)
     hca_fault_init(&dev->fault);
 
     rc = hca_host_id_get(&dev->host);
+    dev->host_key = hca_host_key(&dev->host);
     if (rc == 0) {
         rc = hca_proc_start_time(dev->pid, &dev->start_time);
     }
@@ -330,15 +385,29 @@ int hca_port_query(hca_device_t *dev, uint8_t port_num,
     attr->mtu         = HCA_SLOT_PAYLOAD;
     attr->max_msg_sz  = (uint32_t)HCA_MAX_MSG;
     attr->single_copy = (uint32_t)dev->single_copy;
+    attr->fabric_mode = dev->fabric_mode;
+    if (dev->fabric_mode == HCA_FABRIC_MODE_TCP) {
+        attr->fabric = HCA_FABRIC_TCP;
+    }
+    for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        if (dev->fabric_open[t]) {
+            dev->fabric_ops[t].port_query(dev, attr);
+        }
+    }
     return 0;
 }
 
 void hca_port_address(hca_device_t *dev, hca_port_addr_t *addr)
 {
     memset(addr, 0, sizeof(*addr));
-    addr->host   = dev->host;
+    addr->host   = dev->host_key;
     addr->pid    = dev->pid;
     addr->ctx_id = dev->ctx_id;
+    for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        if (dev->fabric_open[t]) {
+            dev->fabric_ops[t].address(dev, addr);
+        }
+    }
 }
 
 int hca_port_addr_reachable(hca_device_t *dev, const hca_port_addr_t *addr)

@@ -14,8 +14,10 @@
 
 /* The fabrics, by hca_fabric_type_t (NULL: not built yet). */
 extern const hca_fabric_ops_t hca_fabric_shm_ops;
+extern const hca_fabric_ops_t hca_fabric_tcp_ops;
 static const hca_fabric_ops_t *const hca_fabrics[HCA_FABRIC_LAST] = {
     [HCA_FABRIC_SHM] = &hca_fabric_shm_ops,
+    [HCA_FABRIC_TCP] = &hca_fabric_tcp_ops,
 };
 
 /* ---------------------------------------------------------------- defaults */
@@ -37,6 +39,23 @@ static int hca_fabric_no_reachable(hca_device_t *dev,
     (void)dev;
     (void)addr;
     return 0;
+}
+
+static void hca_fabric_no_address(hca_device_t *dev, hca_port_addr_t *addr)
+{
+    (void)dev;
+    (void)addr;
+}
+
+static void hca_fabric_no_port_query(hca_device_t *dev, hca_port_attr_t *attr)
+{
+    (void)dev;
+    (void)attr;
+}
+
+static void hca_fabric_no_quiesce(hca_qp_t *qp)
+{
+    (void)qp;
 }
 
 static int hca_fabric_no_connect(hca_qp_t *qp)
@@ -231,8 +250,11 @@ static int hca_fabric_no_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr,
     .dev_open       = hca_fabric_no_dev_open, \
     .dev_close      = hca_fabric_no_dev_close, \
     .reachable      = hca_fabric_no_reachable, \
+    .address        = hca_fabric_no_address, \
+    .port_query     = hca_fabric_no_port_query, \
     .connect        = hca_fabric_no_connect, \
     .disconnect     = hca_fabric_no_disconnect, \
+    .quiesce        = hca_fabric_no_quiesce, \
     .exec           = hca_fabric_no_exec, \
     .poll_response  = hca_fabric_no_exec, \
     .response_ready = hca_fabric_no_response_ready, \
@@ -280,8 +302,11 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
     HCA_FABRIC_FILL(to, from, dev_open);
     HCA_FABRIC_FILL(to, from, dev_close);
     HCA_FABRIC_FILL(to, from, reachable);
+    HCA_FABRIC_FILL(to, from, address);
+    HCA_FABRIC_FILL(to, from, port_query);
     HCA_FABRIC_FILL(to, from, connect);
     HCA_FABRIC_FILL(to, from, disconnect);
+    HCA_FABRIC_FILL(to, from, quiesce);
     HCA_FABRIC_FILL(to, from, exec);
     HCA_FABRIC_FILL(to, from, poll_response);
     HCA_FABRIC_FILL(to, from, response_ready);
@@ -321,7 +346,8 @@ int hca_fabric_open(hca_device_t *dev)
     int rc;
 
     for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
-        if (hca_fabrics[t] == NULL) {
+        if ((hca_fabrics[t] == NULL) ||
+            ((t == HCA_FABRIC_TCP) && (dev->fabric_mode == HCA_FABRIC_MODE_SHM))) {
             continue;
         }
         hca_fabric_fill(&dev->fabric_ops[t], hca_fabrics[t]);
@@ -338,8 +364,12 @@ int hca_fabric_open(hca_device_t *dev)
 const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
                                             const hca_port_addr_t *addr)
 {
-    /* in order: the first fabric that reaches it (shm before tcp) */
+    /* in order: the first fabric that reaches it (shm before tcp, unless
+     * tcp is forced) */
     for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        if ((t == HCA_FABRIC_SHM) && (dev->fabric_mode == HCA_FABRIC_MODE_TCP)) {
+            continue;
+        }
         if (dev->fabric_open[t] &&
             dev->fabric_ops[t].reachable(dev, addr)) {
             return &dev->fabric_ops[t];
@@ -351,6 +381,7 @@ const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
 const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
                                           const hca_msg_hdr_t *hdr)
 {
-    (void)hdr; /* the receive rings are written by shm peers only */
-    return &dev->fabric_ops[HCA_FABRIC_SHM];
+    /* the tcp fabric's receiver marks what it places in our rings */
+    return ((hdr->flags & HCA_MSG_VIA_TCP) && dev->fabric_open[HCA_FABRIC_TCP]) ?
+           &dev->fabric_ops[HCA_FABRIC_TCP] : &dev->fabric_ops[HCA_FABRIC_SHM];
 }

@@ -42,13 +42,19 @@ typedef struct hca_fabric_ops {
     int   (*dev_open)(hca_device_t *dev);
     void  (*dev_close)(hca_device_t *dev);
 
-    /* ---- addressing: can this fabric reach the context at addr? */
+    /* ---- addressing: can this fabric reach the context at addr?  Its
+     * part of our own address, and of the port's attributes. */
     int   (*reachable)(hca_device_t *dev, const hca_port_addr_t *addr);
+    void  (*address)(hca_device_t *dev, hca_port_addr_t *addr);
+    void  (*port_query)(hca_device_t *dev, hca_port_attr_t *attr);
 
     /* ---- connection: INIT->RTR of a QP with a peer (qp->dest), and the
      * end of it (RESET, destroy) */
     int   (*connect)(hca_qp_t *qp);
     void  (*disconnect)(hca_qp_t *qp);
+    /* The QP went to ERR and its WQEs are about to be flushed: after
+     * this returns the fabric no longer writes into their buffers. */
+    void  (*quiesce)(hca_qp_t *qp);
 
     /* ---- requester: executes (part of) the WQE at the head of
      * execution; polls the response of an ISSUED one (DONE when it came) */

@@ -35,7 +35,7 @@ static int hca_shm_other_user(uint32_t pid)
 
 static int hca_shm_reachable(hca_device_t *dev, const hca_port_addr_t *addr)
 {
-    return hca_host_id_equal(&dev->host, &addr->host);
+    return dev->host_key == addr->host;
 }
 
 static int hca_shm_connect(hca_qp_t *qp)
@@ -95,7 +95,7 @@ static int hca_shm_source_alive(hca_device_t *dev, uint32_t pid,
     hca_peer_t *peer;
 
     memset(&addr, 0, sizeof(addr));
-    addr.host   = dev->host;
+    addr.host   = dev->host_key;
     addr.pid    = pid;
     addr.ctx_id = ctx_id;
     peer        = hca_peer_get(dev, &addr);

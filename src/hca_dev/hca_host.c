@@ -82,6 +82,27 @@ int hca_host_id_get(hca_host_id_t *id)
     return 0;
 }
 
+/* FNV-1a over the identity, then a final mix (splitmix64's) so that
+ * nearby namespace inodes give unrelated keys. */
+uint64_t hca_host_key(const hca_host_id_t *id)
+{
+    uint32_t ns[3] = {id->ipc_ns, id->pid_ns, id->net_ns};
+    uint64_t h     = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < sizeof(id->boot_id); ++i) {
+        h = (h ^ id->boot_id[i]) * 0x100000001b3ull;
+    }
+    for (size_t i = 0; i < sizeof(ns); ++i) {
+        h = (h ^ ((const uint8_t*)ns)[i]) * 0x100000001b3ull;
+    }
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return h;
+}
+
 int hca_host_id_equal(const hca_host_id_t *a, const hca_host_id_t *b)
 {
     return (memcmp(a->boot_id, b->boot_id, sizeof(a->boot_id)) == 0) &&
@@ -135,15 +156,13 @@ int hca_port_addr_alive(const hca_port_addr_t *addr)
     uint64_t start;
     int alive;
 
-    if ((hca_host_id_get(&self) != 0) ||
-        !hca_host_id_equal(&self, &addr->host)) {
+    if ((hca_host_id_get(&self) != 0) || (hca_host_key(&self) != addr->host)) {
         return 1; /* not ours to judge: other hosts answer on their link */
     }
     if ((kill((pid_t)addr->pid, 0) != 0) && (errno == ESRCH)) {
         return 0;
     }
-    hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id);
+    hca_ctx_name(name, sizeof(name), self.pid_ns, addr->pid, addr->ctx_id);
     if (hca_memobj_map(&obj, name, sizeof(hca_ctx_hdr_t)) != 0) {
         return 0; /* its context is closed */
     }

@@ -12,6 +12,7 @@
 #include "hca_ring.h"
 #include "hca_wire.h"
 #include "hca_fabric.h"
+#include "hca_atomic.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -117,6 +118,7 @@ struct hca_device {
     uint64_t           claim_mark; /* in the ring slots we claim */
     uint64_t           start_time;
     hca_host_id_t      host;
+    uint64_t           host_key;   /* hca_host_key(&host) */
     pthread_mutex_t    lock;       /* tables, peers, counters */
     hca_memobj_t          ctx;
     hca_ctx_hdr_t     *hdr;
@@ -145,6 +147,9 @@ struct hca_device {
     hca_busy_t        *busy;       /* in ctx: our QPs' busy words */
     int                send_sock;  /* unbound, for wakeups */
     int                single_copy;
+    hca_fabric_mode_t  fabric_mode;
+    hca_open_attr_t    open_attr;  /* as opened (net_devices copied) */
+    char               net_devices[128];
     int                trace;      /* HCA_TRACE=1: engines log transitions */
     volatile uint64_t  probe_value;
     hca_counters_t     retired;    /* destroyed QPs */
@@ -256,6 +261,8 @@ typedef struct hca_rwqe {
 typedef struct hca_partial {
     struct hca_partial *next;
     uint32_t            src_pid, src_ctx, src_qpn;
+    uint32_t            msg_flags;  /* of its first fragment (the fabric
+                                       that carried it) */
     uint32_t            offset;     /* bytes placed */
     uint32_t            msg_len;    /* as its first fragment said */
     int                 error;      /* hca_wc_status_t */
@@ -653,6 +660,46 @@ static inline uint32_t hca_roundup_pow2(uint32_t v)
         p <<= 1;
     }
     return p;
+}
+
+/* ---------------------------------------------------------------- responses */
+
+/* An issued WQE's response slot (qp->resp, one per send WQE; written by
+ * whoever answers it, on any fabric): DONE with the status once it bears
+ * the WQE's stamp, the fetched value stored for a fetching atomic; else
+ * ISSUED. */
+HCA_INLINE hca_exec_t hca_resp_slot_poll(hca_qp_t *qp, hca_wqe_t *wqe,
+                                         hca_wc_status_t *status_p)
+{
+    hca_resp_slot_t *resp = &qp->resp[wqe - qp->sq];
+    uint32_t status;
+
+    if (atomic_load_explicit(&resp->stamp, memory_order_acquire) !=
+        wqe->resp_stamp) {
+        return HCA_EXEC_ISSUED;
+    }
+    status = resp->status;
+    if (status >= HCA_WC_STATUS_LAST) {
+        status = HCA_WC_REM_OP_ERR;
+    }
+    if ((status == HCA_WC_SUCCESS) &&
+        ((hca_opcode[wqe->opcode].flags & (HCA_OPF_ATOMIC | HCA_OPF_FETCH)) ==
+         (HCA_OPF_ATOMIC | HCA_OPF_FETCH))) {
+        hca_atomic_store_old((void*)(uintptr_t)wqe->sge[0].addr,
+                             (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8,
+                             resp->value);
+    }
+    *status_p = (hca_wc_status_t)status;
+    return HCA_EXEC_DONE;
+}
+
+/* A new stamp for an issued WQE's response (never 0: a fresh slot). */
+static inline uint32_t hca_qp_next_stamp(hca_qp_t *qp)
+{
+    if (++qp->stamp_seq == 0) {
+        ++qp->stamp_seq;
+    }
+    return qp->stamp_seq;
 }
 
 #endif

@@ -333,6 +333,7 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
         qp->err_cause = first;
     }
     hca_qp_set_state(qp, HCA_QPS_ERR);
+    qp->fabric->quiesce(qp); /* nothing lands in the buffers flushed below */
     for (uint64_t s = qp->sq_tail; s != qp->sq_head; ++s) {
         hca_wqe_t *wqe = &qp->sq[s & qp->sq_mask];
         if (wqe->state != HCA_WQE_DONE) {

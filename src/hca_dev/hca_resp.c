@@ -102,9 +102,10 @@ static void hca_partial_abort(hca_qp_t *qp, hca_partial_t *p,
 /* The source of a partial is gone (or was never there: a forged one). */
 static int hca_partial_source_dead(hca_device_t *dev, const hca_partial_t *p)
 {
-    /* partials come through the receive rings: the shm fabric's */
-    return !dev->fabric_ops[HCA_FABRIC_SHM].source_alive(dev, p->src_pid,
-                                                         p->src_ctx);
+    hca_msg_hdr_t hdr = {.flags = (uint8_t)p->msg_flags};
+
+    return !hca_fabric_of_msg(dev, &hdr)->source_alive(dev, p->src_pid,
+                                                       p->src_ctx);
 }
 
 /* At most every 100 ms while partials exist: ends those whose source died
@@ -246,6 +247,7 @@ static hca_rx_state_t hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
     partial->src_pid = hdr->src_pid;
     partial->src_ctx = hdr->src_ctx;
     partial->src_qpn = hdr->src_qpn;
+    partial->msg_flags = hdr->flags;
     partial->offset  = hdr->length;
     partial->msg_len = hdr->msg_len;
     partial->error   = status;

@@ -108,7 +108,7 @@ int hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
 
     memset(a, 0, sizeof(*a));
     memset(&addr, 0, sizeof(addr));
-    addr.host   = dev->host;
+    addr.host   = dev->host_key;
     addr.pid    = src_pid;
     addr.ctx_id = src_ctx;
     a->peer     = hca_peer_get(dev, &addr);

@@ -36,8 +36,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
     char name[HCA_OBJ_NAME_MAX];
     int rc;
 
-    if ((hca_host_id_get(&self) != 0) ||
-        !hca_host_id_equal(&self, &addr->host)) {
+    if ((hca_host_id_get(&self) != 0) || (hca_host_key(&self) != addr->host)) {
         return -EHOSTUNREACH;
     }
     if (dm_id == 0) {
@@ -47,8 +46,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
     if (view == NULL) {
         return -ENOMEM;
     }
-    hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id);
+    hca_ctx_name(name, sizeof(name), self.pid_ns, addr->pid, addr->ctx_id);
     rc = hca_memobj_map(&view->ctx, name, sizeof(hdr));
     if (rc != 0) {
         goto err;
@@ -63,7 +61,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
         rc = -EPROTO;
         goto err;
     }
-    hca_obj_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
+    hca_obj_name(name, sizeof(name), self.pid_ns, addr->pid,
                  addr->ctx_id, hdr.name_nonce, "dm", dm_id);
     rc = hca_memobj_map(&view->dm, name, 1);
     if (rc != 0) {

@@ -33,14 +33,6 @@ static void hca_msg_fill(hca_qp_t *qp, hca_msg_hdr_t *msg, uint8_t op,
                     (uint32_t)wqe->length);
 }
 
-static uint32_t hca_next_stamp(hca_qp_t *qp)
-{
-    if (++qp->stamp_seq == 0) {
-        ++qp->stamp_seq;
-    }
-    return qp->stamp_seq;
-}
-
 /* ---------------------------------------------------------------- SEND */
 
 static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
@@ -91,7 +83,7 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
             iov[i].length = wqe->sge[i].length;
         }
         msg->num_iov     = (uint8_t)wqe->num_sge;
-        wqe->resp_stamp  = hca_next_stamp(qp);
+        wqe->resp_stamp  = hca_qp_next_stamp(qp);
         pull->resp_idx   = (uint32_t)(wqe - qp->sq);
         pull->resp_stamp = wqe->resp_stamp;
         hca_ring_publish(ring, idx);
@@ -187,7 +179,7 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     req->src_qpn     = qp->qpn;
     req->dst_qpn     = qp->dest_qpn;
     req->rkey        = wqe->rkey;
-    wqe->resp_stamp  = hca_next_stamp(qp);
+    wqe->resp_stamp  = hca_qp_next_stamp(qp);
     req->resp_idx    = (uint32_t)(wqe - qp->sq);
     req->resp_stamp  = wqe->resp_stamp;
     req->remote_addr = raddr;
@@ -477,23 +469,7 @@ hca_exec_t hca_shm_exec(hca_qp_t *qp, hca_wqe_t *wqe,
 hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
                                  hca_wc_status_t *status_p)
 {
-    hca_resp_slot_t *resp = &qp->resp[wqe - qp->sq];
-    uint32_t status;
-
-    if (atomic_load_explicit(&resp->stamp, memory_order_acquire) !=
-        wqe->resp_stamp) {
-        return HCA_EXEC_ISSUED;
-    }
-    status = resp->status;
-    if (status >= HCA_WC_STATUS_LAST) {
-        status = HCA_WC_REM_OP_ERR;
-    }
-    if ((status == HCA_WC_SUCCESS) &&
-        (hca_opcode[wqe->opcode].flags & HCA_OPF_ATOMIC)) {
-        hca_atomic_result(wqe, resp->value);
-    }
-    *status_p = (hca_wc_status_t)status;
-    return HCA_EXEC_DONE;
+    return hca_resp_slot_poll(qp, wqe, status_p);
 }
 
 int hca_shm_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)

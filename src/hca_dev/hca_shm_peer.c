@@ -84,15 +84,14 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
             goto out;
         }
     }
-    if (!hca_host_id_equal(&dev->host, &addr->host)) {
+    if (dev->host_key != addr->host) {
         goto out; /* NULL: not on this host */
     }
     peer = calloc(1, sizeof(*peer));
     if (peer == NULL) {
         goto out;
     }
-    hca_ctx_name(name, sizeof(name), addr->host.pid_ns, addr->pid,
-                 addr->ctx_id);
+    hca_ctx_name(name, sizeof(name), dev->pidns, addr->pid, addr->ctx_id);
     if ((hca_memobj_map(&peer->ctx, name, sizeof(hca_ctx_hdr_t)) != 0) ||
         (memcpy(&peer->hdr, peer->ctx.addr, sizeof(peer->hdr)),
          hca_peer_validate(&peer->hdr, peer->ctx.length, addr) != 0)) {
@@ -103,7 +102,7 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
     }
     base         = peer->ctx.addr;
     peer->addr   = *addr;
-    peer->pidns  = addr->host.pid_ns;
+    peer->pidns  = dev->pidns; /* same host: same pid namespace */
     peer->self   = (addr->pid == dev->pid);
     peer->mpt    = (hca_mpt_entry_t*)(base + peer->hdr.mpt_offset);
     peer->qp_pub = (hca_qp_pub_t*)(base + peer->hdr.qp_offset);

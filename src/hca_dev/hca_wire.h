@@ -145,7 +145,10 @@ typedef enum {
 enum {
     HCA_MSG_FIRST    = 1u << 0,
     HCA_MSG_LAST     = 1u << 1,
-    HCA_MSG_WITH_IMM = 1u << 2
+    HCA_MSG_WITH_IMM = 1u << 2,
+    HCA_MSG_VIA_TCP  = 1u << 3  /* placed by our tcp fabric's receiver for
+                                   a peer on another host (src_pid and
+                                   src_ctx are that peer's) */
 };
 
 typedef struct hca_msg_hdr {

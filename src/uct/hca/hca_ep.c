@@ -1030,9 +1030,7 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
     attr.qp_state        = HCA_QPS_INIT;
     rc = hca_qp_modify(self->qp, &attr, HCA_QP_ATTR_STATE);
     attr.qp_state        = HCA_QPS_RTR;
-    memcpy(&attr.dest.host, devaddr, sizeof(attr.dest.host));
-    attr.dest.pid        = ifaddr->pid;
-    attr.dest.ctx_id     = ifaddr->ctx_id;
+    uct_hca_port_addr(&attr.dest, devaddr, ifaddr);
     attr.dest_qp_num     = ifaddr->qpn;
     rc = rc ? rc : hca_qp_modify(self->qp, &attr,
                                  HCA_QP_ATTR_STATE | HCA_QP_ATTR_DEST);

@@ -132,7 +132,12 @@ static ucs_status_t uct_hca_iface_get_device_address(uct_iface_h tl_iface,
 {
     uct_hca_iface_t *iface = ucs_derived_of(tl_iface, uct_hca_iface_t);
 
-    memcpy(addr, &iface->md->addr.host, sizeof(uct_hca_device_addr_t));
+    uct_hca_device_addr_t *devaddr = (uct_hca_device_addr_t*)addr;
+
+    devaddr->host       = iface->md->addr.host;
+    devaddr->net_family = iface->md->addr.net.family;
+    memcpy(devaddr->net_addr, iface->md->addr.net.addr,
+           sizeof(devaddr->net_addr));
     return UCS_OK;
 }
 
@@ -144,7 +149,9 @@ static ucs_status_t uct_hca_iface_get_address(uct_iface_h tl_iface,
 
     ifaddr->pid    = iface->md->addr.pid;
     ifaddr->ctx_id = iface->md->addr.ctx_id;
-    ifaddr->qpn    = hca_qp_num(iface->tgt_qp);
+    ifaddr->qpn      = hca_qp_num(iface->tgt_qp);
+    ifaddr->net_port = iface->md->addr.net.port;
+    ifaddr->secret   = iface->md->addr.secret;
     return UCS_OK;
 }
 
@@ -162,10 +169,7 @@ static int uct_hca_iface_is_reachable(const uct_iface_h tl_iface,
         return 0;
     }
     /* the device knows which of its fabrics reaches that context */
-    memset(&addr, 0, sizeof(addr));
-    memcpy(&addr.host, dev_addr, sizeof(addr.host));
-    addr.pid    = ifaddr->pid;
-    addr.ctx_id = ifaddr->ctx_id;
+    uct_hca_port_addr(&addr, (const uct_hca_device_addr_t*)dev_addr, ifaddr);
     return hca_port_addr_reachable(iface->md->dev, &addr);
 }
 

@@ -15,6 +15,13 @@
 #include <pthread.h>
 #include <string.h>
 
+static const char *uct_hca_fabric_names[] = {
+    [HCA_FABRIC_MODE_AUTO] = "auto",
+    [HCA_FABRIC_MODE_SHM]  = "shm",
+    [HCA_FABRIC_MODE_TCP]  = "tcp",
+    [HCA_FABRIC_MODE_LAST] = NULL
+};
+
 static ucs_config_field_t uct_hca_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(uct_hca_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
@@ -28,6 +35,28 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
      "kernel permits it; otherwise through the target's responder.",
      ucs_offsetof(uct_hca_md_config_t, single_copy), UCS_CONFIG_TYPE_BOOL},
 
+    {"FABRIC", "auto",
+     "Which fabric carries the traffic: auto (shared memory to processes of\n"
+     "this host, tcp to other hosts), shm (this host only) or tcp (every peer,\n"
+     "this host's too: for tests and benchmarks).",
+     ucs_offsetof(uct_hca_md_config_t, fabric),
+     UCS_CONFIG_TYPE_ENUM(uct_hca_fabric_names)},
+
+    {"NET_DEVICES", "all",
+     "Interfaces or addresses (comma separated) the tcp fabric listens on,\n"
+     "the first usable one wins; \"all\": the first interface that is up, not\n"
+     "loopback and has an address, else loopback (as UCX's tcp chooses).",
+     ucs_offsetof(uct_hca_md_config_t, net_devices), UCS_CONFIG_TYPE_STRING},
+
+    {"NET_PORT_RANGE", "0-0",
+     "Port range of the tcp fabric's listener; 0-0: an ephemeral port.",
+     ucs_offsetof(uct_hca_md_config_t, port_range), UCS_CONFIG_TYPE_RANGE_SPEC},
+
+    {"PEER_TIMEOUT", "10s",
+     "A tcp peer that sends nothing (not even its keepalives) for this long\n"
+     "is declared dead: its endpoints fail.",
+     ucs_offsetof(uct_hca_md_config_t, peer_timeout), UCS_CONFIG_TYPE_TIME},
+
     {"STATS", "n",
      "Print this process's device counters (operations and bytes by opcode)\n"
      "to stderr when the memory domain closes: proof of which transport\n"
@@ -36,17 +65,6 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
 
     {NULL}
 };
-
-uint64_t uct_hca_host_hash(const hca_host_id_t *host)
-{
-    const uint8_t *p = (const uint8_t*)host;
-    uint64_t h       = 0xcbf29ce484222325ull;
-
-    for (size_t i = 0; i < sizeof(*host); ++i) {
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    }
-    return h;
-}
 
 static ucs_status_t uct_hca_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
 {
@@ -221,7 +239,7 @@ static void uct_hca_host_hash_init(void)
     hca_host_id_t host;
 
     uct_hca_host_hash_val = (hca_host_id_get(&host) == 0) ?
-                            uct_hca_host_hash(&host) : 0;
+                            hca_host_key(&host) : 0;
 }
 
 static uint64_t uct_hca_local_hash(void)
@@ -249,7 +267,7 @@ static uct_hca_rmap_t *uct_hca_rmap_get(const uct_hca_packed_rkey_t *rkey)
         goto out;
     }
     memset(&addr, 0, sizeof(addr));
-    hca_host_id_get(&addr.host);
+    addr.host   = uct_hca_local_hash();
     addr.pid    = rkey->pid;
     addr.ctx_id = rkey->ctx_id;
     if (hca_dm_view_open(&addr, rkey->dm_id, &map->view) != 0) {
@@ -406,16 +424,28 @@ static ucs_status_t uct_hca_md_open(uct_component_t *component,
 {
     const uct_hca_md_config_t *config = ucs_derived_of(tl_config,
                                                        uct_hca_md_config_t);
+    hca_open_attr_t attr = {
+        .flags           = config->single_copy ? 0 : HCA_OPEN_NO_SINGLE_COPY,
+        .fabric          = (hca_fabric_mode_t)config->fabric,
+        .net_devices     = config->net_devices,
+        .port_min        = (uint16_t)config->port_range.first,
+        .port_max        = (uint16_t)config->port_range.last,
+        .peer_timeout_ms = (uint32_t)(config->peer_timeout * 1e3),
+    };
     uct_hca_md_t *md;
     int rc;
 
+    if ((config->port_range.first > UINT16_MAX) ||
+        (config->port_range.last > UINT16_MAX)) {
+        ucs_error("hca: UCX_HCA_NET_PORT_RANGE %u-%u: ports are 16 bits",
+                  config->port_range.first, config->port_range.last);
+        return UCS_ERR_INVALID_PARAM;
+    }
     md = ucs_calloc(1, sizeof(*md), "hca_md");
     if (md == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
-    rc = hca_device_open(config->device,
-                         config->single_copy ? 0 : HCA_OPEN_NO_SINGLE_COPY,
-                         &md->dev);
+    rc = hca_device_open_attr(config->device, &attr, &md->dev);
     if (rc != 0) {
         ucs_error("hca: cannot open device '%s': %s", config->device,
                   strerror(-rc));
@@ -429,7 +459,7 @@ static ucs_status_t uct_hca_md_open(uct_component_t *component,
         return UCS_ERR_NO_RESOURCE;
     }
     hca_port_address(md->dev, &md->addr);
-    md->host_hash       = uct_hca_host_hash(&md->addr.host);
+    md->host_hash       = md->addr.host;
     md->stats           = config->stats;
     md->super.ops       = &uct_hca_md_ops;
     md->super.component = &uct_hca_component;

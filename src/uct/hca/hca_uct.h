@@ -45,6 +45,10 @@ typedef struct uct_hca_md_config {
     uct_md_config_t super;
     char           *device;       /* which hca_dev device to open */
     int             single_copy;  /* allow process_vm_* */
+    int             fabric;       /* hca_fabric_mode_t */
+    char           *net_devices;  /* tcp listener: interfaces/addresses */
+    ucs_range_spec_t port_range;  /* tcp listener ports */
+    double          peer_timeout; /* seconds: a silent tcp peer fails */
     int             stats;        /* print device counters at close */
 } uct_hca_md_config_t;
 
@@ -75,7 +79,6 @@ typedef struct UCS_S_PACKED uct_hca_packed_rkey {
     uint64_t host_hash;  /* same host check before mapping */
 } uct_hca_packed_rkey_t;
 
-uint64_t uct_hca_host_hash(const hca_host_id_t *host);
 
 /* ---------------------------------------------------------------- iface */
 
@@ -88,17 +91,43 @@ typedef struct uct_hca_iface_config {
     uct_iface_mpool_config_t mp;
 } uct_hca_iface_config_t;
 
-/* Device address: the host identity (what "same host" means) */
+/* Device address: the host identity (what "same host" means) and the
+ * address of its tcp fabric (family HCA_NET_NONE: none).  25 bytes:
+ * UCP takes at most 31. */
 typedef struct UCS_S_PACKED uct_hca_device_addr {
-    hca_host_id_t host;
+    uint64_t host;          /* hca_host_key() */
+    uint8_t  net_family;    /* HCA_NET_* */
+    uint8_t  net_addr[16];
 } uct_hca_device_addr_t;
 
-/* Iface address: the target QP */
+/* Iface address: the context, its target QP, the tcp port and the
+ * context's secret (only a peer given this address can connect over
+ * tcp).  22 bytes. */
 typedef struct UCS_S_PACKED uct_hca_iface_addr {
     uint32_t pid;
     uint32_t ctx_id;
     uint32_t qpn;
+    uint16_t net_port;
+    uint64_t secret;
 } uct_hca_iface_addr_t;
+
+_Static_assert(sizeof(uct_hca_device_addr_t) <= 31, "UCP: device address");
+_Static_assert(sizeof(uct_hca_iface_addr_t) <= 63, "UCP: iface address");
+
+/* The device's port address of a peer, from its UCT addresses. */
+static inline void uct_hca_port_addr(hca_port_addr_t *addr,
+                                     const uct_hca_device_addr_t *dev_addr,
+                                     const uct_hca_iface_addr_t *iface_addr)
+{
+    memset(addr, 0, sizeof(*addr));
+    addr->host       = dev_addr->host;
+    addr->pid        = iface_addr->pid;
+    addr->ctx_id     = iface_addr->ctx_id;
+    addr->net.family = dev_addr->net_family;
+    addr->net.port   = iface_addr->net_port;
+    memcpy(addr->net.addr, dev_addr->net_addr, sizeof(addr->net.addr));
+    addr->secret     = iface_addr->secret;
+}
 
 /* Receive descriptor: [lkey][uct_recv_desc_t*][rx_headroom][data] */
 typedef struct uct_hca_rx_desc {

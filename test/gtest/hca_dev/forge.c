@@ -73,12 +73,18 @@ int forge_open(const hca_port_addr_t *addr, uint32_t qpn, forge_t **f_p)
     forge_t *f = calloc(1, sizeof(*f));
     const hca_ctx_hdr_t *hdr;
     const hca_qp_pub_t *pub;
+    hca_host_id_t self;
     char name[128];
 
     if (f == NULL) {
         return -ENOMEM;
     }
-    snprintf(name, sizeof(name), "/hca.%u.%u.%u.ctx0", addr->host.pid_ns,
+    /* the target is on this host: our PID namespace is its */
+    if ((hca_host_id_get(&self) != 0) || (hca_host_key(&self) != addr->host)) {
+        free(f);
+        return -EHOSTUNREACH;
+    }
+    snprintf(name, sizeof(name), "/hca.%u.%u.%u.ctx0", self.pid_ns,
              addr->pid, addr->ctx_id);
     f->ctx = forge_map(name, &f->ctx_len);
     if (f->ctx == NULL) {
@@ -88,7 +94,7 @@ int forge_open(const hca_port_addr_t *addr, uint32_t qpn, forge_t **f_p)
     hdr = f->ctx;
     pub = (const hca_qp_pub_t*)((const uint8_t*)f->ctx + hdr->qp_offset);
     snprintf(name, sizeof(name), "/hca.%u.%u.%u.%08x.r%u",
-             addr->host.pid_ns, addr->pid, addr->ctx_id, hdr->name_nonce,
+             self.pid_ns, addr->pid, addr->ctx_id, hdr->name_nonce,
              pub[qpn & 0xfff].ring_id);
     f->base = forge_map(name, &f->len);
     if (f->base == NULL) {

@@ -312,16 +312,23 @@ inline const char *fabric_name(hca_fabric_type_t f)
 }
 
 /* Opens the device under test for a fabric: the one place where a fabric
- * becomes the arguments of hca_device_open.  The shm fabric is the device
- * opened with the flags as given (what every test did before there was a
- * fabric axis).  The tcp fabric plugs in here, with whatever selects it
- * (device name or open flag), and is then added to test_fabrics(). */
+ * becomes the arguments of hca_device_open.  shm: the device in shm mode
+ * (this host only); tcp: tcp forced for every peer, on loopback (one
+ * host's processes stand for two hosts). */
 inline int open_device_for(hca_fabric_type_t fabric, unsigned flags,
                            hca_device_t **dev)
 {
+    hca_open_attr_t attr = {};
+
+    attr.flags = flags;
     switch (fabric) {
     case HCA_FABRIC_SHM:
-        return hca_device_open(dev_name().c_str(), flags, dev);
+        attr.fabric = HCA_FABRIC_MODE_SHM;
+        return hca_device_open_attr(dev_name().c_str(), &attr, dev);
+    case HCA_FABRIC_TCP:
+        attr.fabric      = HCA_FABRIC_MODE_TCP;
+        attr.net_devices = "lo";
+        return hca_device_open_attr(dev_name().c_str(), &attr, dev);
     default:
         *dev = nullptr;
         return -ENOTSUP;
@@ -332,7 +339,7 @@ inline int open_device_for(hca_fabric_type_t fabric, unsigned flags,
  * SameProcess / OtherProcess suites of test_ops.cc and test_procs.cc). */
 inline std::vector<hca_fabric_type_t> test_fabrics()
 {
-    return {HCA_FABRIC_SHM};
+    return {HCA_FABRIC_SHM, HCA_FABRIC_TCP};
 }
 
 

@@ -175,6 +175,18 @@ TEST_F(Device, HostId)
     c = a;
     c.net_ns ^= 1;
     EXPECT_FALSE(hca_host_id_equal(&a, &c)) << "other net namespace";
+
+    /* the key that addresses carry tells them apart too */
+    hca_host_id_t k = a;
+    EXPECT_EQ(hca_host_key(&a), hca_host_key(&k));
+    k.boot_id[15] ^= 1;
+    EXPECT_NE(hca_host_key(&a), hca_host_key(&k)) << "other boot";
+    k = a;
+    k.pid_ns ^= 1;
+    EXPECT_NE(hca_host_key(&a), hca_host_key(&k)) << "other PID namespace";
+    k = a;
+    k.net_ns += 1;
+    EXPECT_NE(hca_host_key(&a), hca_host_key(&k)) << "other net namespace";
 }
 
 TEST_F(Device, PortAddress)
@@ -184,7 +196,7 @@ TEST_F(Device, PortAddress)
     ASSERT_TRUE(c2.open());
     hca_host_id_t h;
     ASSERT_EQ(0, hca_host_id_get(&h));
-    EXPECT_TRUE(hca_host_id_equal(&h, &c1.addr.host));
+    EXPECT_EQ(hca_host_key(&h), c1.addr.host);
     EXPECT_EQ((uint32_t)getpid(), c1.addr.pid);
     EXPECT_EQ((uint32_t)getpid(), c2.addr.pid);
     EXPECT_NE(c1.addr.ctx_id, c2.addr.ctx_id)
@@ -198,14 +210,15 @@ TEST_F(Device, PortAddress)
     EXPECT_TRUE(hca_port_addr_reachable(c2.dev, &c1.addr));
     EXPECT_EQ(1, hca_port_addr_alive(&c1.addr));
 
+    /* another host: only over tcp, so only with a tcp listener */
     hca_port_addr_t other = c1.addr;
-    other.host.boot_id[0] ^= 0x80;
+    other.host ^= 0x80;
+    EXPECT_EQ(c1.addr.net.family != HCA_NET_NONE,
+              !!hca_port_addr_reachable(c1.dev, &other))
+            << "another host is reachable exactly when it has a listener";
+    other.net.family = HCA_NET_NONE;
     EXPECT_FALSE(hca_port_addr_reachable(c1.dev, &other))
-            << "an address of another boot is not reachable over shm";
-    other = c1.addr;
-    other.host.ipc_ns ^= 1;
-    EXPECT_FALSE(hca_port_addr_reachable(c1.dev, &other))
-            << "another IPC namespace is not reachable over shm";
+            << "another host without a tcp listener is unreachable";
 }
 
 TEST_F(Device, PortAddressAliveDeadProcess)

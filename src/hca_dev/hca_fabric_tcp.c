@@ -1,0 +1,312 @@
+/*
+ * hca_fabric_tcp.c - the tcp fabric: peers on other hosts, through one
+ * TCP connection per pair of device contexts.  Its ops table, the device
+ * open and close of its listener and thread, connect, and liveness.  The
+ * rest is in the hca_tcp_*.c files (see hca_tcp_fabric.h).
+ */
+#include "hca_tcp_fabric.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- device */
+
+static uint32_t hca_tcp_timeout_ms(const hca_device_t *dev)
+{
+    const char *env = getenv("HCA_TCP_TIMEOUT_MS");
+
+    if (dev->open_attr.peer_timeout_ms != 0) {
+        return dev->open_attr.peer_timeout_ms;
+    }
+    if ((env != NULL) && (atoi(env) > 0)) {
+        return (uint32_t)atoi(env);
+    }
+    return HCA_TCP_TIMEOUT_MS;
+}
+
+/* Binds the listener to the chosen address, on a port of the configured
+ * range or an ephemeral one. */
+static int hca_tcp_listen(hca_tcp_dev_t *tcp, const hca_open_attr_t *attr)
+{
+    struct sockaddr_storage ss;
+    uint32_t len;
+    uint16_t port = attr->port_min;
+    int fd, rc, one = 1;
+
+    fd = socket((tcp->addr.family == HCA_NET_IPV6) ? AF_INET6 : AF_INET,
+                SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -errno;
+    }
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    for (;;) {
+        tcp->addr.port = port;
+        hca_tcp_sockaddr(&tcp->addr, &ss, &len);
+        if (bind(fd, (struct sockaddr*)&ss, len) == 0) {
+            break;
+        }
+        rc = -errno;
+        if ((rc != -EADDRINUSE) || (port == 0) || (port >= attr->port_max)) {
+            close(fd);
+            return rc;
+        }
+        ++port;
+    }
+    len = sizeof(ss);
+    if ((listen(fd, 128) != 0) ||
+        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    tcp->addr.port = ntohs((ss.ss_family == AF_INET6) ?
+                           ((struct sockaddr_in6*)&ss)->sin6_port :
+                           ((struct sockaddr_in*)&ss)->sin_port);
+    tcp->listen_fd = fd;
+    return 0;
+}
+
+static int hca_tcp_dev_open(hca_device_t *dev)
+{
+    const char *setting = dev->open_attr.net_devices;
+    hca_tcp_dev_t *tcp;
+    int rc;
+
+    if (setting == NULL) {
+        setting = getenv("HCA_NET_DEVICES");
+    }
+    tcp = calloc(1, sizeof(*tcp));
+    if (tcp == NULL) {
+        return -ENOMEM;
+    }
+    tcp->dev        = dev;
+    tcp->listen_fd  = -1;
+    tcp->epfd       = -1;
+    tcp->wake_fd    = -1;
+    tcp->timeout_ms = hca_tcp_timeout_ms(dev);
+    pthread_mutex_init(&tcp->lock, NULL);
+    tcp->scratch = malloc(HCA_TCP_SEG_MAX);
+    if (tcp->scratch == NULL) {
+        rc = -ENOMEM;
+        goto err;
+    }
+    if (getrandom(&tcp->secret, sizeof(tcp->secret), 0) !=
+        (ssize_t)sizeof(tcp->secret)) {
+        rc = -EIO; /* no secret, no listener that only invited peers use */
+        goto err;
+    }
+    rc = hca_tcp_netif_pick(setting, &tcp->addr, tcp->ifname,
+                            sizeof(tcp->ifname));
+    if (rc == 0) {
+        rc = hca_tcp_listen(tcp, &dev->open_attr);
+    }
+    if (rc != 0) {
+        hca_log("tcp fabric: no listener (%s): peers on other hosts are "
+                "unreachable", strerror(-rc));
+        if (dev->fabric_mode == HCA_FABRIC_MODE_TCP) {
+            goto err; /* forced: the open fails */
+        }
+        memset(&tcp->addr, 0, sizeof(tcp->addr));
+        pthread_mutex_destroy(&tcp->lock);
+        free(tcp->scratch);
+        free(tcp);
+        return 0; /* shm alone */
+    }
+    dev->fabric_dev[HCA_FABRIC_TCP] = tcp;
+    rc = hca_tcp_thread_start(tcp);
+    if (rc != 0) {
+        dev->fabric_dev[HCA_FABRIC_TCP] = NULL;
+        goto err;
+    }
+    return 0;
+
+err:
+    if (tcp->listen_fd >= 0) {
+        close(tcp->listen_fd);
+    }
+    pthread_mutex_destroy(&tcp->lock);
+    free(tcp->scratch);
+    free(tcp);
+    return rc;
+}
+
+static void hca_tcp_dev_close(hca_device_t *dev)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+    hca_tcp_conn_t *conn;
+
+    if (tcp == NULL) {
+        return;
+    }
+    hca_tcp_thread_stop(tcp);
+    while ((conn = tcp->conns) != NULL) {
+        tcp->conns = conn->next;
+        hca_tcp_rx_abort(conn);
+        hca_tcp_conn_free(conn);
+    }
+    close(tcp->listen_fd);
+    pthread_mutex_destroy(&tcp->lock);
+    free(tcp->scratch);
+    free(tcp);
+    dev->fabric_dev[HCA_FABRIC_TCP] = NULL;
+}
+
+/* ---------------------------------------------------------------- address */
+
+static int hca_tcp_reachable(hca_device_t *dev, const hca_port_addr_t *addr)
+{
+    return (hca_tcp_dev(dev) != NULL) && (addr->net.family != HCA_NET_NONE);
+}
+
+static void hca_tcp_address(hca_device_t *dev, hca_port_addr_t *addr)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+
+    if (tcp != NULL) {
+        addr->net    = tcp->addr;
+        addr->secret = tcp->secret;
+    }
+}
+
+static void hca_tcp_port_query(hca_device_t *dev, hca_port_attr_t *attr)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+
+    if (tcp != NULL) {
+        attr->net = tcp->addr;
+        snprintf(attr->net_dev, sizeof(attr->net_dev), "%s", tcp->ifname);
+    }
+}
+
+/* ---------------------------------------------------------------- QPs */
+
+static int hca_tcp_connect(hca_qp_t *qp)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
+    hca_tcp_conn_t *conn;
+
+    pthread_mutex_lock(&tcp->lock);
+    conn = hca_tcp_conn_get(tcp, &qp->dest);
+    if (conn != NULL) {
+        conn->qp_refs++;
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    if (conn == NULL) {
+        return -ENOMEM;
+    }
+    memset(hca_tcp_qp(qp), 0, sizeof(hca_tcp_qp_t));
+    hca_tcp_qp(qp)->conn = conn;
+    return 0;
+}
+
+/* No frame of the QP's is read into its buffers, or sent from them, after
+ * this: the thread is not inside it (tcp->lock), and what it still had to
+ * send goes out as zeros. */
+static void hca_tcp_quiesce(hca_qp_t *qp)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
+
+    if (tcp == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    for (hca_tcp_conn_t *conn = tcp->conns; conn != NULL; conn = conn->next) {
+        pthread_mutex_lock(&conn->tx_lock);
+        hca_tcp_tx_orphan(conn, qp->qpn);
+        pthread_mutex_unlock(&conn->tx_lock);
+    }
+    pthread_mutex_unlock(&tcp->lock);
+}
+
+static void hca_tcp_disconnect(hca_qp_t *qp)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
+    hca_tcp_conn_t *conn;
+
+    if (tcp == NULL) {
+        return;
+    }
+    hca_tcp_quiesce(qp);
+    conn = hca_tcp_qp(qp)->conn;
+    if (conn != NULL) {
+        pthread_mutex_lock(&tcp->lock);
+        conn->qp_refs--;
+        pthread_mutex_unlock(&tcp->lock);
+    }
+    memset(hca_tcp_qp(qp), 0, sizeof(hca_tcp_qp_t));
+}
+
+/* ---------------------------------------------------------------- liveness */
+
+static hca_wc_status_t hca_tcp_peer_status(hca_qp_t *qp)
+{
+    hca_tcp_conn_t *conn = hca_tcp_qp(qp)->conn;
+
+    if (conn == NULL) {
+        return HCA_WC_RETRY_EXC_ERR;
+    }
+    return (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) ? conn->fail :
+           HCA_WC_SUCCESS;
+}
+
+static uint64_t hca_tcp_check_peers(hca_device_t *dev)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+    uint64_t dead;
+
+    if (tcp == NULL) {
+        return 0;
+    }
+    /* the thread finds them (timeouts, resets); here they are counted */
+    dead = atomic_load(&tcp->stats.conns_dead);
+    if (dead != tcp->dead_seen) {
+        atomic_fetch_add(&dev->dead_peers, dead - tcp->dead_seen);
+        tcp->dead_seen = dead;
+    }
+    return dead;
+}
+
+static int hca_tcp_source_alive(hca_device_t *dev, uint32_t pid,
+                                uint32_t ctx_id)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+    int alive = 0;
+
+    if (tcp == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((c->peer.pid == pid) && (c->peer.ctx_id == ctx_id) &&
+            (atomic_load(&c->state) != HCA_TCP_CONN_DEAD)) {
+            alive = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    return alive;
+}
+
+const hca_fabric_ops_t hca_fabric_tcp_ops = {
+    .name           = "tcp",
+    .type           = HCA_FABRIC_TCP,
+    .dev_open       = hca_tcp_dev_open,
+    .dev_close      = hca_tcp_dev_close,
+    .reachable      = hca_tcp_reachable,
+    .address        = hca_tcp_address,
+    .port_query     = hca_tcp_port_query,
+    .connect        = hca_tcp_connect,
+    .disconnect     = hca_tcp_disconnect,
+    .quiesce        = hca_tcp_quiesce,
+    .exec           = hca_tcp_exec,
+    .poll_response  = hca_tcp_poll_response,
+    .response_ready = hca_tcp_response_ready,
+    .source_alive   = hca_tcp_source_alive,
+    .peer_status    = hca_tcp_peer_status,
+    .check_peers    = hca_tcp_check_peers,
+};

@@ -1,0 +1,278 @@
+/*
+ * hca_tcp_conn.c - the tcp fabric's connections: one per pair of device
+ * contexts, made on the first QP that needs it (nonblocking connect,
+ * TCP_NODELAY), the sending of frames under tx_lock, the answers queued
+ * by the fabric's thread, and death (every QP on it then fails).
+ */
+#include "hca_tcp_fabric.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* What a payload orphaned by its QP is sent as. */
+static const uint8_t hca_tcp_zeros[HCA_TCP_SEG_MAX];
+
+hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
+{
+    hca_tcp_conn_t *conn = calloc(1, sizeof(*conn));
+    int one = 1;
+
+    if (conn == NULL) {
+        return NULL;
+    }
+    conn->rx.stage = malloc(HCA_TCP_SEND_MAX);
+    if (conn->rx.stage == NULL) {
+        free(conn);
+        return NULL;
+    }
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn->fd       = fd;
+    conn->outbound = outbound;
+    conn->start_ns = hca_now_ns();
+    atomic_store(&conn->last_rx_ns, conn->start_ns);
+    atomic_store(&conn->last_tx_ns, conn->start_ns);
+    pthread_mutex_init(&conn->tx_lock, NULL);
+    conn->rx.state = HCA_TCP_RX_HELLO;
+    conn->rx.want  = sizeof(hca_tcp_hello_t);
+    conn->next     = tcp->conns;
+    tcp->conns     = conn;
+    return conn;
+}
+
+void hca_tcp_conn_free(hca_tcp_conn_t *conn)
+{
+    if (conn->fd >= 0) {
+        close(conn->fd);
+    }
+    pthread_mutex_destroy(&conn->tx_lock);
+    free(conn->rx.stage);
+    free(conn);
+}
+
+/* A connection to the peer's context (tcp->lock held): the one we have,
+ * or a new one, connecting (the thread completes it). */
+hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
+{
+    struct sockaddr_storage ss;
+    hca_tcp_conn_t *conn;
+    uint32_t len;
+    int fd;
+
+    for (conn = tcp->conns; conn != NULL; conn = conn->next) {
+        if ((atomic_load(&conn->state) != HCA_TCP_CONN_DEAD) &&
+            (conn->peer.host == peer->host) && (conn->peer.pid == peer->pid) &&
+            (conn->peer.ctx_id == peer->ctx_id) &&
+            (conn->outbound || (atomic_load(&conn->state) == HCA_TCP_CONN_UP))) {
+            return conn;
+        }
+    }
+    if (hca_tcp_sockaddr(&peer->net, &ss, &len) != 0) {
+        return NULL;
+    }
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return NULL;
+    }
+    conn = hca_tcp_conn_new(tcp, fd, 1);
+    if (conn == NULL) {
+        close(fd);
+        return NULL;
+    }
+    conn->peer = *peer;
+    if ((connect(fd, (struct sockaddr*)&ss, len) != 0) &&
+        (errno != EINPROGRESS)) {
+        char str[64];
+        hca_net_addr_str(&peer->net, str, sizeof(str));
+        hca_log("tcp fabric: cannot connect to %s (pid %u ctx %u): %s", str,
+                peer->pid, peer->ctx_id, strerror(errno));
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return conn; /* its QPs fail at their first post */
+    }
+    atomic_store(&conn->state, HCA_TCP_CONN_CONNECTING);
+    hca_tcp_watch(tcp, conn);
+    return conn;
+}
+
+/* The connection is closed; the QPs on it see `why` at their next
+ * operation or liveness check.  Called by the thread (tcp->lock held) or
+ * by a sender that found the socket broken. */
+void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                          hca_wc_status_t why, const char *where)
+{
+    int expected = atomic_load(&conn->state);
+
+    while (expected != HCA_TCP_CONN_DEAD) {
+        conn->fail = why;
+        if (atomic_compare_exchange_weak(&conn->state, &expected,
+                                         HCA_TCP_CONN_DEAD)) {
+            if (HCA_UNLIKELY(tcp->dev->trace)) {
+                hca_log("tcp fabric: connection to pid %u ctx %u closed (%s, "
+                        "state %d) at %s", conn->peer.pid, conn->peer.ctx_id,
+                        hca_wc_status_str(why), expected, where);
+            }
+            /* wakes the thread through EPOLLHUP: it closes and frees */
+            (void)shutdown(conn->fd, SHUT_RDWR);
+            atomic_fetch_add(&tcp->stats.conns_dead, 1);
+            atomic_fetch_add(&tcp->dev->dead_peers, 1);
+            break;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- tx */
+
+void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
+                      const struct iovec *iov, int iovcnt,
+                      uint32_t owner_qpn)
+{
+    hca_tcp_tx_t *tx = &conn->tx;
+
+    tx->hdr            = *hdr;
+    tx->iov[0].iov_base = &tx->hdr;
+    tx->iov[0].iov_len  = sizeof(tx->hdr);
+    tx->left           = sizeof(tx->hdr);
+    tx->iovcnt         = 1;
+    for (int i = 0; i < iovcnt; ++i) {
+        if (iov[i].iov_len == 0) {
+            continue;
+        }
+        tx->iov[tx->iovcnt++] = iov[i];
+        tx->left             += iov[i].iov_len;
+    }
+    tx->first     = 0;
+    tx->owner_qpn = owner_qpn;
+    tx->pinned    = NULL;
+}
+
+int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_tx_t *tx = &conn->tx;
+
+    while (tx->left > 0) {
+        struct msghdr msg = {.msg_iov    = &tx->iov[tx->first],
+                             .msg_iovlen = (size_t)(tx->iovcnt - tx->first)};
+        ssize_t n = sendmsg(conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n < 0) {
+            if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+                return 0;
+            }
+            if (errno == EINTR) {
+                continue;
+            }
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+            return -1;
+        }
+        atomic_fetch_add(&tcp->stats.bytes_tx, (uint64_t)n);
+        tx->left -= (size_t)n;
+        while ((n > 0) && (tx->first < tx->iovcnt)) {
+            struct iovec *v = &tx->iov[tx->first];
+            if ((size_t)n < v->iov_len) {
+                v->iov_base = (uint8_t*)v->iov_base + n;
+                v->iov_len -= (size_t)n;
+                n = 0;
+            } else {
+                n -= (ssize_t)v->iov_len;
+                tx->first++;
+            }
+        }
+    }
+    if (tx->pinned != NULL) {
+        hca_mpt_release(tx->pinned);
+        tx->pinned = NULL;
+    }
+    tx->owner_qpn = 0;
+    atomic_fetch_add(&tcp->stats.frames_tx, 1);
+    atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),
+                          memory_order_relaxed);
+    return 1;
+}
+
+void hca_tcp_tx_orphan(hca_tcp_conn_t *conn, uint32_t qpn)
+{
+    hca_tcp_tx_t *tx = &conn->tx;
+
+    if ((tx->left == 0) || (tx->owner_qpn != qpn)) {
+        return;
+    }
+    /* the header is ours; payload iovecs point into the QP's buffers */
+    for (int i = tx->first; i < tx->iovcnt; ++i) {
+        if ((tx->iov[i].iov_base >= (void*)&tx->hdr) &&
+            (tx->iov[i].iov_base < (void*)(&tx->hdr + 1))) {
+            continue;
+        }
+        while (tx->iov[i].iov_len > sizeof(hca_tcp_zeros)) {
+            /* a payload iov is never over one segment */
+            tx->iov[i].iov_len = sizeof(hca_tcp_zeros);
+        }
+        tx->iov[i].iov_base = (void*)hca_tcp_zeros;
+    }
+    tx->owner_qpn = 0;
+}
+
+/* Asks the thread to finish the frame (or the answers) when the socket
+ * takes more: an epoll change only when it is full. */
+void hca_tcp_want_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    if (!conn->want_out) {
+        conn->want_out = 1;
+        hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+    }
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+int hca_tcp_job_push(hca_tcp_conn_t *conn, const hca_tcp_job_t *job)
+{
+    if (conn->jobs_head - conn->jobs_tail >= HCA_TCP_JOBS) {
+        return -EAGAIN;
+    }
+    conn->jobs[conn->jobs_head++ % HCA_TCP_JOBS] = *job;
+    return 0;
+}
+
+void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    while (conn->jobs_tail != conn->jobs_head) {
+        hca_tcp_job_t *job = &conn->jobs[conn->jobs_tail % HCA_TCP_JOBS];
+        struct iovec iov;
+        int rc;
+
+        rc = hca_tcp_tx_flush(tcp, conn);
+        if (rc <= 0) {
+            if (rc == 0) {
+                hca_tcp_want_out(tcp, conn);
+            }
+            return;
+        }
+        if (job->hdr.opcode != HCA_TCP_OP_READ_RESP) {
+            hca_tcp_tx_start(conn, &job->hdr, NULL, 0, 0);
+            conn->jobs_tail++;
+            continue;
+        }
+        /* the next part of a READ, straight from the region */
+        job->hdr.length = job->hdr.total - job->hdr.offset;
+        if (job->hdr.length > HCA_TCP_SEG_MAX) {
+            job->hdr.length = HCA_TCP_SEG_MAX;
+        }
+        job->hdr.flags = (job->hdr.offset + job->hdr.length ==
+                          job->hdr.total) ? HCA_TCP_F_LAST : 0;
+        iov.iov_base = (void*)(uintptr_t)(job->addr + job->hdr.offset);
+        iov.iov_len  = job->hdr.length;
+        hca_tcp_tx_start(conn, &job->hdr, &iov, 1, 0);
+        job->hdr.offset += job->hdr.length;
+        if (job->hdr.flags & HCA_TCP_F_LAST) {
+            conn->tx.pinned = job->entry; /* released once it is out */
+            conn->jobs_tail++;
+        }
+    }
+    if (hca_tcp_tx_flush(tcp, conn) == 0) {
+        hca_tcp_want_out(tcp, conn);
+    }
+}

@@ -1,0 +1,255 @@
+/*
+ * hca_tcp_fabric.h - private to the tcp fabric: peers on other hosts (or
+ * any peer, when tcp is forced), over one TCP connection per pair of
+ * device contexts.
+ *
+ * Files:
+ *   hca_fabric_tcp.c  ops table, device open/close, connect, liveness
+ *   hca_tcp_netif.c   which interface and address the listener uses
+ *   hca_tcp_conn.c    connections: establish, handshake, send, close
+ *   hca_tcp_thread.c  the fabric's thread: accepts, reads, keeps alive
+ *   hca_tcp_rx.c      a received frame: the responder (WRITE, READ,
+ *                     ATOMIC, SEND into a receive ring) and the answers
+ *                     to our own requests
+ *   hca_tcp_exec.c    the requester: a WQE as frames
+ *   hca_tcp_frame.c   the header checks (hca_tcp_wire.h)
+ *
+ * Threads: a requester (the QP's owner) sends its frames itself, under
+ * the connection's tx_lock.  The fabric's thread reads every connection,
+ * answers requests (the target process need not call the device) and
+ * sends the answers under the same lock.  tcp->lock orders the thread's
+ * use of QPs (their rings and buffers) against QP destroy, reset and
+ * flush (hca_tcp_quiesce).
+ */
+#ifndef HCA_TCP_FABRIC_H
+#define HCA_TCP_FABRIC_H
+
+#include "hca_priv.h"
+#include "hca_tcp_wire.h"
+
+#include <sys/uio.h>
+
+#define HCA_TCP_JOBS          256     /* answers queued per connection */
+#define HCA_TCP_POISON        16      /* refused requester QPs remembered */
+#define HCA_TCP_TIMEOUT_MS    10000   /* default silent-peer limit */
+#define HCA_TCP_CONNECT_MS    5000    /* connect + handshake limit */
+
+typedef enum {
+    HCA_TCP_CONN_CONNECTING = 0, /* connect() in progress */
+    HCA_TCP_CONN_HELLO,          /* hello sent (connector) or awaited
+                                    (acceptor) */
+    HCA_TCP_CONN_UP,
+    HCA_TCP_CONN_DEAD            /* closed; conn->fail says why */
+} hca_tcp_conn_state_t;
+
+/* The frame being written to the socket: a header and the iovecs of its
+ * payload, sent in as many sendmsg calls as the socket takes. */
+typedef struct hca_tcp_tx {
+    hca_tcp_hdr_t    hdr;
+    struct iovec     iov[HCA_MAX_SGE + 1];
+    int              iovcnt;
+    int              first;     /* first iov not sent */
+    size_t           left;      /* bytes not sent */
+    uint32_t         owner_qpn; /* requester QP whose buffers the payload
+                                   is in (0: none) */
+    hca_mpt_entry_t *pinned;    /* READ_RESP: the region it is read from,
+                                   released when sent */
+} hca_tcp_tx_t;
+
+/* An answer the fabric's thread owes a peer: an ACK, or the rest of a
+ * READ (sent in HCA_TCP_SEG_MAX frames straight from the region). */
+typedef struct hca_tcp_job {
+    hca_tcp_hdr_t    hdr;       /* ACK, or READ_RESP of the next part */
+    hca_mpt_entry_t *entry;     /* READ: pinned until its last part */
+    uint64_t         addr;      /* READ: start in our memory */
+} hca_tcp_job_t;
+
+/* The frame being read (the fabric's thread only). */
+typedef enum {
+    HCA_TCP_RX_HELLO = 0,
+    HCA_TCP_RX_HDR,
+    HCA_TCP_RX_PAYLOAD,         /* into rx.iov (memory, or the stage) */
+    HCA_TCP_RX_DISCARD,         /* refused: read and dropped */
+    HCA_TCP_RX_PARKED           /* a SEND in the stage waits for room in
+                                   its receive ring */
+} hca_tcp_rx_state_t;
+
+typedef struct hca_tcp_rx {
+    hca_tcp_rx_state_t state;
+    union {
+        hca_tcp_hdr_t   hdr;
+        hca_tcp_hello_t hello;
+        uint8_t         bytes[sizeof(hca_tcp_hdr_t)];
+    } in;
+    size_t           got;       /* bytes of `in` read */
+    size_t           want;      /* bytes of `in` expected */
+    int              kind;      /* PAYLOAD: into what (hca_tcp_rx.c) */
+    struct iovec     iov[HCA_MAX_SGE];
+    int              iovcnt;
+    size_t           left;      /* payload bytes not read */
+    hca_mpt_entry_t *pinned;    /* WRITE: the region, until the frame's end */
+    uint8_t         *stage;     /* SEND fragment, HCA_TCP_SEND_MAX bytes */
+    uint64_t         parked_ns; /* when it parked */
+} hca_tcp_rx_t;
+
+typedef struct hca_tcp_conn {
+    struct hca_tcp_conn *next;
+    int                  fd;
+    _Atomic int          state;     /* hca_tcp_conn_state_t */
+    int                  outbound;  /* we connected */
+    hca_wc_status_t      fail;      /* DEAD: what its QPs report */
+    hca_port_addr_t      peer;      /* host, pid, ctx, listener */
+    uint32_t             qp_refs;   /* our QPs connected through it
+                                       (tcp->lock) */
+    uint64_t             start_ns;  /* connect began */
+    _Atomic uint64_t     last_rx_ns;
+    _Atomic uint64_t     last_tx_ns;
+    /* sending (tx_lock) */
+    pthread_mutex_t      tx_lock;
+    hca_tcp_tx_t         tx;
+    hca_tcp_job_t        jobs[HCA_TCP_JOBS];
+    uint32_t             jobs_head, jobs_tail;
+    int                  want_out;  /* EPOLLOUT armed */
+    /* receiving (the thread) */
+    hca_tcp_rx_t         rx;
+    uint32_t             poison[HCA_TCP_POISON]; /* requester QPs refused:
+                                                    their later frames are
+                                                    dropped */
+    uint32_t             poison_next;
+    int                  reading;   /* EPOLLIN armed */
+} hca_tcp_conn_t;
+
+/* Per-fabric counters (hca_devinfo shows them). */
+typedef struct hca_tcp_stats {
+    _Atomic uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx;
+    _Atomic uint64_t naks[HCA_WC_STATUS_LAST];
+    _Atomic uint64_t retries;        /* sends that found no room */
+    _Atomic uint64_t bad_frames;     /* connections closed for a frame */
+    _Atomic uint64_t refused_hellos;
+    _Atomic uint64_t conns_up, conns_dead;
+} hca_tcp_stats_t;
+
+typedef struct hca_tcp_dev {
+    hca_device_t        *dev;
+    int                  listen_fd;
+    int                  epfd;
+    int                  wake_fd;    /* eventfd: stop, new connection */
+    pthread_t            thread;
+    _Atomic int          running;
+    int                  parked;     /* a connection waits for ring room:
+                                        the thread looks every 1 ms */
+    pthread_mutex_t      lock;       /* conns, and the thread's use of QPs */
+    hca_tcp_conn_t      *conns;
+    hca_net_addr_t       addr;       /* the listener's */
+    char                 ifname[32];
+    uint64_t             secret;
+    uint32_t             timeout_ms;
+    uint64_t             dead_seen;  /* connections found dead */
+    uint8_t             *scratch;    /* discarded payload lands here */
+    hca_tcp_stats_t      stats;
+} hca_tcp_dev_t;
+
+/* Per-QP state, in qp->fabric_priv. */
+typedef struct hca_tcp_qp {
+    hca_tcp_conn_t *conn;
+    uint32_t        psn;
+} hca_tcp_qp_t;
+
+_Static_assert(sizeof(hca_tcp_qp_t) <= HCA_FABRIC_QP_PRIV, "tcp QP state");
+
+HCA_INLINE hca_tcp_qp_t *hca_tcp_qp(hca_qp_t *qp)
+{
+    return (hca_tcp_qp_t*)(void*)qp->fabric_priv;
+}
+
+HCA_INLINE hca_tcp_dev_t *hca_tcp_dev(hca_device_t *dev)
+{
+    return (hca_tcp_dev_t*)dev->fabric_dev[HCA_FABRIC_TCP];
+}
+
+/* The WQE's buffers at [offset, offset + len) as iovecs (at most
+ * HCA_MAX_SGE); -1 if that is not inside them. */
+HCA_INLINE int hca_tcp_sge_iov(const hca_wqe_t *wqe, uint64_t offset,
+                               uint64_t len, struct iovec *iov)
+{
+    int n = 0;
+
+    if ((offset > wqe->length) || (len > wqe->length - offset)) {
+        return -1;
+    }
+    for (uint32_t i = 0; (i < wqe->num_sge) && (len > 0); ++i) {
+        uint64_t take;
+        if (offset >= wqe->sge[i].length) {
+            offset -= wqe->sge[i].length;
+            continue;
+        }
+        take = wqe->sge[i].length - offset;
+        take = (take < len) ? take : len;
+        iov[n].iov_base = (uint8_t*)(uintptr_t)wqe->sge[i].addr + offset;
+        iov[n].iov_len  = take;
+        ++n;
+        len   -= take;
+        offset = 0;
+    }
+    return n;
+}
+
+/* hca_tcp_netif.c: the listener's address, from the setting (names or
+ * addresses, comma separated) or the default choice. */
+int  hca_tcp_netif_pick(const char *setting, hca_net_addr_t *addr,
+                        char *ifname, size_t ifname_len);
+int  hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len);
+
+/* hca_tcp_conn.c */
+hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
+hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound);
+void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                          hca_wc_status_t why, const char *where);
+#define HCA_TCP_STR2(x) #x
+#define HCA_TCP_STR(x)  HCA_TCP_STR2(x)
+/* (where: for HCA_TRACE, the line that found it dead) */
+#define hca_tcp_conn_kill(_tcp, _conn, _why) \
+    hca_tcp_conn_kill_at(_tcp, _conn, _why, __FILE__ ":" HCA_TCP_STR(__LINE__))
+void hca_tcp_conn_free(hca_tcp_conn_t *conn);
+/* tx (conn->tx_lock held): 1 the frame is out, 0 the socket is full,
+ * -1 the connection died */
+int  hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
+                      const struct iovec *iov, int iovcnt,
+                      uint32_t owner_qpn);
+void hca_tcp_want_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* queues an answer (thread; tx_lock held): 0, or -EAGAIN if full */
+int  hca_tcp_job_push(hca_tcp_conn_t *conn, const hca_tcp_job_t *job);
+/* sends queued answers while the socket takes them (tx_lock held) */
+void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* the frames in the tx of QP qpn will never be read back: its payload is
+ * replaced by zeros (tx_lock held) */
+void hca_tcp_tx_orphan(hca_tcp_conn_t *conn, uint32_t qpn);
+
+/* hca_tcp_thread.c */
+int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
+void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
+void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op);
+
+/* hca_tcp_rx.c: the frame in conn->rx.in.hdr was read and checked; its
+ * payload, if any, is read by the thread after this set conn->rx up */
+void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* the payload is in: finishes the frame */
+void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* a parked SEND: 1 if it went into its ring now */
+int  hca_tcp_rx_unpark(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* releases what a frame being read holds (connection death) */
+void hca_tcp_rx_abort(hca_tcp_conn_t *conn);
+/* before reading more payload into a QP's buffers: 1 if still wanted
+ * (tcp->lock held) */
+int  hca_tcp_rx_target_ok(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+
+/* hca_tcp_exec.c */
+hca_exec_t hca_tcp_exec(hca_qp_t *qp, struct hca_wqe *wqe,
+                        hca_wc_status_t *status_p);
+hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, struct hca_wqe *wqe,
+                                 hca_wc_status_t *status_p);
+int  hca_tcp_response_ready(const hca_qp_t *qp, const struct hca_wqe *wqe);
+
+#endif

@@ -1,0 +1,558 @@
+/*
+ * hca_tcp_thread.c - the tcp fabric's thread, one per device context: it
+ * accepts connections and checks their hello, completes our own connects,
+ * reads every frame (so that WRITE, READ and atomics complete without the
+ * target process calling the device), sends the answers, keeps idle
+ * connections alive and finds silent or broken ones.
+ */
+#include "hca_tcp_fabric.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static char hca_tcp_listen_tag, hca_tcp_wake_tag;
+
+/* The events the thread waits for on conn: reading unless parked or out
+ * of room for answers, writing while something waits to go out.  With
+ * conn->tx_lock held (want_out is the senders' too). */
+void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op)
+{
+    struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = conn};
+
+    if (conn->reading) {
+        ev.events |= EPOLLIN;
+    }
+    if (conn->want_out) {
+        ev.events |= EPOLLOUT;
+    }
+    (void)epoll_ctl(tcp->epfd, op, conn->fd, &ev);
+}
+
+/* A new connection (tcp->lock held): watched for its connect's end or
+ * its hello. */
+void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    pthread_mutex_lock(&conn->tx_lock);
+    conn->reading  = 1;
+    conn->want_out = (atomic_load(&conn->state) == HCA_TCP_CONN_CONNECTING);
+    hca_tcp_events(tcp, conn, EPOLL_CTL_ADD);
+    pthread_mutex_unlock(&conn->tx_lock);
+}
+
+/* ---------------------------------------------------------------- hello */
+
+static int hca_tcp_send_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n <= 0) {
+            if ((n < 0) && (errno == EINTR)) {
+                continue;
+            }
+            return -1; /* a fresh socket takes 48 bytes, or is broken */
+        }
+        p   += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void hca_tcp_hello_fill(hca_tcp_dev_t *tcp, hca_tcp_hello_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic    = HCA_TCP_MAGIC;
+    h->version  = HCA_TCP_VERSION;
+    h->src_host = tcp->dev->host_key;
+    h->src_pid  = tcp->dev->pid;
+    h->src_ctx  = tcp->dev->ctx_id;
+}
+
+/* Our connect finished: says who we want, with its secret. */
+static void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_hello_t h;
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if ((getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) ||
+        (err != 0)) {
+        if (tcp->dev->trace) {
+            hca_log("tcp fabric: connect to pid %u ctx %u: %s",
+                    conn->peer.pid, conn->peer.ctx_id, strerror(err));
+        }
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return;
+    }
+    hca_tcp_hello_fill(tcp, &h);
+    h.dst_host = conn->peer.host;
+    h.dst_pid  = conn->peer.pid;
+    h.dst_ctx  = conn->peer.ctx_id;
+    h.secret   = conn->peer.secret;
+    if (hca_tcp_send_all(conn->fd, &h, sizeof(h)) != 0) {
+        if (tcp->dev->trace) {
+            hca_log("tcp fabric: hello to pid %u ctx %u: %s",
+                    conn->peer.pid, conn->peer.ctx_id, strerror(errno));
+        }
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return;
+    }
+    atomic_store(&conn->state, HCA_TCP_CONN_HELLO);
+    pthread_mutex_lock(&conn->tx_lock);
+    conn->want_out = 0;
+    hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+    pthread_mutex_unlock(&conn->tx_lock);
+}
+
+/* The other side's hello is in conn->rx.in.hello. */
+static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    const hca_tcp_hello_t *in = &conn->rx.in.hello;
+    hca_device_t *dev         = tcp->dev;
+    hca_tcp_hello_t out;
+
+    if (conn->outbound) {
+        /* the acceptor's answer */
+        if (!hca_tcp_hello_check(in) || (in->status != HCA_TCP_HELLO_OK) ||
+            (in->src_host != conn->peer.host) ||
+            (in->src_pid != conn->peer.pid) ||
+            (in->src_ctx != conn->peer.ctx_id)) {
+            hca_log("tcp fabric: pid %u ctx %u refused our connection "
+                    "(status %u)", conn->peer.pid, conn->peer.ctx_id,
+                    hca_tcp_hello_check(in) ? in->status : 0xffffu);
+            hca_tcp_conn_kill(tcp, conn,
+                              (hca_tcp_hello_check(in) &&
+                               (in->status == HCA_TCP_HELLO_BAD_SECRET)) ?
+                              HCA_WC_REM_ACCESS_ERR : HCA_WC_RETRY_EXC_ERR);
+            return;
+        }
+    } else {
+        hca_tcp_hello_fill(tcp, &out);
+        if (!hca_tcp_hello_check(in)) {
+            out.status = HCA_TCP_HELLO_BAD_VERSION;
+        } else if (in->dst_host != dev->host_key) {
+            out.status = HCA_TCP_HELLO_WRONG_HOST;
+        } else if ((in->dst_pid != dev->pid) || (in->dst_ctx != dev->ctx_id)) {
+            out.status = HCA_TCP_HELLO_NO_CONTEXT;
+        } else if (in->secret != tcp->secret) {
+            out.status = HCA_TCP_HELLO_BAD_SECRET;
+        }
+        (void)hca_tcp_send_all(conn->fd, &out, sizeof(out));
+        if (out.status != HCA_TCP_HELLO_OK) {
+            atomic_fetch_add(&tcp->stats.refused_hellos, 1);
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+            return;
+        }
+        conn->peer.host   = in->src_host;
+        conn->peer.pid    = in->src_pid;
+        conn->peer.ctx_id = in->src_ctx;
+    }
+    atomic_fetch_add(&tcp->stats.conns_up, 1);
+    atomic_store_explicit(&conn->state, HCA_TCP_CONN_UP, memory_order_release);
+    conn->rx.state = HCA_TCP_RX_HDR;
+    conn->rx.got   = 0;
+    conn->rx.want  = sizeof(hca_tcp_hdr_t);
+}
+
+/* ---------------------------------------------------------------- reading */
+
+/* Reads what the socket has for the frame being read.  0: wait for more
+ * data (or room), -1: the connection died. */
+static int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_rx_t *rx = &conn->rx;
+
+    for (;;) {
+        ssize_t n;
+
+        if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
+            return -1;
+        }
+        switch (rx->state) {
+        case HCA_TCP_RX_HELLO:
+        case HCA_TCP_RX_HDR:
+            if ((rx->state == HCA_TCP_RX_HDR) &&
+                (conn->jobs_head - conn->jobs_tail >= HCA_TCP_JOBS - 1)) {
+                /* no room for the answer: read on when answers left */
+                pthread_mutex_lock(&conn->tx_lock);
+                conn->reading  = 0;
+                conn->want_out = 1;
+                hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+                pthread_mutex_unlock(&conn->tx_lock);
+                return 0;
+            }
+            n = recv(conn->fd, rx->in.bytes + rx->got, rx->want - rx->got,
+                     MSG_DONTWAIT);
+            break;
+        case HCA_TCP_RX_PAYLOAD:
+            if (rx->pinned == NULL) {
+                /* into a QP's buffers or our stage: under the lock that
+                 * quiesce and destroy take */
+                pthread_mutex_lock(&tcp->lock);
+                if (!hca_tcp_rx_target_ok(tcp, conn)) {
+                    pthread_mutex_unlock(&tcp->lock);
+                    rx->state = HCA_TCP_RX_DISCARD;
+                    continue;
+                }
+                n = readv(conn->fd, rx->iov, rx->iovcnt);
+                pthread_mutex_unlock(&tcp->lock);
+            } else {
+                n = readv(conn->fd, rx->iov, rx->iovcnt);
+            }
+            break;
+        case HCA_TCP_RX_DISCARD:
+            n = recv(conn->fd, tcp->scratch,
+                     (rx->left < HCA_TCP_SEG_MAX) ? rx->left : HCA_TCP_SEG_MAX,
+                     MSG_DONTWAIT);
+            break;
+        case HCA_TCP_RX_PARKED:
+        default:
+            /* no reading until its ring has room (hca_tcp_timers) */
+            pthread_mutex_lock(&conn->tx_lock);
+            conn->reading = 0;
+            hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+            pthread_mutex_unlock(&conn->tx_lock);
+            tcp->parked = 1;
+            return 0;
+        }
+
+        if (n == 0) {
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR); /* closed */
+            return -1;
+        }
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+                return 0;
+            }
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR); /* reset */
+            return -1;
+        }
+        atomic_store_explicit(&conn->last_rx_ns, hca_now_ns(),
+                              memory_order_relaxed);
+        atomic_fetch_add(&tcp->stats.bytes_rx, (uint64_t)n);
+
+        switch (rx->state) {
+        case HCA_TCP_RX_HELLO:
+        case HCA_TCP_RX_HDR:
+            rx->got += (size_t)n;
+            if (rx->got < rx->want) {
+                continue;
+            }
+            if (rx->state == HCA_TCP_RX_HELLO) {
+                pthread_mutex_lock(&tcp->lock);
+                hca_tcp_hello_in(tcp, conn);
+                pthread_mutex_unlock(&tcp->lock);
+                continue;
+            }
+            rx->got = 0;
+            atomic_fetch_add(&tcp->stats.frames_rx, 1);
+            if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
+                hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
+                        "connection closed", conn->peer.pid,
+                        conn->peer.ctx_id,
+                        hca_tcp_hdr_err_name[hca_tcp_hdr_check(&rx->in.hdr)]);
+                atomic_fetch_add(&tcp->stats.bad_frames, 1);
+                hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_OP_ERR);
+                return -1;
+            }
+            pthread_mutex_lock(&tcp->lock);
+            hca_tcp_rx_frame(tcp, conn);
+            pthread_mutex_unlock(&tcp->lock);
+            break;
+        case HCA_TCP_RX_PAYLOAD:
+            rx->left -= (size_t)n;
+            while ((n > 0) && (rx->iovcnt > 0)) {
+                if ((size_t)n < rx->iov[0].iov_len) {
+                    rx->iov[0].iov_base = (uint8_t*)rx->iov[0].iov_base + n;
+                    rx->iov[0].iov_len -= (size_t)n;
+                    n = 0;
+                } else {
+                    n -= (ssize_t)rx->iov[0].iov_len;
+                    memmove(&rx->iov[0], &rx->iov[1],
+                            (size_t)(rx->iovcnt - 1) * sizeof(rx->iov[0]));
+                    rx->iovcnt--;
+                }
+            }
+            break;
+        case HCA_TCP_RX_DISCARD:
+            rx->left -= (size_t)n;
+            break;
+        default:
+            break;
+        }
+        if (((rx->state == HCA_TCP_RX_PAYLOAD) ||
+             (rx->state == HCA_TCP_RX_DISCARD)) && (rx->left == 0)) {
+            pthread_mutex_lock(&tcp->lock);
+            hca_tcp_rx_done(tcp, conn);
+            pthread_mutex_unlock(&tcp->lock);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void hca_tcp_accept(hca_tcp_dev_t *tcp)
+{
+    for (;;) {
+        hca_tcp_conn_t *conn;
+        int fd = accept4(tcp->listen_fd, NULL, NULL,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            return;
+        }
+        pthread_mutex_lock(&tcp->lock);
+        conn = hca_tcp_conn_new(tcp, fd, 0);
+        if (conn == NULL) {
+            close(fd);
+        } else {
+            atomic_store(&conn->state, HCA_TCP_CONN_HELLO);
+            hca_tcp_watch(tcp, conn);
+        }
+        pthread_mutex_unlock(&tcp->lock);
+    }
+}
+
+/* The socket takes more: the frame in progress, then the answers. */
+static void hca_tcp_writable(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    int done;
+
+    pthread_mutex_lock(&conn->tx_lock);
+    conn->want_out = 0;
+    hca_tcp_jobs_pump(tcp, conn);
+    done = !conn->want_out;
+    if (done && !conn->reading && (conn->rx.state != HCA_TCP_RX_PARKED) &&
+        (conn->jobs_head - conn->jobs_tail < HCA_TCP_JOBS / 2)) {
+        conn->reading = 1;
+    }
+    hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+    pthread_mutex_unlock(&conn->tx_lock);
+    if (conn->reading) {
+        (void)hca_tcp_read(tcp, conn); /* what arrived while we waited */
+    }
+}
+
+/* Releases what a dead connection holds; frees it once no QP uses it. */
+static void hca_tcp_reap(hca_tcp_dev_t *tcp)
+{
+    pthread_mutex_lock(&tcp->lock);
+    for (hca_tcp_conn_t **pp = &tcp->conns; *pp != NULL;) {
+        hca_tcp_conn_t *conn = *pp;
+        if (atomic_load(&conn->state) != HCA_TCP_CONN_DEAD) {
+            pp = &conn->next;
+            continue;
+        }
+        if (conn->fd >= 0) {
+            (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+            pthread_mutex_lock(&conn->tx_lock);
+            hca_tcp_rx_abort(conn);
+            pthread_mutex_unlock(&conn->tx_lock);
+            close(conn->fd);
+            conn->fd = -1;
+        }
+        if (conn->qp_refs == 0) {
+            *pp = conn->next;
+            hca_tcp_conn_free(conn);
+        } else {
+            pp = &conn->next;
+        }
+    }
+    pthread_mutex_unlock(&tcp->lock);
+}
+
+/* Nanoseconds since t; 0 for a time after now (stamps of other threads are
+ * taken without our lock: one may be newer than our `now`). */
+static inline uint64_t hca_tcp_age(uint64_t now, uint64_t t)
+{
+    return (now > t) ? now - t : 0;
+}
+
+/* Keepalives on quiet connections; silent, stuck and parked ones. */
+static int hca_tcp_timers(hca_tcp_dev_t *tcp)
+{
+    uint64_t now, limit = tcp->timeout_ms * 1000000ull;
+    int dead = 0, parked = 0;
+
+    pthread_mutex_lock(&tcp->lock);
+    now = hca_now_ns();
+    for (hca_tcp_conn_t *conn = tcp->conns; conn != NULL; conn = conn->next) {
+        int state = atomic_load(&conn->state);
+
+        if (state == HCA_TCP_CONN_DEAD) {
+            dead = 1;
+            continue;
+        }
+        if (state != HCA_TCP_CONN_UP) {
+            if (hca_tcp_age(now, conn->start_ns) >
+                HCA_TCP_CONNECT_MS * 1000000ull) {
+                hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+                dead = 1;
+            }
+            continue;
+        }
+        if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) {
+            hca_log("tcp fabric: pid %u ctx %u silent for %u ms: its QPs "
+                    "fail", conn->peer.pid, conn->peer.ctx_id,
+                    tcp->timeout_ms);
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+            dead = 1;
+            continue;
+        }
+        if (conn->rx.state == HCA_TCP_RX_PARKED) {
+            if (hca_tcp_rx_unpark(tcp, conn)) {
+                pthread_mutex_lock(&conn->tx_lock);
+                conn->reading = 1;
+                hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+                pthread_mutex_unlock(&conn->tx_lock);
+            } else {
+                parked = 1;
+            }
+        }
+        if (hca_tcp_age(now, atomic_load(&conn->last_tx_ns)) > limit / 4) {
+            hca_tcp_job_t job;
+            memset(&job, 0, sizeof(job));
+            job.hdr.version = HCA_TCP_VERSION;
+            job.hdr.opcode  = HCA_TCP_OP_KEEPALIVE;
+            pthread_mutex_lock(&conn->tx_lock);
+            if (hca_tcp_job_push(conn, &job) == 0) {
+                hca_tcp_jobs_pump(tcp, conn);
+            }
+            pthread_mutex_unlock(&conn->tx_lock);
+            atomic_store(&conn->last_tx_ns, now); /* one per period */
+        }
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    if (dead) {
+        hca_tcp_reap(tcp);
+    }
+    return parked;
+}
+
+static void *hca_tcp_thread(void *arg)
+{
+    hca_tcp_dev_t *tcp = arg;
+    struct epoll_event ev[32];
+    uint64_t next_timer = 0;
+    int reap;
+
+    while (tcp->running) {
+        uint64_t now;
+        int n = epoll_wait(tcp->epfd, ev, 32, tcp->parked ? 1 :
+                           (int)((tcp->timeout_ms / 8) ? tcp->timeout_ms / 8 : 1));
+
+        reap = 0; /* after the batch: a freed connection may be in it */
+        for (int i = 0; i < n; ++i) {
+            hca_tcp_conn_t *conn = ev[i].data.ptr;
+
+            if (ev[i].data.ptr == &hca_tcp_wake_tag) {
+                uint64_t v;
+                (void)read(tcp->wake_fd, &v, sizeof(v));
+                continue;
+            }
+            if (ev[i].data.ptr == &hca_tcp_listen_tag) {
+                hca_tcp_accept(tcp);
+                continue;
+            }
+            if (ev[i].events & (EPOLLERR | EPOLLHUP)) {
+                if (atomic_load(&conn->state) == HCA_TCP_CONN_CONNECTING) {
+                    hca_tcp_connected(tcp, conn); /* finds the error */
+                } else {
+                    (void)hca_tcp_read(tcp, conn); /* then the close */
+                    hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+                }
+                reap = 1;
+                continue;
+            }
+            if (atomic_load(&conn->state) == HCA_TCP_CONN_CONNECTING) {
+                if (ev[i].events & EPOLLOUT) {
+                    hca_tcp_connected(tcp, conn);
+                }
+                continue;
+            }
+            if ((ev[i].events & (EPOLLIN | EPOLLRDHUP)) && conn->reading &&
+                (hca_tcp_read(tcp, conn) < 0)) {
+                reap = 1;
+                continue;
+            }
+            if ((ev[i].events & EPOLLRDHUP) && !conn->reading) {
+                /* the peer closed while we read nothing (parked, or out of
+                 * room for answers): it is gone */
+                hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+                reap = 1;
+                continue;
+            }
+            if (ev[i].events & EPOLLOUT) {
+                hca_tcp_writable(tcp, conn);
+            }
+            reap |= (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD);
+        }
+        if (reap) {
+            hca_tcp_reap(tcp);
+        }
+        now = hca_now_ns();
+        if (tcp->parked || (now >= next_timer)) {
+            tcp->parked = hca_tcp_timers(tcp);
+            next_timer = now + (tcp->timeout_ms / 8) * 1000000ull;
+        }
+    }
+    return NULL;
+}
+
+int hca_tcp_thread_start(hca_tcp_dev_t *tcp)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    int rc;
+
+    tcp->epfd    = epoll_create1(EPOLL_CLOEXEC);
+    tcp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if ((tcp->epfd < 0) || (tcp->wake_fd < 0)) {
+        rc = -errno;
+        goto err;
+    }
+    ev.data.ptr = &hca_tcp_listen_tag;
+    if (epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev) != 0) {
+        rc = -errno;
+        goto err;
+    }
+    ev.data.ptr = &hca_tcp_wake_tag;
+    if (epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->wake_fd, &ev) != 0) {
+        rc = -errno;
+        goto err;
+    }
+    tcp->running = 1;
+    rc = -pthread_create(&tcp->thread, NULL, hca_tcp_thread, tcp);
+    if (rc == 0) {
+        return 0;
+    }
+    tcp->running = 0;
+err:
+    if (tcp->epfd >= 0) {
+        close(tcp->epfd);
+    }
+    if (tcp->wake_fd >= 0) {
+        close(tcp->wake_fd);
+    }
+    tcp->epfd = tcp->wake_fd = -1;
+    return rc;
+}
+
+void hca_tcp_thread_stop(hca_tcp_dev_t *tcp)
+{
+    uint64_t one = 1;
+
+    tcp->running = 0;
+    (void)write(tcp->wake_fd, &one, sizeof(one));
+    pthread_join(tcp->thread, NULL);
+    close(tcp->epfd);
+    close(tcp->wake_fd);
+}

@@ -1,0 +1,136 @@
+/*
+ * hca_tcp_wire.h - the tcp fabric's wire protocol: the handshake and the
+ * frame header, and the checks every header read from the network passes
+ * before anything uses it (docs/TCP-WIRE.md has them as tables).
+ *
+ * A connection joins two device contexts and carries the frames of all
+ * their QPs.  Each side first sends a hca_tcp_hello_t; then frames follow,
+ * each a hca_tcp_hdr_t and `length` bytes of payload.  Fields are little
+ * endian (the fabric is built for little-endian hosts only: see the
+ * assertion below).
+ */
+#ifndef HCA_TCP_WIRE_H
+#define HCA_TCP_WIRE_H
+
+#include "hca_dev.h"
+#include "hca_wire.h"
+
+#include <stdint.h>
+
+#if !defined(__BYTE_ORDER__) || (__BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
+#error "the tcp fabric's wire format is little endian, as its hosts are"
+#endif
+
+#define HCA_TCP_MAGIC    0x50544348u       /* "HCTP" */
+#define HCA_TCP_VERSION  1
+#define HCA_TCP_SEG_MAX  (64u * 1024)      /* payload of a WRITE or
+                                              READ_RESP frame: a large
+                                              transfer is cut into these,
+                                              so other QPs' frames pass */
+#define HCA_TCP_SEND_MAX HCA_SLOT_PAYLOAD  /* payload of a SEND frame: one
+                                              receive ring slot */
+
+/* ------------------------------------------------------------ handshake */
+
+typedef enum {
+    HCA_TCP_HELLO_OK = 0,
+    HCA_TCP_HELLO_BAD_VERSION,   /* not our protocol version */
+    HCA_TCP_HELLO_WRONG_HOST,    /* the connector wanted another host */
+    HCA_TCP_HELLO_NO_CONTEXT,    /* no such context here (pid, ctx) */
+    HCA_TCP_HELLO_BAD_SECRET,    /* it did not get our address from the
+                                    application */
+    HCA_TCP_HELLO_LAST
+} hca_tcp_hello_status_t;
+
+/* Sent by the connector, answered by the acceptor with its own identity
+ * and a status (then it closes if the status is not OK). */
+typedef struct hca_tcp_hello {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t status;      /* answer: hca_tcp_hello_status_t */
+    uint64_t src_host;    /* hca_host_key() of the sender */
+    uint32_t src_pid;
+    uint32_t src_ctx;
+    uint64_t dst_host;    /* who the connector wants (from the address) */
+    uint32_t dst_pid;
+    uint32_t dst_ctx;
+    uint64_t secret;      /* connector: the acceptor's secret, from its
+                             address; answer: 0 */
+} hca_tcp_hello_t;
+
+/* ------------------------------------------------------------ frames */
+
+typedef enum {
+    HCA_TCP_OP_SEND = 1,   /* a fragment of a SEND: [offset, +length) of
+                              a total-byte message */
+    HCA_TCP_OP_WRITE,      /* bytes for [remote_addr, +length): the part at
+                              offset of a total-byte RDMA WRITE */
+    HCA_TCP_OP_READ,       /* read total bytes at remote_addr */
+    HCA_TCP_OP_ATOMIC,     /* atomic_op on remote_addr */
+    HCA_TCP_OP_ACK,        /* the end of a request: syndrome, value */
+    HCA_TCP_OP_READ_RESP,  /* bytes [offset, +length) of a READ */
+    HCA_TCP_OP_KEEPALIVE,  /* nothing: its sender lives */
+    HCA_TCP_OP_LAST
+} hca_tcp_op_t;
+
+enum {
+    HCA_TCP_F_FIRST    = 1u << 0, /* SEND: first fragment */
+    HCA_TCP_F_LAST     = 1u << 1, /* SEND, WRITE, READ_RESP: last part:
+                                     the request is answered after it */
+    HCA_TCP_F_IMM      = 1u << 2, /* SEND, WRITE: carries imm (a WRITE's
+                                     last part consumes a receive) */
+    HCA_TCP_F_ATOMIC32 = 1u << 3, /* ATOMIC: 4-byte operands */
+    HCA_TCP_F_ALL      = (1u << 4) - 1
+};
+
+typedef struct hca_tcp_hdr {
+    uint8_t  version;     /* HCA_TCP_VERSION */
+    uint8_t  opcode;      /* hca_tcp_op_t */
+    uint8_t  flags;       /* HCA_TCP_F_* */
+    uint8_t  syndrome;    /* ACK: hca_wc_status_t (0: success) */
+    uint32_t length;      /* payload bytes after the header */
+    uint32_t src_qpn;     /* the sender's QP */
+    uint32_t dst_qpn;     /* the receiver's QP */
+    uint32_t psn;         /* requests: the requester QP's sequence */
+    uint32_t rkey;        /* WRITE, READ, ATOMIC */
+    uint64_t remote_addr; /* WRITE: of this frame's bytes; READ, ATOMIC:
+                             of the operation */
+    uint32_t resp_idx;    /* the requester's response slot ... */
+    uint32_t resp_stamp;  /* ... and the stamp its answer bears */
+    uint32_t offset;      /* SEND, WRITE, READ_RESP: of this payload */
+    uint32_t total;       /* SEND, WRITE: message bytes; READ, READ_RESP:
+                             bytes read */
+    uint32_t imm;
+    uint8_t  atomic_op;   /* ATOMIC: hca_wr_opcode_t */
+    uint8_t  reserved[3];
+    uint64_t operand;     /* ATOMIC: add / compare / bitwise / swap value;
+                             ACK of an ATOMIC: the old value */
+    uint64_t swap;        /* ATOMIC CMP_SWP: the new value */
+} hca_tcp_hdr_t;
+
+_Static_assert(sizeof(hca_tcp_hello_t) == 48, "tcp hello layout");
+_Static_assert(sizeof(hca_tcp_hdr_t) == 72, "tcp frame header layout");
+
+/* Why a header was refused (0: it is well formed). */
+typedef enum {
+    HCA_TCP_HDR_OK = 0,
+    HCA_TCP_HDR_VERSION,   /* another protocol version */
+    HCA_TCP_HDR_OPCODE,    /* no such opcode */
+    HCA_TCP_HDR_FLAGS,     /* flags the opcode does not take */
+    HCA_TCP_HDR_LENGTH,    /* payload over the opcode's limit */
+    HCA_TCP_HDR_RANGE,     /* offset, length and total disagree */
+    HCA_TCP_HDR_ATOMIC,    /* not an atomic opcode, or misaligned */
+    HCA_TCP_HDR_SYNDROME,  /* an ACK's status that does not exist */
+    HCA_TCP_HDR_LAST
+} hca_tcp_hdr_err_t;
+
+/* The checks of a header read from the network, against itself and the
+ * limits (hca_tcp_frame.c): what it describes fits what it carries.  The
+ * QPN, key, rights and memory are the responder's checks after it. */
+hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr);
+extern const char *const hca_tcp_hdr_err_name[HCA_TCP_HDR_LAST];
+
+/* The checks of the other side's hello. */
+int hca_tcp_hello_check(const hca_tcp_hello_t *hello);
+
+#endif
