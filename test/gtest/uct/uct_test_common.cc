@@ -1271,21 +1271,24 @@ const char *fabric_name(uct_fabric f)
 {
     switch (f) {
     case FABRIC_SHM: return "shm";
+    case FABRIC_TCP: return "tcp";
     default:         return "?";
     }
 }
 
 std::vector<uct_fabric> uct_fabrics()
 {
-    return {FABRIC_SHM};
+    return {FABRIC_SHM, FABRIC_TCP};
 }
 
 cfg_list fabric_md_config(uct_fabric f)
 {
     switch (f) {
+    case FABRIC_TCP:
+        return cfg_list{{"FABRIC", "tcp"}, {"NET_DEVICES", "lo"}};
     case FABRIC_SHM:
     default:
-        return cfg_list();
+        return cfg_list{{"FABRIC", "shm"}};
     }
 }
 

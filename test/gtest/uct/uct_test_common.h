@@ -470,19 +470,19 @@ enum topology {
 const char *topology_name(topology t);
 
 /* The fabric of the hca device under the transport: the fabric axis of the
- * parameterised suites (uct_fabrics() x topology [x memory kind]).  One
- * value today. */
+ * parameterised suites (uct_fabrics() x topology [x memory kind]). */
 enum uct_fabric {
     FABRIC_SHM = 0,        /* processes of one host */
+    FABRIC_TCP,            /* tcp forced between them (on lo): what peers
+                              on other hosts use */
     FABRIC_LAST
 };
 const char *fabric_name(uct_fabric f);
 /* The fabrics the parameterised suites run on. */
 std::vector<uct_fabric> uct_fabrics();
 /* The hook where a fabric becomes configuration: the md options of both
- * sides (what UCX_HCA_<NAME> sets).  shm: none, the transport's default.
- * The tcp fabric adds its selection here (the md option behind
- * UCX_HCA_FABRIC) and its value to uct_fabrics(). */
+ * sides (what UCX_HCA_<NAME> sets): UCX_HCA_FABRIC, and for tcp the
+ * interface. */
 cfg_list fabric_md_config(uct_fabric f);
 /* An entity_config with only the fabric's md options. */
 entity_config fabric_config(uct_fabric f);
