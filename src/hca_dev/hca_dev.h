@@ -661,6 +661,20 @@ typedef struct hca_counters {
     uint64_t responder_ops;                 /* executed by a responder */
     uint64_t cq_overflows;
     uint64_t wakeups_sent;
+    /* by fabric (hca_fabric_type_t): WRs executed and their bytes */
+    uint64_t fabric_tx_ops[HCA_FABRIC_LAST];
+    uint64_t fabric_tx_bytes[HCA_FABRIC_LAST];
+    /* the tcp fabric's wire */
+    uint64_t tcp_frames_tx;
+    uint64_t tcp_frames_rx;
+    uint64_t tcp_bytes_tx;
+    uint64_t tcp_bytes_rx;
+    uint64_t tcp_naks[HCA_WC_STATUS_LAST]; /* requests refused, by syndrome */
+    uint64_t tcp_retries;      /* sends that found no room (socket, ring) */
+    uint64_t tcp_bad_frames;   /* connections closed for a malformed frame */
+    uint64_t tcp_refused;      /* hellos refused (secret, context, version) */
+    uint64_t tcp_conns;        /* connections established */
+    uint64_t tcp_conns_lost;   /* closed: reset, timeout, bad frame, refusal */
 } hca_counters_t;
 
 /* Sums over every QP ever created on the context (closed ones included). */

@@ -257,18 +257,10 @@ static hca_wc_status_t hca_tcp_peer_status(hca_qp_t *qp)
 static uint64_t hca_tcp_check_peers(hca_device_t *dev)
 {
     hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
-    uint64_t dead;
 
-    if (tcp == NULL) {
-        return 0;
-    }
-    /* the thread finds them (timeouts, resets); here they are counted */
-    dead = atomic_load(&tcp->stats.conns_dead);
-    if (dead != tcp->dead_seen) {
-        atomic_fetch_add(&dev->dead_peers, dead - tcp->dead_seen);
-        tcp->dead_seen = dead;
-    }
-    return dead;
+    /* the thread finds dead connections (resets, timeouts) and counts
+     * them in dev->dead_peers as it does */
+    return (tcp != NULL) ? atomic_load(&tcp->conns_dead) : 0;
 }
 
 static int hca_tcp_source_alive(hca_device_t *dev, uint32_t pid,

@@ -512,8 +512,14 @@ void hca_progress_mark_busy(hca_qp_t *qp);
 /* The requester's counters of an executed WR: kept here only. */
 HCA_INLINE void hca_count_tx(hca_qp_t *qp, unsigned opcode, uint64_t bytes)
 {
+    unsigned f = qp->fabric->type; /* a real fabric: only RTS QPs execute */
+
     qp->cnt->tx_ops[opcode]++;
     qp->cnt->tx_bytes[opcode] += bytes;
+    if (HCA_LIKELY(f < HCA_FABRIC_LAST)) {
+        qp->cnt->fabric_tx_ops[f]++;
+        qp->cnt->fabric_tx_bytes[f] += bytes;
+    }
 }
 
 /* ---------------------------------------------------------------- target */

@@ -118,7 +118,8 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
             }
             /* wakes the thread through EPOLLHUP: it closes and frees */
             (void)shutdown(conn->fd, SHUT_RDWR);
-            atomic_fetch_add(&tcp->stats.conns_dead, 1);
+            atomic_fetch_add(&tcp->conns_dead, 1);
+            HCA_TCP_COUNT(tcp, tcp_conns_lost, 1);
             atomic_fetch_add(&tcp->dev->dead_peers, 1);
             break;
         }
@@ -169,7 +170,7 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
             return -1;
         }
-        atomic_fetch_add(&tcp->stats.bytes_tx, (uint64_t)n);
+        HCA_TCP_COUNT(tcp, tcp_bytes_tx, n);
         tx->left -= (size_t)n;
         while ((n > 0) && (tx->first < tx->iovcnt)) {
             struct iovec *v = &tx->iov[tx->first];
@@ -188,7 +189,7 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         tx->pinned = NULL;
     }
     tx->owner_qpn = 0;
-    atomic_fetch_add(&tcp->stats.frames_tx, 1);
+    HCA_TCP_COUNT(tcp, tcp_frames_tx, 1);
     atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),
                           memory_order_relaxed);
     return 1;

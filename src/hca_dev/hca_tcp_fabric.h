@@ -119,15 +119,11 @@ typedef struct hca_tcp_conn {
     int                  reading;   /* EPOLLIN armed */
 } hca_tcp_conn_t;
 
-/* Per-fabric counters (hca_devinfo shows them). */
-typedef struct hca_tcp_stats {
-    _Atomic uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx;
-    _Atomic uint64_t naks[HCA_WC_STATUS_LAST];
-    _Atomic uint64_t retries;        /* sends that found no room */
-    _Atomic uint64_t bad_frames;     /* connections closed for a frame */
-    _Atomic uint64_t refused_hellos;
-    _Atomic uint64_t conns_up, conns_dead;
-} hca_tcp_stats_t;
+/* The fabric's counters live in the context's responder-side counters
+ * (dev->svc_cnt, shared memory: hca_devinfo sums them); any thread adds. */
+#define HCA_TCP_COUNT(_tcp, _field, _n) \
+    __atomic_fetch_add(&(_tcp)->dev->svc_cnt->_field, (uint64_t)(_n), \
+                       __ATOMIC_RELAXED)
 
 typedef struct hca_tcp_dev {
     hca_device_t        *dev;
@@ -144,9 +140,8 @@ typedef struct hca_tcp_dev {
     char                 ifname[32];
     uint64_t             secret;
     uint32_t             timeout_ms;
-    uint64_t             dead_seen;  /* connections found dead */
     uint8_t             *scratch;    /* discarded payload lands here */
-    hca_tcp_stats_t      stats;
+    _Atomic uint64_t     conns_dead; /* found dead (check_peers counts) */
 } hca_tcp_dev_t;
 
 /* Per-QP state, in qp->fabric_priv. */

@@ -69,7 +69,7 @@ static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     job.hdr.resp_stamp = req->resp_stamp;
     job.hdr.operand    = value;
     if (status != HCA_WC_SUCCESS) {
-        atomic_fetch_add(&tcp->stats.naks[status], 1);
+        HCA_TCP_COUNT(tcp, tcp_naks[status], 1);
         hca_tcp_poison(conn, req->src_qpn);
     }
     pthread_mutex_lock(&conn->tx_lock);
@@ -483,7 +483,7 @@ static int hca_tcp_rx_place(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         if (conn->rx.state != HCA_TCP_RX_PARKED) {
             conn->rx.state     = HCA_TCP_RX_PARKED;
             conn->rx.parked_ns = hca_now_ns();
-            atomic_fetch_add(&tcp->stats.retries, 1);
+            HCA_TCP_COUNT(tcp, tcp_retries, 1);
         }
         return 0;
     }

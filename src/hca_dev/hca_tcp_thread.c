@@ -146,7 +146,7 @@ static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         }
         (void)hca_tcp_send_all(conn->fd, &out, sizeof(out));
         if (out.status != HCA_TCP_HELLO_OK) {
-            atomic_fetch_add(&tcp->stats.refused_hellos, 1);
+            HCA_TCP_COUNT(tcp, tcp_refused, 1);
             hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
             return;
         }
@@ -154,7 +154,7 @@ static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         conn->peer.pid    = in->src_pid;
         conn->peer.ctx_id = in->src_ctx;
     }
-    atomic_fetch_add(&tcp->stats.conns_up, 1);
+    HCA_TCP_COUNT(tcp, tcp_conns, 1);
     atomic_store_explicit(&conn->state, HCA_TCP_CONN_UP, memory_order_release);
     conn->rx.state = HCA_TCP_RX_HDR;
     conn->rx.got   = 0;
@@ -239,7 +239,7 @@ static int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         }
         atomic_store_explicit(&conn->last_rx_ns, hca_now_ns(),
                               memory_order_relaxed);
-        atomic_fetch_add(&tcp->stats.bytes_rx, (uint64_t)n);
+        HCA_TCP_COUNT(tcp, tcp_bytes_rx, n);
 
         switch (rx->state) {
         case HCA_TCP_RX_HELLO:
@@ -255,13 +255,13 @@ static int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                 continue;
             }
             rx->got = 0;
-            atomic_fetch_add(&tcp->stats.frames_rx, 1);
+            HCA_TCP_COUNT(tcp, tcp_frames_rx, 1);
             if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
                 hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
                         "connection closed", conn->peer.pid,
                         conn->peer.ctx_id,
                         hca_tcp_hdr_err_name[hca_tcp_hdr_check(&rx->in.hdr)]);
-                atomic_fetch_add(&tcp->stats.bad_frames, 1);
+                HCA_TCP_COUNT(tcp, tcp_bad_frames, 1);
                 hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_OP_ERR);
                 return -1;
             }

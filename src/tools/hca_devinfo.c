@@ -178,6 +178,20 @@ static const char *fabric_str(hca_fabric_type_t fabric)
     }
 }
 
+static const char *fabric_mode_str(hca_fabric_mode_t mode)
+{
+    switch (mode) {
+    case HCA_FABRIC_MODE_AUTO:
+        return "auto (shm on this host, tcp to others)";
+    case HCA_FABRIC_MODE_SHM:
+        return "shm (this host only)";
+    case HCA_FABRIC_MODE_TCP:
+        return "tcp (every peer)";
+    default:
+        return "unknown";
+    }
+}
+
 static int print_port(hca_device_t *dev, uint8_t port_num)
 {
     hca_port_attr_t pattr;
@@ -199,6 +213,17 @@ static int print_port(hca_device_t *dev, uint8_t port_num)
     printf("\t\t\t%-16s%" PRIu32 "\n", "max_msg_sz:", pattr.max_msg_sz);
     printf("\t\t\t%-16s%s\n", "single_copy:",
            pattr.single_copy ? "yes" : "no");
+    printf("\t\t\t%-16s%s\n", "fabric_mode:",
+           fabric_mode_str(pattr.fabric_mode));
+    if (pattr.net.family != HCA_NET_NONE) {
+        char addr[80];
+        hca_net_addr_str(&pattr.net, addr, sizeof(addr));
+        printf("\t\t\t%-16s%s\n", "tcp_interface:", pattr.net_dev);
+        printf("\t\t\t%-16s%s (this context's listener)\n", "tcp_address:",
+               addr);
+    } else {
+        printf("\t\t\t%-16s%s\n", "tcp_address:", "none (no tcp fabric)");
+    }
     return 0;
 }
 
@@ -242,6 +267,35 @@ static void print_error_counters(const hca_counters_t *cnt)
         printf("\t\t%-20s%s\n", "errors:", "(none)");
 }
 
+static void print_fabric_counters(const hca_counters_t *cnt)
+{
+    int st;
+
+    printf("\t\t%-20s%12s%14s\n", "fabric", "tx_ops", "tx_bytes");
+    for (int f = 0; f < HCA_FABRIC_LAST; f++) {
+        printf("\t\t%-20s%12" PRIu64 "%14" PRIu64 "\n",
+               fabric_str((hca_fabric_type_t)f), cnt->fabric_tx_ops[f],
+               cnt->fabric_tx_bytes[f]);
+    }
+    printf("\t\ttcp wire:\n");
+    printf("\t\t\t%-20s%" PRIu64 "\n", "frames_tx:", cnt->tcp_frames_tx);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "frames_rx:", cnt->tcp_frames_rx);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "bytes_tx:", cnt->tcp_bytes_tx);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "bytes_rx:", cnt->tcp_bytes_rx);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "retries:", cnt->tcp_retries);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "connections:", cnt->tcp_conns);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "connections_lost:",
+           cnt->tcp_conns_lost);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "bad_frames:", cnt->tcp_bad_frames);
+    printf("\t\t\t%-20s%" PRIu64 "\n", "refused_hellos:", cnt->tcp_refused);
+    for (st = HCA_WC_SUCCESS + 1; st < HCA_WC_STATUS_LAST; st++) {
+        if (cnt->tcp_naks[st]) {
+            printf("\t\t\tnak %-36s%" PRIu64 "\n",
+                   hca_wc_status_str((hca_wc_status_t)st), cnt->tcp_naks[st]);
+        }
+    }
+}
+
 static int print_counters(hca_device_t *dev)
 {
     hca_counters_t cnt;
@@ -263,6 +317,7 @@ static int print_counters(hca_device_t *dev)
     printf("\t\t%-20s%" PRIu64 "\n", "responder_ops:", cnt.responder_ops);
     printf("\t\t%-20s%" PRIu64 "\n", "cq_overflows:", cnt.cq_overflows);
     printf("\t\t%-20s%" PRIu64 "\n", "wakeups_sent:", cnt.wakeups_sent);
+    print_fabric_counters(&cnt);
     return 0;
 }
 

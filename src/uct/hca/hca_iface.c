@@ -118,11 +118,20 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
     attr->cap.am.max_iov          = UCT_HCA_MAX_IOV;
 
     /* measured on 2-vCPU machines (docs/BENCHMARKS.md): one-way 8 B AM
-     * ~0.33 us, 1 MiB zero-copy 8-20 GB/s, post+completion ~60 ns */
-    attr->latency                 = ucs_linear_func_make(300e-9, 0);
-    attr->bandwidth.dedicated     = 0;
-    attr->bandwidth.shared        = 10000.0 * UCS_MBYTE;
-    attr->overhead                = 60e-9;
+     * ~0.33 us, 1 MiB zero-copy 8-20 GB/s, post+completion ~60 ns; over
+     * tcp (forced: every peer is reached that way) what UCX's own tcp
+     * transport assumes of a network, as UCP compares the two */
+    if (iface->md->tcp_only) {
+        attr->latency             = ucs_linear_func_make(10e-6, 0);
+        attr->bandwidth.dedicated = 0;
+        attr->bandwidth.shared    = 1200.0 * UCS_MBYTE;
+        attr->overhead            = 2e-6; /* a sendmsg per operation */
+    } else {
+        attr->latency             = ucs_linear_func_make(300e-9, 0);
+        attr->bandwidth.dedicated = 0;
+        attr->bandwidth.shared    = 10000.0 * UCS_MBYTE;
+        attr->overhead            = 60e-9;
+    }
     attr->priority                = 0;
     return UCS_OK;
 }
@@ -791,7 +800,10 @@ uct_hca_query_tl_devices(uct_md_h tl_md,
     }
     ucs_snprintf_zero(device->name, sizeof(device->name), "%s",
                       hca_device_name(md->dev));
-    device->type       = UCT_DEVICE_TYPE_SHM;
+    /* with tcp forced every peer is a network peer; otherwise shm serves
+     * this host (the common case UCP plans for) and tcp the others */
+    device->type       = md->tcp_only ? UCT_DEVICE_TYPE_NET :
+                                        UCT_DEVICE_TYPE_SHM;
     device->sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
     *tl_devices_p      = device;
     *num_tl_devices_p  = 1;

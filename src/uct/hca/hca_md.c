@@ -459,6 +459,10 @@ static ucs_status_t uct_hca_md_open(uct_component_t *component,
         return UCS_ERR_NO_RESOURCE;
     }
     hca_port_address(md->dev, &md->addr);
+    md->tcp_only        = (attr.fabric == HCA_FABRIC_MODE_TCP) ||
+                          ((attr.fabric == HCA_FABRIC_MODE_AUTO) &&
+                           (getenv("HCA_FABRIC") != NULL) &&
+                           !strcmp(getenv("HCA_FABRIC"), "tcp"));
     md->host_hash       = md->addr.host;
     md->stats           = config->stats;
     md->super.ops       = &uct_hca_md_ops;

@@ -59,6 +59,8 @@ typedef struct uct_hca_md {
     hca_port_addr_t addr;
     uint64_t       host_hash;
     int            stats;
+    int            tcp_only;     /* UCX_HCA_FABRIC=tcp: every peer is a
+                                    network peer */
 } uct_hca_md_t;
 
 /* A registration (or allocation) */
