@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the harnesses (test/fuzz/corpus/<harness>/):
-small valid inputs in the formats documented at the top of fuzz_ring.c and
-fuzz_svc.c, from which libFuzzer mutates.  Run it after changing a format;
+small valid inputs in the formats documented at the top of fuzz_ring.c,
+fuzz_svc.c and fuzz_tcp.c, from which libFuzzer mutates.  Run it after changing a format;
 the files are deterministic."""
 
 import os
@@ -79,6 +79,93 @@ SVC = {
     "write_dm": req(WR_RDMA_WRITE, rkey_sel=MR_DM, addr=512, length=1024),
 }
 
+# hca_tcp_wire.h
+T_SEND, T_WRITE, T_READ, T_ATOMIC, T_ACK, T_READ_RESP, T_KEEPALIVE = range(1, 8)
+T_FIRST, T_LAST, T_IMM, T_ATOMIC32 = 1, 2, 4, 8
+# fuzz_tcp.c: mode bits, selectors
+M_SHAPED, M_HELLO, M_HELLO_FIX = 1, 2, 4
+S_DST_REQ, S_RAW_RKEY, S_FIX_RANGE = 2, 0x10, 0x40
+S2_SEG, S2_ALIGN = 1, 2
+A_FETCH_ADD, A_CMP_SWP = 1, 0        # indexes into fuzz_tcp.c's atomics[]
+MR_START = 32                        # shaped address: MR + this - 32
+
+
+def hdr(opcode, flags=0, length=0, src=0, dst=0, rkey=0, addr=0,
+        resp_idx=0, resp_stamp=0, offset=0, total=0, imm=0, atomic_op=0,
+        operand=0, swap=0, syndrome=0, version=1):
+    """A hca_tcp_hdr_t (72 bytes)."""
+    return struct.pack("<4B5IQ5IB3xQQ", version, opcode, flags, syndrome,
+                       length, src, dst, 0, rkey, addr, resp_idx,
+                       resp_stamp, offset, total, imm, atomic_op, operand,
+                       swap)
+
+
+def frame(opcode, sel=0, sel2=0, payload=b"", **kw):
+    """A shaped frame: fuzz_tcp.c maps the opcode byte to 1 + op % 7."""
+    kw.setdefault("length", len(payload))
+    return struct.pack("<BB", sel, sel2) + hdr(opcode - 1, **kw) + payload
+
+
+def hello(secret_raw=0, secret=0):
+    """An input hello (fixed by M_HELLO_FIX but for the secret when
+    secret_raw)."""
+    return struct.pack("<IHHQIIQIIQ", 0, 0, 0, 0xf022, 1, 2, 0, 0, 0,
+                       secret) + struct.pack("<B", secret_raw)
+
+
+TCP = {
+    "write": bytes([M_SHAPED]) +
+             frame(T_WRITE, flags=T_LAST, addr=MR_START, total=64,
+                   payload=bytes(range(64))),
+    "write_parts": bytes([M_SHAPED]) +
+                   frame(T_WRITE, addr=MR_START, total=128,
+                         payload=b"\x01" * 64) +
+                   frame(T_WRITE, flags=T_LAST, addr=MR_START + 64,
+                         offset=64, total=128, payload=b"\x02" * 64),
+    "write_imm": bytes([M_SHAPED]) +
+                 frame(T_WRITE, flags=T_LAST | T_IMM, addr=MR_START + 512,
+                       total=16, imm=0x1234, payload=b"i" * 16),
+    "write_bad_rkey": bytes([M_SHAPED]) +
+                      frame(T_WRITE, sel=S_RAW_RKEY, flags=T_LAST,
+                            rkey=0xdead, addr=MR_START, total=8,
+                            payload=b"nak!nak!") +
+                      frame(T_WRITE, flags=T_LAST, addr=MR_START, total=8,
+                            payload=b"dropped!"),
+    "read": bytes([M_SHAPED]) + frame(T_READ, addr=MR_START, total=256),
+    "fetch_add": bytes([M_SHAPED]) +
+                 frame(T_ATOMIC, sel2=S2_ALIGN, addr=MR_START + 8,
+                       atomic_op=A_FETCH_ADD, operand=1),
+    "cmp_swp32": bytes([M_SHAPED]) +
+                 frame(T_ATOMIC, sel2=S2_ALIGN, flags=T_ATOMIC32,
+                       addr=MR_START + 16, atomic_op=A_CMP_SWP, operand=0,
+                       swap=5),
+    "send": bytes([M_SHAPED]) +
+            frame(T_SEND, flags=T_FIRST | T_LAST, total=100,
+                  payload=b"s" * 100),
+    "send_frags": bytes([M_SHAPED]) +
+                  frame(T_SEND, flags=T_FIRST, total=9000,
+                        payload=b"\x11" * 8000) +
+                  frame(T_SEND, flags=T_LAST | T_IMM, offset=8000,
+                        total=9000, imm=7, payload=b"\x22" * 1000),
+    "ack": bytes([M_SHAPED]) +
+           frame(T_ACK, sel=S_DST_REQ, resp_idx=0, resp_stamp=1) +
+           frame(T_KEEPALIVE),
+    "read_resp": bytes([M_SHAPED]) +
+                 frame(T_READ_RESP, sel=S_DST_REQ, flags=T_LAST, total=32,
+                       resp_stamp=1, payload=b"r" * 32),
+    "write_seg_max": bytes([M_SHAPED]) +
+                     frame(T_WRITE, sel=S_FIX_RANGE, sel2=S2_SEG,
+                           flags=T_LAST, addr=MR_START, length=65536),
+    "raw_bad_opcode": bytes([0]) + hdr(99, length=0),
+    "raw_keepalive": bytes([0]) + hdr(T_KEEPALIVE) + hdr(T_KEEPALIVE),
+    "hello_bad_secret": bytes([M_HELLO | M_HELLO_FIX]) +
+                        hello(secret_raw=1, secret=0x1234),
+    "hello_then_write": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
+                        hello() +
+                        frame(T_WRITE, flags=T_LAST, addr=MR_START,
+                              total=4, payload=b"ok!!"),
+}
+
 
 def write(harness, seeds):
     d = os.path.join(HERE, "corpus", harness)
@@ -90,3 +177,4 @@ def write(harness, seeds):
 
 write("fuzz_ring", RING)
 write("fuzz_svc", SVC)
+write("fuzz_tcp", TCP)

@@ -10,7 +10,7 @@
 # Environment:
 #   HCA_FUZZ_BUILD   build dir (default: build-fuzz/ at the top of the repo)
 #   HCA_FUZZ_SRC     library sources (default: src/hca_dev of the repo)
-#   HCA_FUZZ_ONLY    harnesses to run (default: "fuzz_ring fuzz_svc")
+#   HCA_FUZZ_ONLY    harnesses to run (default: "fuzz_ring fuzz_svc fuzz_tcp")
 #   HCA_FUZZ_FLAGS   extra libFuzzer flags, e.g. "-seed=1"
 #   CC_FUZZ          compiler (default: clang)
 #
@@ -24,7 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=${HCA_FUZZ_BUILD:-$top/build-fuzz}
 src=${HCA_FUZZ_SRC:-$top/src/hca_dev}
-harnesses=${HCA_FUZZ_ONLY:-"fuzz_ring fuzz_svc"}
+harnesses=${HCA_FUZZ_ONLY:-"fuzz_ring fuzz_svc fuzz_tcp"}
 cc=${CC_FUZZ:-clang}
 
 case $secs in

@@ -1,0 +1,851 @@
+/*
+ * test_tcp.cc - the tcp fabric's listener against a hostile or broken
+ * client: a raw TCP client written here (plain sockets, frames of
+ * hca_tcp_wire.h through tcp_forge.c) talks to a context opened in tcp
+ * mode on "lo" that has a QP in RTR accepting any source and a registered
+ * MR filled with the sentinel, inside a larger buffer whose other bytes
+ * must never change either (docs/TCP-WIRE.md describes what is tested):
+ *
+ *  - the handshake refuses a wrong secret (BAD_SECRET) and a wrong
+ *    context (NO_CONTEXT), then closes;
+ *  - a refused request gets an ACK with a syndrome (NAK) and nothing
+ *    lands; the requester QP's later frames are dropped;
+ *  - a malformed header closes the connection, writes nothing, and the
+ *    context still serves a second, correct client.
+ *
+ * Every wait is bounded (poll with a timeout).
+ */
+#include "test_common.h"
+#include "tcp_forge.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+namespace hcat {
+namespace {
+
+const size_t   MR_LEN    = 128 * 1024; /* over HCA_TCP_SEG_MAX: a frame over
+                                          the limit would fit the region */
+const size_t   PAD       = 4096;       /* bytes either side, not registered */
+const uint32_t CLIENT_CTX = 0xc1;      /* what the raw client claims to be */
+const int      SHORT_MS  = 2000;       /* a frame expected now */
+
+/* A raw TCP client of a context's listener. */
+class raw_client {
+public:
+    int fd = -1;
+
+    raw_client() = default;
+    raw_client(const raw_client&) = delete;
+    raw_client &operator=(const raw_client&) = delete;
+
+    ~raw_client()
+    {
+        close_fd();
+    }
+
+    void close_fd()
+    {
+        if (fd >= 0) {
+            ::close(fd);
+            fd = -1;
+        }
+    }
+
+    /* Connects to the listener of the context at a (bounded). */
+    ::testing::AssertionResult connect_to(const hca_port_addr_t &a)
+    {
+        struct sockaddr_storage ss;
+        socklen_t len;
+
+        memset(&ss, 0, sizeof(ss));
+        if (a.net.family == HCA_NET_IPV4) {
+            auto *sin = (struct sockaddr_in*)&ss;
+            sin->sin_family = AF_INET;
+            sin->sin_port   = htons(a.net.port);
+            memcpy(&sin->sin_addr, a.net.addr, 4);
+            len = sizeof(*sin);
+        } else if (a.net.family == HCA_NET_IPV6) {
+            auto *sin6 = (struct sockaddr_in6*)&ss;
+            sin6->sin6_family = AF_INET6;
+            sin6->sin6_port   = htons(a.net.port);
+            memcpy(&sin6->sin6_addr, a.net.addr, 16);
+            len = sizeof(*sin6);
+        } else {
+            return ::testing::AssertionFailure() << "the context has no "
+                                                    "tcp listener";
+        }
+        fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    0);
+        if (fd < 0) {
+            return ::testing::AssertionFailure() << "socket: "
+                                                 << strerror(errno);
+        }
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if ((connect(fd, (struct sockaddr*)&ss, len) != 0) &&
+            (errno != EINPROGRESS)) {
+            return ::testing::AssertionFailure() << "connect: "
+                                                 << strerror(errno);
+        }
+        struct pollfd pfd = {fd, POLLOUT, 0};
+        int err           = 0;
+        socklen_t elen    = sizeof(err);
+        if ((poll(&pfd, 1, TIMEOUT_MS) != 1) ||
+            (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) ||
+            (err != 0)) {
+            return ::testing::AssertionFailure() << "connect did not "
+                                                    "complete: "
+                                                 << strerror(err);
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* All of p, bounded; false if the other side closed or it timed out
+     * (a context that refuses a frame may close while we send). */
+    bool send_all(const void *p, size_t len)
+    {
+        const uint8_t *b = (const uint8_t*)p;
+        double end       = now_ms() + TIMEOUT_MS;
+
+        while (len > 0) {
+            ssize_t n = send(fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                b   += n;
+                len -= (size_t)n;
+                continue;
+            }
+            if ((n < 0) && (errno != EAGAIN) && (errno != EINTR)) {
+                return false;
+            }
+            int left = (int)(end - now_ms());
+            if (left <= 0) {
+                return false;
+            }
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            (void)poll(&pfd, 1, left);
+        }
+        return true;
+    }
+
+    /* Exactly len bytes: 1, 0 if the connection closed (EOF or reset),
+     * -1 after timeout_ms. */
+    int recv_exact(void *p, size_t len, int timeout_ms)
+    {
+        uint8_t *b = (uint8_t*)p;
+        double end = now_ms() + timeout_ms;
+
+        while (len > 0) {
+            ssize_t n = recv(fd, b, len, MSG_DONTWAIT);
+            if (n > 0) {
+                b   += n;
+                len -= (size_t)n;
+                continue;
+            }
+            if (n == 0) {
+                return 0;
+            }
+            if ((errno != EAGAIN) && (errno != EINTR)) {
+                return 0; /* reset: closed with our bytes unread */
+            }
+            int left = (int)(end - now_ms());
+            if (left <= 0) {
+                return -1;
+            }
+            struct pollfd pfd = {fd, POLLIN, 0};
+            (void)poll(&pfd, 1, left);
+        }
+        return 1;
+    }
+
+    /* The next frame that is not a KEEPALIVE (its payload in *payload):
+     * 1, 0 closed, -1 timeout. */
+    int next_frame(tcpf_hdr_t *h, std::vector<uint8_t> *payload,
+                   int timeout_ms)
+    {
+        double end = now_ms() + timeout_ms;
+
+        for (;;) {
+            uint8_t raw[TCPF_HDR_LEN];
+            int left = std::max(0, (int)(end - now_ms()));
+            int rc   = recv_exact(raw, sizeof(raw), left);
+            if (rc <= 0) {
+                return rc;
+            }
+            tcpf_hdr_decode(raw, h);
+            payload->resize(h->length);
+            if ((h->length > 0) &&
+                ((rc = recv_exact(payload->data(), h->length,
+                                  std::max(0, (int)(end - now_ms())))) <= 0)) {
+                return rc;
+            }
+            if (h->opcode != TCPF_OP_KEEPALIVE) {
+                return 1;
+            }
+        }
+    }
+
+    /* The other side closes (EOF or reset) within the limit, sending no
+     * frame but keepalives before. */
+    ::testing::AssertionResult expect_closed(int timeout_ms = TIMEOUT_MS)
+    {
+        tcpf_hdr_t h;
+        std::vector<uint8_t> payload;
+        int rc = next_frame(&h, &payload, timeout_ms);
+
+        if (rc == 0) {
+            return ::testing::AssertionSuccess();
+        }
+        if (rc < 0) {
+            return ::testing::AssertionFailure()
+                   << "the connection is still open after " << timeout_ms
+                   << " ms";
+        }
+        return ::testing::AssertionFailure()
+               << "a frame (opcode " << (int)h.opcode << ", syndrome "
+               << (int)h.syndrome << ") instead of the close";
+    }
+
+    /* Sends hello h and reads the answer. */
+    ::testing::AssertionResult hello(const tcpf_hello_t &h,
+                                     tcpf_hello_t *answer)
+    {
+        uint8_t raw[TCPF_HELLO_LEN];
+
+        tcpf_hello_encode(&h, raw);
+        if (!send_all(raw, sizeof(raw))) {
+            return ::testing::AssertionFailure() << "cannot send the hello";
+        }
+        int rc = recv_exact(raw, sizeof(raw), TIMEOUT_MS);
+        if (rc != 1) {
+            return ::testing::AssertionFailure()
+                   << "no hello answer (" << (rc ? "timeout" : "closed")
+                   << ")";
+        }
+        if (!tcpf_hello_check(raw)) {
+            return ::testing::AssertionFailure() << "the answer does not "
+                                                    "pass its own check";
+        }
+        tcpf_hello_decode(raw, answer);
+        return ::testing::AssertionSuccess();
+    }
+
+    /* A frame and its payload. */
+    bool send_frame(const tcpf_hdr_t &h, const void *payload = nullptr,
+                    size_t len = 0)
+    {
+        uint8_t raw[TCPF_HDR_LEN];
+
+        tcpf_hdr_encode(&h, raw);
+        return send_all(raw, sizeof(raw)) &&
+               ((len == 0) || send_all(payload, len));
+    }
+};
+
+class TcpWire : public hca_test {
+protected:
+    ctx       c;
+    hca_pd_t *pd   = nullptr;
+    cqw      *cq   = nullptr;
+    hca_qp_t *qp   = nullptr;
+    hca_mr_t *mr   = nullptr;
+    uint8_t  *buf  = nullptr;   /* PAD | MR_LEN registered | PAD */
+    uint8_t  *mem  = nullptr;   /* the registered part */
+    uint32_t  qpn  = 0;
+    uint32_t  rkey = 0;
+    uint32_t  next_src = 0x100; /* a fresh requester QPN per request: a
+                                   refused one is remembered */
+
+    void SetUp() override
+    {
+        hca_test::SetUp();
+        ASSERT_TRUE(c.open(0, HCA_FABRIC_TCP));
+        pd = c.new_pd();
+        ASSERT_NE(nullptr, pd);
+        cq = c.new_cq(64);
+        ASSERT_NE(nullptr, cq);
+        qp = c.new_qp(pd, cq, cq);
+        ASSERT_NE(nullptr, qp);
+        ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+        ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY)); /* a DC target */
+        qpn = hca_qp_num(qp);
+        buf = c.alloc(MEM_MALLOC, PAD + MR_LEN + PAD);
+        ASSERT_NE(nullptr, buf);
+        memset(buf, SENTINEL, PAD + MR_LEN + PAD);
+        mem = buf + PAD;
+        mr  = c.reg(pd, mem, MR_LEN, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        rkey = hca_mr_rkey(mr);
+    }
+
+    /* A hello that the context accepts. */
+    tcpf_hello_t good_hello() const
+    {
+        tcpf_hello_t h;
+        memset(&h, 0, sizeof(h));
+        h.src_host = 0x5eed5eedull;
+        h.src_pid  = (uint32_t)getpid();
+        h.src_ctx  = CLIENT_CTX;
+        h.dst_host = c.addr.host;
+        h.dst_pid  = c.addr.pid;
+        h.dst_ctx  = c.addr.ctx_id;
+        h.secret   = c.addr.secret;
+        return h;
+    }
+
+    /* Connects cl and completes the handshake. */
+    ::testing::AssertionResult handshake(raw_client &cl)
+    {
+        tcpf_hello_t ans;
+        auto r = cl.connect_to(c.addr);
+        if (!r) {
+            return r;
+        }
+        r = cl.hello(good_hello(), &ans);
+        if (!r) {
+            return r;
+        }
+        if ((ans.status != TCPF_HELLO_OK) || (ans.src_pid != c.addr.pid) ||
+            (ans.src_ctx != c.addr.ctx_id) || (ans.src_host != c.addr.host)) {
+            return ::testing::AssertionFailure()
+                   << "hello answer: status " << ans.status << " from pid "
+                   << ans.src_pid << " ctx " << ans.src_ctx;
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* A request header from requester QP src to our QP. */
+    tcpf_hdr_t request(uint8_t opcode, uint32_t src) const
+    {
+        tcpf_hdr_t h;
+        memset(&h, 0, sizeof(h));
+        h.version    = (uint8_t)tcpf_version;
+        h.opcode     = opcode;
+        h.src_qpn    = src;
+        h.dst_qpn    = qpn;
+        h.psn        = 7;
+        h.resp_idx   = 3;
+        h.resp_stamp = 0x5a5a0000u + src;
+        return h;
+    }
+
+    /* One whole WRITE frame: len bytes at addr. */
+    tcpf_hdr_t write_hdr(uint32_t src, uint64_t addr, uint32_t len,
+                         uint32_t key) const
+    {
+        tcpf_hdr_t h  = request(TCPF_OP_WRITE, src);
+        h.flags       = TCPF_F_LAST;
+        h.rkey        = key;
+        h.remote_addr = addr;
+        h.length      = len;
+        h.total       = len;
+        return h;
+    }
+
+    uint64_t addr_of(size_t off) const
+    {
+        return (uint64_t)(uintptr_t)(mem + off);
+    }
+
+    /* The answer to request req: an ACK that names it, with syndrome
+     * status. */
+    ::testing::AssertionResult expect_ack(raw_client &cl,
+                                          const tcpf_hdr_t &req,
+                                          hca_wc_status_t status)
+    {
+        tcpf_hdr_t h;
+        std::vector<uint8_t> payload;
+        int rc = cl.next_frame(&h, &payload, TIMEOUT_MS);
+
+        if (rc != 1) {
+            return ::testing::AssertionFailure()
+                   << "no answer (" << (rc ? "timeout" : "closed") << ")";
+        }
+        if ((h.opcode != TCPF_OP_ACK) || (h.syndrome != status) ||
+            (h.length != 0) || (h.dst_qpn != req.src_qpn) ||
+            (h.src_qpn != req.dst_qpn) || (h.psn != req.psn) ||
+            (h.resp_idx != req.resp_idx) ||
+            (h.resp_stamp != req.resp_stamp)) {
+            return ::testing::AssertionFailure()
+                   << "answer: opcode " << (int)h.opcode << " syndrome "
+                   << (hca_wc_status_t)h.syndrome << " src_qpn " << h.src_qpn
+                   << " dst_qpn " << h.dst_qpn << " resp_idx " << h.resp_idx
+                   << " stamp " << h.resp_stamp << "; expected an ACK with "
+                   << status << " for src_qpn " << req.src_qpn;
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* Nothing in the whole buffer (registered or not) changed. */
+    ::testing::AssertionResult untouched() const
+    {
+        int64_t at = check_byte(buf, PAD + MR_LEN + PAD, SENTINEL);
+        if (at >= 0) {
+            return ::testing::AssertionFailure()
+                   << "byte " << (at - (int64_t)PAD)
+                   << " from the region's start changed";
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* A correct client WRITEs len pattern bytes at off and gets an ACK
+     * with syndrome 0; they land, and nothing else changes. */
+    void good_write(size_t off, uint32_t len, uint64_t seed)
+    {
+        raw_client cl;
+        ASSERT_TRUE(handshake(cl));
+        std::vector<uint8_t> data(len);
+        fill_pattern(data.data(), len, seed);
+        tcpf_hdr_t h = write_hdr(next_src++, addr_of(off), len, rkey);
+        ASSERT_TRUE(cl.send_frame(h, data.data(), len));
+        ASSERT_TRUE(expect_ack(cl, h, HCA_WC_SUCCESS));
+        EXPECT_EQ(-1, check_pattern(mem + off, len, seed));
+        EXPECT_EQ(-1, check_byte(buf, PAD + off, SENTINEL));
+        EXPECT_EQ(-1, check_byte(mem + off + len, MR_LEN - off - len + PAD,
+                                 SENTINEL));
+    }
+};
+
+/* ------------------------------------------------------------ handshake */
+
+TEST_F(TcpWire, HelloBadSecretRefused)
+{
+    raw_client cl;
+    tcpf_hello_t h = good_hello(), ans;
+
+    ASSERT_TRUE(cl.connect_to(c.addr));
+    h.secret ^= 1;
+    ASSERT_TRUE(cl.hello(h, &ans));
+    EXPECT_EQ(TCPF_HELLO_BAD_SECRET, ans.status);
+    EXPECT_EQ(0u, ans.secret); /* the answer never carries one */
+    EXPECT_TRUE(cl.expect_closed());
+    ASSERT_NO_FATAL_FAILURE(good_write(0, 64, 1));
+}
+
+TEST_F(TcpWire, HelloWrongContextRefused)
+{
+    for (int which = 0; which < 2; ++which) {
+        raw_client cl;
+        tcpf_hello_t h = good_hello(), ans;
+
+        ASSERT_TRUE(cl.connect_to(c.addr));
+        if (which == 0) {
+            h.dst_ctx += 1;
+        } else {
+            h.dst_pid += 1;
+        }
+        ASSERT_TRUE(cl.hello(h, &ans)) << (which ? "pid" : "ctx");
+        EXPECT_EQ(TCPF_HELLO_NO_CONTEXT, ans.status) << (which ? "pid" : "ctx");
+        EXPECT_TRUE(cl.expect_closed()) << (which ? "pid" : "ctx");
+    }
+    ASSERT_NO_FATAL_FAILURE(good_write(0, 64, 2));
+}
+
+TEST_F(TcpWire, HelloWrongHostOrVersionRefused)
+{
+    for (int which = 0; which < 2; ++which) {
+        raw_client cl;
+        tcpf_hello_t h = good_hello(), ans;
+
+        ASSERT_TRUE(cl.connect_to(c.addr));
+        if (which == 0) {
+            h.dst_host ^= 1;
+        } else {
+            h.version = (uint16_t)(tcpf_version + 1);
+        }
+        ASSERT_TRUE(cl.hello(h, &ans));
+        EXPECT_EQ(which ? TCPF_HELLO_BAD_VERSION : TCPF_HELLO_WRONG_HOST,
+                  ans.status);
+        EXPECT_TRUE(cl.expect_closed());
+    }
+}
+
+/* ------------------------------------------------------------ refusals */
+
+TEST_F(TcpWire, WriteBadRkeyNak)
+{
+    raw_client cl;
+    std::vector<uint8_t> data(256, 0x11);
+    const uint32_t keys[] = {rkey ^ 0x100u, rkey + 1, ~rkey, 0};
+
+    ASSERT_TRUE(handshake(cl));
+    for (uint32_t key : keys) {
+        tcpf_hdr_t h = write_hdr(next_src++, addr_of(0), 256, key);
+        ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
+        EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR))
+            << "rkey 0x" << std::hex << key;
+    }
+    EXPECT_TRUE(untouched());
+}
+
+TEST_F(TcpWire, WriteOutOfRangeNak)
+{
+    raw_client cl;
+    std::vector<uint8_t> data(256, 0x22);
+    const uint64_t addrs[] = {
+        addr_of(MR_LEN - 128),            /* runs over the end */
+        addr_of(0) - 8,                   /* starts before */
+        addr_of(MR_LEN),                  /* just after */
+        (uint64_t)-512                    /* the end of the address space
+                                             (one that wraps is a bad
+                                             header: TcpBadFrame) */
+    };
+
+    ASSERT_TRUE(handshake(cl));
+    for (uint64_t a : addrs) {
+        tcpf_hdr_t h = write_hdr(next_src++, a, 256, rkey);
+        ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
+        EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR))
+            << "address 0x" << std::hex << a;
+    }
+    EXPECT_TRUE(untouched());
+}
+
+TEST_F(TcpWire, ReadBadRkeyNak)
+{
+    raw_client cl;
+    tcpf_hdr_t h, ans;
+    std::vector<uint8_t> payload;
+
+    ASSERT_TRUE(handshake(cl));
+    h             = request(TCPF_OP_READ, next_src++);
+    h.rkey        = rkey ^ 0x100u;
+    h.remote_addr = addr_of(0);
+    h.total       = 512;
+    ASSERT_TRUE(cl.send_frame(h));
+    EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR));
+
+    /* nothing else came for it: the next frame answers the next READ,
+     * with the region's bytes */
+    h      = request(TCPF_OP_READ, next_src++);
+    h.rkey = rkey;
+    h.remote_addr = addr_of(64);
+    h.total       = 512;
+    ASSERT_TRUE(cl.send_frame(h));
+    ASSERT_EQ(1, cl.next_frame(&ans, &payload, TIMEOUT_MS));
+    EXPECT_EQ(TCPF_OP_READ_RESP, ans.opcode);
+    EXPECT_EQ(TCPF_F_LAST, ans.flags);
+    EXPECT_EQ(h.src_qpn, ans.dst_qpn);
+    EXPECT_EQ(h.resp_stamp, ans.resp_stamp);
+    EXPECT_EQ(0u, ans.offset);
+    EXPECT_EQ(512u, ans.total);
+    ASSERT_EQ(512u, payload.size());
+    EXPECT_EQ(-1, check_byte(payload.data(), payload.size(), SENTINEL));
+    EXPECT_TRUE(untouched());
+}
+
+TEST_F(TcpWire, FramesDroppedAfterNak)
+{
+    raw_client cl;
+    std::vector<uint8_t> data(128);
+    uint32_t bad = next_src++, other = next_src++;
+
+    fill_pattern(data.data(), data.size(), 3);
+    ASSERT_TRUE(handshake(cl));
+    tcpf_hdr_t h = write_hdr(bad, addr_of(0), 128, rkey ^ 0x100u);
+    ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
+    ASSERT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR));
+
+    /* the same requester QP, a good key: dropped, no answer */
+    h = write_hdr(bad, addr_of(0), 128, rkey);
+    ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
+    tcpf_hdr_t rd = request(TCPF_OP_READ, bad);
+    rd.rkey        = rkey;
+    rd.remote_addr = addr_of(0);
+    rd.total       = 64;
+    ASSERT_TRUE(cl.send_frame(rd));
+
+    /* frames are taken in order: once another QP's WRITE is answered, the
+     * dropped ones were read */
+    tcpf_hdr_t g = write_hdr(other, addr_of(4096), 128, rkey);
+    ASSERT_TRUE(cl.send_frame(g, data.data(), data.size()));
+    EXPECT_TRUE(expect_ack(cl, g, HCA_WC_SUCCESS));
+    EXPECT_EQ(-1, check_pattern(mem + 4096, 128, 3));
+    EXPECT_EQ(-1, check_byte(buf, PAD + 4096, SENTINEL)) << "the dropped "
+                                                            "WRITE landed";
+    EXPECT_EQ(-1, check_byte(mem + 4096 + 128, MR_LEN - 4096 - 128 + PAD,
+                             SENTINEL));
+}
+
+/* ------------------------------------------------------------ bad headers */
+
+/* What a case's frame is built from. */
+struct frame_env {
+    uint32_t qpn, rkey;
+    uint64_t addr; /* the region's start */
+};
+
+/* A request from src to the target QP, with the region's key and start. */
+tcpf_hdr_t env_req(const frame_env &e, uint8_t opcode, uint32_t src)
+{
+    tcpf_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.version     = (uint8_t)tcpf_version;
+    h.opcode      = opcode;
+    h.src_qpn     = src;
+    h.dst_qpn     = e.qpn;
+    h.psn         = 9;
+    h.resp_idx    = 1;
+    h.resp_stamp  = 0x77000000u + src;
+    h.rkey        = e.rkey;
+    h.remote_addr = e.addr;
+    return h;
+}
+
+/* A whole WRITE of len bytes at the region's start: accepted but for what
+ * a case changes. */
+tcpf_hdr_t env_write(const frame_env &e, uint32_t src, uint32_t len)
+{
+    tcpf_hdr_t h = env_req(e, TCPF_OP_WRITE, src);
+    h.flags      = TCPF_F_LAST;
+    h.length     = len;
+    h.total      = len;
+    return h;
+}
+
+struct bad_frame {
+    const char *name;
+    /* builds the frame; *payload: how many pattern bytes follow it */
+    std::function<tcpf_hdr_t(const frame_env&, uint32_t src, size_t *payload)>
+        make;
+    bool truncate; /* only the header's first half, then our close */
+};
+
+std::ostream &operator<<(std::ostream &os, const bad_frame &b)
+{
+    return os << b.name;
+}
+
+class TcpBadFrame : public TcpWire,
+                    public ::testing::WithParamInterface<bad_frame> {
+};
+
+const bad_frame bad_frames[] = {
+    {"OpcodeUnknown",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.opcode     = 0x63;
+         return h;
+     }, false},
+    {"OpcodeZero",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.opcode     = 0;
+         return h;
+     }, false},
+    {"OpcodeLast",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 0;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_LAST, s);
+         return h;
+     }, false},
+    {"Version",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.version    = (uint8_t)(tcpf_version + 1);
+         return h;
+     }, false},
+    {"TruncatedHeader",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 0;
+         return env_write(t, s, 64);
+     }, true},
+    {"WriteOverSegMax",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 8192; /* what would land first */
+         return env_write(t, s, tcpf_seg_max + 1);
+     }, false},
+    {"WriteHugeLength",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.length     = 0xffffffffu;
+         return h;
+     }, false},
+    {"SendOverSendMax",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = tcpf_send_max + 1;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_SEND, s);
+         h.flags      = TCPF_F_FIRST | TCPF_F_LAST;
+         h.length     = tcpf_send_max + 1;
+         h.total      = tcpf_send_max + 1;
+         return h;
+     }, false},
+    {"ReadWithLength",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_READ, s);
+         h.length     = 64;
+         h.total      = 64;
+         return h;
+     }, false},
+    {"KeepaliveWithLength",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 8;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_KEEPALIVE, s);
+         h.length     = 8;
+         return h;
+     }, false},
+    {"WriteFlagFirst",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.flags     |= TCPF_F_FIRST;
+         return h;
+     }, false},
+    {"WriteFlagAtomic32",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.flags     |= TCPF_F_ATOMIC32;
+         return h;
+     }, false},
+    {"WriteFlagUnknown",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.flags     |= 0x80;
+         return h;
+     }, false},
+    {"ReadFlagLast",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 0;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_READ, s);
+         h.flags      = TCPF_F_LAST;
+         h.total      = 64;
+         return h;
+     }, false},
+    {"AtomicFlagLast",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 0;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_ATOMIC, s);
+         h.flags      = TCPF_F_LAST;
+         h.atomic_op  = HCA_WR_ATOMIC_FETCH_ADD;
+         h.operand    = 1;
+         return h;
+     }, false},
+    {"AtomicBadOp",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 0;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_ATOMIC, s);
+         h.atomic_op  = HCA_WR_RDMA_WRITE;
+         h.operand    = 1;
+         return h;
+     }, false},
+    {"WriteLastNotAtEnd",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.total      = 128; /* LAST, but 64 more bytes to come */
+         return h;
+     }, false},
+    {"WriteImmNotLast",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.total      = 128;
+         h.flags      = TCPF_F_IMM;
+         return h;
+     }, false},
+    {"WriteAddressWraps",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 256;
+         tcpf_hdr_t h  = env_write(t, s, 256);
+         h.remote_addr = (uint64_t)-128;
+         return h;
+     }, false},
+    {"ReadAddressWraps",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 0;
+         tcpf_hdr_t h  = env_req(t, TCPF_OP_READ, s);
+         h.remote_addr = (uint64_t)-128;
+         h.total       = 256;
+         return h;
+     }, false},
+    {"SyndromeOnRequest",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 64;
+         tcpf_hdr_t h = env_write(t, s, 64);
+         h.syndrome   = HCA_WC_REM_ACCESS_ERR;
+         return h;
+     }, false},
+    {"AckUnknownSyndrome",
+     [](const frame_env &t, uint32_t s, size_t *n) {
+         *n = 0;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_ACK, s);
+         h.syndrome   = HCA_WC_STATUS_LAST;
+         return h;
+     }, false},
+};
+
+TEST_P(TcpBadFrame, ClosesWritesNothing)
+{
+    const bad_frame &b = GetParam();
+    raw_client cl;
+    frame_env e    = {qpn, rkey, addr_of(0)};
+    size_t n       = 0;
+    tcpf_hdr_t h   = b.make(e, next_src++, &n);
+    std::vector<uint8_t> data(n);
+    uint8_t raw[TCPF_HDR_LEN];
+
+    tcpf_hdr_encode(&h, raw);
+    if (!b.truncate) {
+        ASSERT_NE(0, tcpf_hdr_check(raw)) << "the case's header passes the "
+                                             "checks: it tests nothing";
+    }
+    fill_pattern(data.data(), n, 4);
+    ASSERT_TRUE(handshake(cl));
+    if (b.truncate) {
+        ASSERT_TRUE(cl.send_all(raw, TCPF_HDR_LEN / 2));
+        ASSERT_EQ(0, shutdown(cl.fd, SHUT_WR));
+    } else {
+        /* the context may close before it took the payload */
+        (void)cl.send_frame(h, data.data(), n);
+    }
+    EXPECT_TRUE(cl.expect_closed());
+    EXPECT_TRUE(untouched());
+    cl.close_fd();
+
+    /* the context serves the next client */
+    ASSERT_NO_FATAL_FAILURE(good_write(256, 1024, 5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, TcpBadFrame, ::testing::ValuesIn(bad_frames),
+                         [](const ::testing::TestParamInfo<bad_frame> &i) {
+                             return std::string(i.param.name);
+                         });
+
+/* A request split over many small sends (the reader's partial header and
+ * payload paths) lands as one. */
+TEST_F(TcpWire, FrameInPieces)
+{
+    raw_client cl;
+    std::vector<uint8_t> data(3000);
+    uint8_t raw[TCPF_HDR_LEN];
+
+    fill_pattern(data.data(), data.size(), 6);
+    ASSERT_TRUE(handshake(cl));
+    tcpf_hdr_t h = write_hdr(next_src++, addr_of(100), 3000, rkey);
+    tcpf_hdr_encode(&h, raw);
+    std::vector<uint8_t> all(raw, raw + sizeof(raw));
+    all.insert(all.end(), data.begin(), data.end());
+    for (size_t off = 0; off < all.size(); off += 37) {
+        ASSERT_TRUE(cl.send_all(all.data() + off,
+                                std::min<size_t>(37, all.size() - off)));
+        if ((off / 37) % 16 == 0) {
+            sleep_ms(1); /* let the reader see a partial frame */
+        }
+    }
+    EXPECT_TRUE(expect_ack(cl, h, HCA_WC_SUCCESS));
+    EXPECT_EQ(-1, check_pattern(mem + 100, 3000, 6));
+    EXPECT_EQ(-1, check_byte(buf, PAD + 100, SENTINEL));
+    EXPECT_EQ(-1, check_byte(mem + 3100, MR_LEN - 3100 + PAD, SENTINEL));
+}
+
+} // namespace
+} // namespace hcat
