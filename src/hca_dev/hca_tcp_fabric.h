@@ -147,7 +147,9 @@ typedef struct hca_tcp_dev {
 /* Per-QP state, in qp->fabric_priv. */
 typedef struct hca_tcp_qp {
     hca_tcp_conn_t *conn;
-    uint32_t        psn;
+    uint32_t        psn;  /* of its next request frame; 0 after each
+                             connect (RTR): the responder forgets an
+                             earlier refusal of this QPN at psn 0 */
 } hca_tcp_qp_t;
 
 _Static_assert(sizeof(hca_tcp_qp_t) <= HCA_FABRIC_QP_PRIV, "tcp QP state");

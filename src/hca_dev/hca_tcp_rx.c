@@ -41,10 +41,18 @@ static void hca_tcp_poison(hca_tcp_conn_t *conn, uint32_t src_qpn)
     conn->poison[conn->poison_next++ % HCA_TCP_POISON] = src_qpn;
 }
 
-static int hca_tcp_poisoned(const hca_tcp_conn_t *conn, uint32_t src_qpn)
+/* Is the requester QP refused earlier?  Its first frame after a connect
+ * (RTR starts its psn at 0: a QP reset and connected again) ends that: a
+ * new incarnation of the QP starts afresh, as on InfiniBand. */
+static int hca_tcp_poisoned(hca_tcp_conn_t *conn, uint32_t src_qpn,
+                            uint32_t psn)
 {
     for (int i = 0; i < HCA_TCP_POISON; ++i) {
         if ((conn->poison[i] == src_qpn) && (src_qpn != 0)) {
+            if (psn == 0) {
+                conn->poison[i] = 0;
+                return 0;
+            }
             return 1;
         }
     }
@@ -424,7 +432,7 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     case HCA_TCP_OP_WRITE:
     case HCA_TCP_OP_READ:
     case HCA_TCP_OP_ATOMIC:
-        if (hca_tcp_poisoned(conn, hdr->src_qpn)) {
+        if (hca_tcp_poisoned(conn, hdr->src_qpn, hdr->psn)) {
             hca_tcp_rx_discard(conn); /* after its error: dropped */
             return;
         }

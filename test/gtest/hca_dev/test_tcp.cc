@@ -847,5 +847,47 @@ TEST_F(TcpWire, FrameInPieces)
     EXPECT_EQ(-1, check_byte(mem + 3100, MR_LEN - 3100 + PAD, SENTINEL));
 }
 
+/* ------------------------------------------------------------ incarnations */
+
+/* A requester QP refused once (its later frames are dropped on the
+ * connection) is served again after a reset and a new connect, as a reset
+ * QP starts afresh on InfiniBand: its first frame carries psn 0. */
+TEST(TcpQp, ResetQpServedAfterRefusal)
+{
+    ctx a, b;
+    ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
+    ASSERT_TRUE(b.open(0, HCA_FABRIC_TCP));
+    qp_pair p;
+    ASSERT_TRUE(make_qp_pair(a, b, &p));
+    uint8_t *src  = a.alloc(MEM_MALLOC, 256);
+    uint8_t *dst  = b.alloc(MEM_MALLOC, 256);
+    hca_mr_t *smr = a.reg(p.pd1, src, 256, ACCESS_ALL);
+    hca_mr_t *dmr = b.reg(p.pd2, dst, 256, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+    ASSERT_NE(nullptr, dmr);
+    fill_pattern(src, 256, 5);
+    memset(dst, SENTINEL, 256);
+
+    hca_sge_t sg     = mk_sge(src, 256, hca_mr_lkey(smr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 1,
+                             (uint64_t)(uintptr_t)dst,
+                             hca_mr_rkey(dmr) ^ 0x100u);
+    hca_wc_t wc;
+    ASSERT_EQ(0, post_retry(p.q1, &wr));
+    ASSERT_TRUE(wait_wc(p.s1, &wc));
+    EXPECT_EQ(HCA_WC_REM_ACCESS_ERR, wc.status) << wc_str(wc);
+    EXPECT_EQ(-1, check_byte(dst, 256, SENTINEL));
+
+    /* the same QP (same QPN), reset and connected again on the same
+     * connection: its WRITE with the right key lands */
+    ASSERT_EQ(0, qp_to_state(p.q1, HCA_QPS_RESET));
+    ASSERT_EQ(0, connect_qp(p.q1, b.addr, hca_qp_num(p.q2)));
+    wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 2,
+               (uint64_t)(uintptr_t)dst, hca_mr_rkey(dmr));
+    ASSERT_EQ(0, post_retry(p.q1, &wr));
+    ASSERT_TRUE(wait_ok(p.s1, 2, HCA_WC_RDMA_WRITE, &wc));
+    EXPECT_EQ(-1, check_pattern(dst, 256, 5));
+}
+
 } // namespace
 } // namespace hcat
