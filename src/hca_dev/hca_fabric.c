@@ -127,6 +127,12 @@ static void hca_fabric_no_mr_fence(hca_device_t *dev,
     (void)unfenced;
 }
 
+static int hca_fabric_no_poll(hca_device_t *dev)
+{
+    (void)dev;
+    return 0;
+}
+
 static hca_wc_status_t hca_fabric_no_peer_status(hca_qp_t *qp)
 {
     (void)qp;
@@ -262,6 +268,7 @@ static int hca_fabric_no_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr,
     .answer         = hca_fabric_no_answer, \
     .source_alive   = hca_fabric_no_source_alive, \
     .mr_fence       = hca_fabric_no_mr_fence, \
+    .poll           = hca_fabric_no_poll, \
     .peer_status    = hca_fabric_no_peer_status, \
     .check_peers    = hca_fabric_no_check_peers, \
     .post_direct    = hca_fabric_no_post_direct, \
@@ -314,6 +321,7 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
     HCA_FABRIC_FILL(to, from, answer);
     HCA_FABRIC_FILL(to, from, source_alive);
     HCA_FABRIC_FILL(to, from, mr_fence);
+    HCA_FABRIC_FILL(to, from, poll);
     HCA_FABRIC_FILL(to, from, peer_status);
     HCA_FABRIC_FILL(to, from, check_peers);
     HCA_FABRIC_FILL(to, from, post_direct);
@@ -359,6 +367,18 @@ int hca_fabric_open(hca_device_t *dev)
         dev->fabric_open[t] = 1;
     }
     return 0;
+}
+
+void hca_fabric_poll(hca_device_t *dev)
+{
+    uint32_t mask = atomic_load_explicit(&dev->fabric_polls,
+                                         memory_order_relaxed);
+
+    for (int t = 0; mask != 0; ++t, mask >>= 1) {
+        if ((mask & 1) && dev->fabric_open[t]) {
+            (void)dev->fabric_ops[t].poll(dev);
+        }
+    }
 }
 
 const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,

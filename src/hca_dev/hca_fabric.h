@@ -83,6 +83,11 @@ typedef struct hca_fabric_ops {
     void  (*mr_fence)(hca_device_t *dev, const hca_mpt_entry_t *entry,
                       uint32_t accessors, int unfenced);
 
+    /* ---- a user thread's poll (while dev->fabric_polls has the fabric's
+     * bit): what the fabric can do in the caller's thread now, so that a
+     * polling process needs no thread switch; the number of things done */
+    int   (*poll)(hca_device_t *dev);
+
     /* ---- liveness */
     hca_wc_status_t (*peer_status)(hca_qp_t *qp);
     uint64_t (*check_peers)(hca_device_t *dev);

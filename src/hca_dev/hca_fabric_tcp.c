@@ -301,4 +301,5 @@ const hca_fabric_ops_t hca_fabric_tcp_ops = {
     .source_alive   = hca_tcp_source_alive,
     .peer_status    = hca_tcp_peer_status,
     .check_peers    = hca_tcp_check_peers,
+    .poll           = hca_tcp_poll,
 };

@@ -95,6 +95,8 @@ typedef struct hca_fault_cfg {
  * dev->fabric_ops); closes them in reverse. */
 int  hca_fabric_open(hca_device_t *dev);
 void hca_fabric_close(hca_device_t *dev);
+/* A user thread's poll of the fabrics that asked for it (dev->fabric_polls). */
+void hca_fabric_poll(hca_device_t *dev);
 /* The fabric that reaches addr from dev, or NULL (unreachable). */
 const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
                                             const hca_port_addr_t *addr);
@@ -148,6 +150,8 @@ struct hca_device {
     int                send_sock;  /* unbound, for wakeups */
     int                single_copy;
     hca_fabric_mode_t  fabric_mode;
+    _Atomic uint32_t   fabric_polls; /* fabrics whose poll op a CQ poll
+                                        calls (bit per hca_fabric_type_t) */
     hca_open_attr_t    open_attr;  /* as opened (net_devices copied) */
     char               net_devices[128];
     int                trace;      /* HCA_TRACE=1: engines log transitions */

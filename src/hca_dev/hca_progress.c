@@ -56,6 +56,10 @@ static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
  * receive rings and the CQ and nothing else. */
 static void hca_progress_cq(hca_cq_t *cq)
 {
+    if (HCA_UNLIKELY(atomic_load_explicit(&cq->dev->fabric_polls,
+                                          memory_order_relaxed) != 0)) {
+        hca_fabric_poll(cq->dev); /* e.g. tcp: read our sockets ourselves */
+    }
     for (uint32_t i = 0; i < cq->n_busy_qps;) {
         hca_qp_t *qp = cq->busy_qps[i];
         hca_req_progress(qp);

@@ -38,12 +38,15 @@ int hca_device_counters(hca_device_t *dev, hca_counters_t *cnt)
 }
 
 /* Host-wide totals of closed QPs and contexts of a device:
- * /dev/shm/hca.<pidns>.stats.<dev>, created by the first user, never
- * removed (it is a counter, like a NIC's). */
+ * /dev/shm/hca.<pidns>.stats.<dev>.<size>, created by the first user, never
+ * removed (it is a counter, like a NIC's).  The size of hca_counters_t is
+ * in the name: a library of another layout keeps its own totals, and can
+ * never shrink the object under our mapping. */
 static void hca_stats_name(char *buf, size_t len, uint32_t pidns,
                            const char *devname)
 {
-    snprintf(buf, len, "/hca.%u.stats.%s", pidns, devname);
+    snprintf(buf, len, "/hca.%u.stats.%s.%zu", pidns, devname,
+             sizeof(hca_counters_t));
 }
 
 static int hca_stats_map(uint32_t pidns, const char *devname, int create,
@@ -125,12 +128,16 @@ static void hca_stats_add_object(const char *name, int is_ctx,
     if (hca_memobj_map(&obj, name, 128) != 0) {
         return;
     }
+    /* only objects of our layout: another version's counters differ */
     if (is_ctx) {
         const hca_ctx_hdr_t *hdr = obj.addr;
-        off = (hdr->magic == HCA_WIRE_MAGIC) ? hdr->counters_offset : 0;
+        off = ((hdr->magic == HCA_WIRE_MAGIC) &&
+               (hdr->version == HCA_WIRE_VERSION)) ? hdr->counters_offset : 0;
     } else {
         const hca_qobj_hdr_t *hdr = obj.addr;
-        off = (hdr->magic == HCA_WIRE_MAGIC) ? hdr->counters_offset : 0;
+        off = ((hdr->magic == HCA_WIRE_MAGIC) &&
+               (hdr->resp_offset >= hdr->counters_offset + sizeof(snap))) ?
+              hdr->counters_offset : 0;
     }
     if ((off != 0) && (off + sizeof(snap) <= obj.length)) {
         memcpy(&snap, (uint8_t*)obj.addr + off, sizeof(snap));

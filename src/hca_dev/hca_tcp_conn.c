@@ -38,6 +38,7 @@ hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
     atomic_store(&conn->last_rx_ns, conn->start_ns);
     atomic_store(&conn->last_tx_ns, conn->start_ns);
     pthread_mutex_init(&conn->tx_lock, NULL);
+    pthread_mutex_init(&conn->rx_lock, NULL);
     conn->rx.state = HCA_TCP_RX_HELLO;
     conn->rx.want  = sizeof(hca_tcp_hello_t);
     conn->next     = tcp->conns;
@@ -51,6 +52,7 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
         close(conn->fd);
     }
     pthread_mutex_destroy(&conn->tx_lock);
+    pthread_mutex_destroy(&conn->rx_lock);
     free(conn->rx.stage);
     free(conn);
 }
@@ -119,6 +121,9 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
             /* wakes the thread through EPOLLHUP: it closes and frees */
             (void)shutdown(conn->fd, SHUT_RDWR);
             atomic_fetch_add(&tcp->conns_dead, 1);
+            if (expected == HCA_TCP_CONN_UP) {
+                atomic_fetch_sub(&tcp->conns_up, 1);
+            }
             HCA_TCP_COUNT(tcp, tcp_conns_lost, 1);
             atomic_fetch_add(&tcp->dev->dead_peers, 1);
             break;

@@ -110,7 +110,10 @@ typedef struct hca_tcp_conn {
     hca_tcp_job_t        jobs[HCA_TCP_JOBS];
     uint32_t             jobs_head, jobs_tail;
     int                  want_out;  /* EPOLLOUT armed */
-    /* receiving (the thread) */
+    /* receiving: the thread, or a user thread polling the device
+     * (hca_tcp_poll), under rx_lock.  Lock order: rx_lock, then tcp->lock;
+     * holding tcp->lock, rx_lock is only tried. */
+    pthread_mutex_t      rx_lock;
     hca_tcp_rx_t         rx;
     uint32_t             poison[HCA_TCP_POISON]; /* requester QPs refused:
                                                     their later frames are
@@ -142,6 +145,7 @@ typedef struct hca_tcp_dev {
     uint32_t             timeout_ms;
     uint8_t             *scratch;    /* discarded payload lands here */
     _Atomic uint64_t     conns_dead; /* found dead (check_peers counts) */
+    _Atomic uint32_t     conns_up;   /* live connections: polls read them */
 } hca_tcp_dev_t;
 
 /* Per-QP state, in qp->fabric_priv. */
@@ -224,6 +228,12 @@ void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 void hca_tcp_tx_orphan(hca_tcp_conn_t *conn, uint32_t qpn);
 
 /* hca_tcp_thread.c */
+/* Reads what the connection has (conn->rx_lock held): 0, or -1 when it
+ * died. */
+int  hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* A user thread's poll: reads the live connections it can lock now, so
+ * that a polling process gets its messages without a thread switch. */
+int  hca_tcp_poll(hca_device_t *dev);
 int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
 void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
 void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);

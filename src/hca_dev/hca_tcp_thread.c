@@ -155,6 +155,10 @@ static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         conn->peer.ctx_id = in->src_ctx;
     }
     HCA_TCP_COUNT(tcp, tcp_conns, 1);
+    if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
+        /* user threads' polls read connections from now on */
+        atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_TCP);
+    }
     atomic_store_explicit(&conn->state, HCA_TCP_CONN_UP, memory_order_release);
     conn->rx.state = HCA_TCP_RX_HDR;
     conn->rx.got   = 0;
@@ -165,7 +169,7 @@ static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
 /* Reads what the socket has for the frame being read.  0: wait for more
  * data (or room), -1: the connection died. */
-static int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     hca_tcp_rx_t *rx = &conn->rx;
 
@@ -338,7 +342,9 @@ static void hca_tcp_writable(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
     pthread_mutex_unlock(&conn->tx_lock);
     if (conn->reading) {
+        pthread_mutex_lock(&conn->rx_lock);
         (void)hca_tcp_read(tcp, conn); /* what arrived while we waited */
+        pthread_mutex_unlock(&conn->rx_lock);
     }
 }
 
@@ -352,6 +358,10 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
             pp = &conn->next;
             continue;
         }
+        if (pthread_mutex_trylock(&conn->rx_lock) != 0) {
+            pp = &conn->next; /* a poll reads it: the next pass frees it */
+            continue;
+        }
         if (conn->fd >= 0) {
             (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
             pthread_mutex_lock(&conn->tx_lock);
@@ -360,6 +370,7 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
             close(conn->fd);
             conn->fd = -1;
         }
+        pthread_mutex_unlock(&conn->rx_lock);
         if (conn->qp_refs == 0) {
             *pp = conn->next;
             hca_tcp_conn_free(conn);
@@ -408,8 +419,11 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
             dead = 1;
             continue;
         }
-        if (conn->rx.state == HCA_TCP_RX_PARKED) {
-            if (hca_tcp_rx_unpark(tcp, conn)) {
+        if ((conn->rx.state == HCA_TCP_RX_PARKED) &&
+            (pthread_mutex_trylock(&conn->rx_lock) == 0)) {
+            int placed = hca_tcp_rx_unpark(tcp, conn);
+            pthread_mutex_unlock(&conn->rx_lock);
+            if (placed) {
                 pthread_mutex_lock(&conn->tx_lock);
                 conn->reading = 1;
                 hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
@@ -467,7 +481,9 @@ static void *hca_tcp_thread(void *arg)
                 if (atomic_load(&conn->state) == HCA_TCP_CONN_CONNECTING) {
                     hca_tcp_connected(tcp, conn); /* finds the error */
                 } else {
+                    pthread_mutex_lock(&conn->rx_lock);
                     (void)hca_tcp_read(tcp, conn); /* then the close */
+                    pthread_mutex_unlock(&conn->rx_lock);
                     hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
                 }
                 reap = 1;
@@ -479,10 +495,15 @@ static void *hca_tcp_thread(void *arg)
                 }
                 continue;
             }
-            if ((ev[i].events & (EPOLLIN | EPOLLRDHUP)) && conn->reading &&
-                (hca_tcp_read(tcp, conn) < 0)) {
-                reap = 1;
-                continue;
+            if ((ev[i].events & (EPOLLIN | EPOLLRDHUP)) && conn->reading) {
+                int rc;
+                pthread_mutex_lock(&conn->rx_lock);
+                rc = hca_tcp_read(tcp, conn);
+                pthread_mutex_unlock(&conn->rx_lock);
+                if (rc < 0) {
+                    reap = 1;
+                    continue;
+                }
             }
             if ((ev[i].events & EPOLLRDHUP) && !conn->reading) {
                 /* the peer closed while we read nothing (parked, or out of
@@ -506,6 +527,37 @@ static void *hca_tcp_thread(void *arg)
         }
     }
     return NULL;
+}
+
+int hca_tcp_poll(hca_device_t *dev)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+    hca_tcp_conn_t *mine[8];
+    int n = 0;
+
+    if ((tcp == NULL) || (atomic_load_explicit(&tcp->conns_up,
+                                               memory_order_relaxed) == 0) ||
+        (pthread_mutex_trylock(&tcp->lock) != 0)) {
+        return 0; /* the thread is at it */
+    }
+    /* the connections we can take now (a locked one is being read) */
+    for (hca_tcp_conn_t *c = tcp->conns; (c != NULL) && (n < 8);
+         c = c->next) {
+        if ((atomic_load(&c->state) == HCA_TCP_CONN_UP) && c->reading &&
+            (pthread_mutex_trylock(&c->rx_lock) == 0)) {
+            mine[n++] = c;
+        }
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    for (int i = 0; i < n; ++i) {
+        /* rx_lock held: reap cannot free it; -1 leaves it to the thread,
+         * which sees its hangup */
+        if (mine[i]->reading) {
+            (void)hca_tcp_read(tcp, mine[i]);
+        }
+        pthread_mutex_unlock(&mine[i]->rx_lock);
+    }
+    return n;
 }
 
 int hca_tcp_thread_start(hca_tcp_dev_t *tcp)
