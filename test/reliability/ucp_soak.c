@@ -16,7 +16,7 @@
  * complete, flush_fin, close), so that a hang is attributed to a step.
  *
  * Message tag: sender id << 40 | FIN bit << 39 | sequence number; payload:
- * words rel_word(id << 32 | seq, k).  The receiver checks messages in the
+ * words rel_word(msg_tag(id, seq), k).  The receiver checks messages in the
  * order its receives were matched (the order of posting), which for one
  * sender is the order it sent them:
  *
@@ -105,6 +105,14 @@ static void ucp_setup(void)
 static size_t msg_len(uint64_t id, uint64_t seq)
 {
     return (size_t)8 << (rel_hash(id << 32 | seq) % 15);  /* 8 B-128 KiB */
+}
+
+/* The tag of a message's payload pattern: rel_word keeps 40 bits of a
+ * tag, so 16 of the id (MAX_SEND) and 24 of the sequence number (a sender
+ * sends far fewer than 16 M messages) */
+static uint64_t msg_tag(uint64_t id, uint64_t seq)
+{
+    return id << 24 | (seq & 0xffffff);
 }
 
 static size_t put_len(uint64_t id, uint64_t n)
@@ -266,7 +274,7 @@ static void check_message(const rslot_t *rs)
         rcorrupt("sender %llu message %llu: %zu bytes, sent %zu",
                  (unsigned long long)id, (unsigned long long)seq, rs->len,
                  msg_len(id, seq));
-    } else if (rel_check(rs->buf, rs->len, id << 32 | seq, 0) != 0) {
+    } else if (rel_check(rs->buf, rs->len, msg_tag(id, seq), 0) != 0) {
         rcorrupt("sender %llu message %llu: wrong data",
                  (unsigned long long)id, (unsigned long long)seq);
     }
@@ -299,16 +307,20 @@ static void drain(void)
     }
 }
 
-/* The sender whose message the incomplete receive rs matched, from the
- * start of the message in its buffer; -1 if nothing arrived yet. */
-static int64_t matched_sender(const rslot_t *rs)
+/* The message (msg_tag) the incomplete receive rs matched, from
+ * its start in the buffer; -1 if nothing arrived yet.  *arrived: the bytes
+ * of it there, from the start. */
+static int64_t matched_message(const rslot_t *rs, size_t *arrived)
 {
-    uint64_t w;
-    int64_t t;
+    const uint64_t *w = (const uint64_t*)rs->buf;
+    int64_t t         = rel_word_tag(w[0], 0);
+    size_t k          = 0;
 
-    memcpy(&w, rs->buf, 8);
-    t = rel_word_tag(w, 0);
-    return (t < 0) ? -1 : (t >> 32);
+    while ((t >= 0) && (k < MSG_MAX / 8) && (w[k] == rel_word((uint64_t)t, k))) {
+        ++k;
+    }
+    *arrived = k * 8;
+    return t;
 }
 
 /* Microseconds (CLOCK_REALTIME) of the script's kill of sender id, or 0 if
@@ -341,13 +353,15 @@ static bool abandon_if_dead(unsigned i)
 {
     rslot_t *rs = r.recv[i], *fresh;
     uint64_t age = rel_mono_ns() - rs->post_ns, at;
-    int64_t id;
+    int64_t msg, id;
+    size_t arrived;
 
     if (rs->done || (age < 1000000000ull)) {
         return false;
     }
-    id = matched_sender(rs);
-    at = (id < 0) ? 0 : killed_at(id);
+    msg = matched_message(rs, &arrived);
+    id  = (msg < 0) ? -1 : (msg >> 24);
+    at  = (id < 0) ? 0 : killed_at(id);
     if ((at == 0) || (rel_now_ns() / 1000 < at + 1000000)) {
         /* matched: data arrived, or a later receive completed (wildcard
          * receives match in the order they were posted); an unmatched one
@@ -360,10 +374,15 @@ static bool abandon_if_dead(unsigned i)
         if (matched && (age >= 5000000000ull) && !rs->reported) {
             rs->reported = true;
             fprintf(stderr, "ucp_soak recv: STUCK: receive %u incomplete "
-                    "for %.1f s, matched to sender %lld (%s)\n",
+                    "for %.1f s, matched to sender %lld (%s) message %lld "
+                    "of %zu bytes, %zu arrived\n",
                     r.head + ((i - r.head % NRECV + NRECV) % NRECV),
                     age / 1e9, (long long)id,
-                    (id < 0) ? "no data yet" : at ? "killed" : "not killed");
+                    (id < 0) ? "no data yet" : at ? "killed" : "not killed",
+                    (msg < 0) ? -1ll : (long long)(msg & 0xffffff),
+                    (msg < 0) ? 0 : msg_len((uint64_t)id,
+                                            (uint64_t)msg & 0xffffff),
+                    arrived);
         }
         return false;
     }
@@ -656,7 +675,7 @@ static int sender(uint64_t id, double seconds)
             ++s.outstanding;
             if (kind < 7) {
                 len = msg_len(id, s.seq);
-                rel_fill(buf, len, id << 32 | s.seq, 0);
+                rel_fill(buf, len, msg_tag(id, s.seq), 0);
                 sp = ucp_tag_send_nbx(ep, buf, len, id << 40 | s.seq, &p);
                 ++s.seq;
             } else if (kind < 9) {
