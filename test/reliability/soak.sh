@@ -51,8 +51,15 @@ reap() {
     wait "$pid" 2>/dev/null
     rc=$?
     if [ -n "${killed[$pid]:-}" ]; then
-        [ $rc = 137 ] && nkilled=$((nkilled + 1))
-        [ $rc != 137 ] && { errors=$((errors + 1)); echo "sender ${sid[$pid]}: exit status $rc before its kill"; }
+        if [ $rc = 137 ]; then
+            nkilled=$((nkilled + 1))
+        elif [ $rc = 0 ]; then
+            # it ended its run (FIN sent) just before its kill landed
+            finished=$((finished + 1))
+        else
+            errors=$((errors + 1))
+            echo "sender ${sid[$pid]}: exit status $rc before its kill"
+        fi
     elif [ $rc = 0 ]; then
         finished=$((finished + 1))
     elif [ $rc -gt 128 ]; then
