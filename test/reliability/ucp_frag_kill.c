@@ -5,16 +5,17 @@
  * usage: ucp_frag_kill
  *
  * Shows a UCP 1.13 behaviour that any transport exposes (run it with
- * UCX_TLS=hca,self, tcp,self or posix,cma,self): the receiver posts a
+ * UCX_TLS=hca,self or tcp,self; UCP 1.13 has no peer failure mode over
+ * posix or cma, so it refuses the endpoints there): the receiver posts a
  * receive, the sender sends a 64 KiB message eagerly (UCX_RNDV_THRESH=inf
  * on its side, so several fragments) with a generic datatype whose pack
  * callback SIGKILLs the sender as UCP asks for the second fragment.  The
  * first fragment (tag and total length) has arrived, so the receive is
  * matched; the rest never comes.  Both sides hold an endpoint to the other
  * with UCP_ERR_HANDLING_MODE_PEER.  The receiver waits for its endpoint's
- * error callback (REL_FRAG_WAIT seconds, default 30: UCP's keepalive finds
- * a dead posix peer only after UCX_KEEPALIVE_INTERVAL), then 3 s more for
- * the receive, then cancels it and waits 1 s.
+ * error callback (REL_FRAG_WAIT seconds, default 30: a transport that does
+ * not see the death itself leaves it to UCP's keepalive), then 3 s more
+ * for the receive, then cancels it and waits 1 s.
  *
  * UCP 1.13 keeps a receive that matched the first fragment of a
  * multi-fragment eager message in its worker's fragment hash (keyed by the
