@@ -213,9 +213,10 @@ static void post_recv(rslot_t *rs)
     rs->done     = false;
     rs->reported = false;
     rs->post_ns  = rel_mono_ns();
-    /* no message starts with 0: a buffer that no longer does holds the
-     * start of the message this receive matched */
-    memset(rs->buf, 0, 8);
+    /* no message starts with all ones (rel_word_tag rejects it; 0 would
+     * pass as a tag): a buffer that no longer does holds the start of the
+     * message this receive matched */
+    memset(rs->buf, 0xff, 8);
     sp           = ucp_tag_recv_nbx(worker, rs->buf, MSG_MAX, 0, 0, &p);
     if (UCS_PTR_IS_ERR(sp)) {
         rel_die("ucp_tag_recv_nbx: %s", ucs_status_string(UCS_PTR_STATUS(sp)));
