@@ -21,7 +21,7 @@ HCADEV_LIBDIR = $(abspath $(HCA_BUILD)/src/hca_dev/.libs)
 HCADEV_CFLAGS = -I$(TOPSRC)/src
 HCADEV_LIBS   = -L$(HCADEV_LIBDIR) -Wl,-rpath,$(HCADEV_LIBDIR) -lhcadev
 
-UCP_PROGS = ucp_peer ucp_soak
+UCP_PROGS = ucp_peer ucp_soak ucp_frag_kill ucp_amo_purge
 DEV_PROGS = dev_dereg dev_churn dev_open
 ALL_PROGS = $(UCP_PROGS) $(DEV_PROGS) squat
 

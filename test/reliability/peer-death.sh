@@ -27,9 +27,13 @@
 #   errors       anything else (setup failed, a failure seen before the
 #                kill, an unexpected exit status)
 #
-# detect_ms is the time from the kill to the survivor's first error
-# callback or failed request.  Prints one line per failed run, then the
-# summary line; exits 1 if any run failed.  Environment: see common.sh.
+# abandoned (informational) is the number of fetch-adds the survivors gave
+# up: UCP 1.13 never completes a fetching atomic it held in a pending
+# queue when the endpoint failed, over any transport (see ucp_peer.c and
+# ucp_amo_purge.c).  detect_ms is the time from the kill to the survivor's
+# first error callback or failed request.  Prints one line per failed run,
+# then the summary line; exits 1 if any run failed.  Environment: see
+# common.sh.
 #
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -46,7 +50,7 @@ rel_setup "peer-death-$wl-$mem"
 rel_ucx_env
 prog=$rel_bin/ucp_peer
 
-ok=0 hangs=0 crashes=0 corrupt=0 undetected=0 errors=0
+ok=0 hangs=0 crashes=0 corrupt=0 undetected=0 errors=0 abandoned=0
 detect=()
 
 # Prints why run $1 failed and keeps its directory.
@@ -93,6 +97,8 @@ for ((i = 1; i <= runs; i++)); do
     src=$rel_rc
     result=$(cat "$d/$survivor.result" 2>/dev/null)
     status=$(rel_field "$result" status)
+    a=$(rel_field "$result" abandoned)
+    abandoned=$((abandoned + ${a:-0}))
     if [ $rel_hung = 1 ]; then
         hangs=$((hangs + 1))
         run_failed "$i" "HANG: the $survivor did not exit within ${rel_timeout}s, in step '$(cat "$d/$survivor.stage" 2>/dev/null || echo setup)' ($(rel_hang_where "$spid")) after: $(cat "$d/$survivor.outcome" 2>/dev/null || echo -)"
@@ -133,5 +139,5 @@ for ((i = 1; i <= runs; i++)); do
 done
 
 dms=$(printf '%s\n' ${detect[@]+"${detect[@]}"} | grep . | rel_median_max)
-echo "peer-death $wl $mem: runs=$runs ok=$ok hangs=$hangs crashes=$crashes corruptions=$corrupt undetected=$undetected errors=$errors detect_ms(median/max)=$dms"
+echo "peer-death $wl $mem: runs=$runs ok=$ok hangs=$hangs crashes=$crashes corruptions=$corrupt undetected=$undetected errors=$errors abandoned=$abandoned detect_ms(median/max)=$dms"
 [ $((hangs + crashes + corrupt + undetected + errors)) = 0 ]

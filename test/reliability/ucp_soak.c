@@ -16,7 +16,7 @@
  * complete, flush_fin, close), so that a hang is attributed to a step.
  *
  * Message tag: sender id << 40 | FIN bit << 39 | sequence number; payload:
- * words rel_word(id << 32 | seq, k).  The receiver checks messages in the
+ * words rel_word(msg_tag(id, seq), k).  The receiver checks messages in the
  * order its receives were matched (the order of posting), which for one
  * sender is the order it sent them:
  *
@@ -28,6 +28,23 @@
  *               no sender wrote there
  *   aborted     receives completed with an error (a sender died in a
  *               rendezvous): reported, not a failure
+ *   abandoned   receives given up (see below): reported, not a failure
+ *
+ * A killed sender can die between two fragments of an eager message (a
+ * message above one segment and below the rendezvous threshold: 8 KiB with
+ * hca).  UCP 1.13 then never completes the receive that matched the first
+ * fragment, over any transport (ucp_frag_kill.c shows it with tcp too):
+ * the receive waits in the worker's fragment hash, which neither the purge
+ * of the failed endpoint (ucp_ep_reqs_purge: the endpoint's own requests)
+ * nor ucp_request_cancel (the expected queue only) reaches.  A UCP 1.13
+ * application can neither complete nor cancel such a receive; it must
+ * leave it (and its buffer) to UCP and go on.  So the receiver gives up a
+ * receive still incomplete while its buffer holds the start of a message
+ * (it matched a first fragment) of a sender the script SIGKILLed at least
+ * 1 s before (DIR/killed): all that sender sent has arrived by then.  A
+ * receive stuck on a live or finished sender, or with no data, is never
+ * given up: the script counts a hang, and the receiver reports it (STUCK,
+ * with the sender its buffer names) after 5 s.
  *
  * At stop it writes its counts so far to DIR/recv.outcome, drains for
  * 200 ms, cancels its receives, checks the put area, unmaps the region and
@@ -35,6 +52,7 @@
  * DIR/recv.result:
  *
  *   senders=S fin=F msgs=M lost=L duplicated=D reordered=R corrupt=C aborted=A
+ *   abandoned=G
  *
  * and exits 0, or 3 if L, D, R or C is not zero.  A sender exits 0, or 1
  * if it saw an error (its receiver is alive: that is a false failure).
@@ -89,6 +107,14 @@ static size_t msg_len(uint64_t id, uint64_t seq)
     return (size_t)8 << (rel_hash(id << 32 | seq) % 15);  /* 8 B-128 KiB */
 }
 
+/* The tag of a message's payload pattern: rel_word keeps 40 bits of a
+ * tag, so 16 of the id (MAX_SEND) and 24 of the sequence number (a sender
+ * sends far fewer than 16 M messages) */
+static uint64_t msg_tag(uint64_t id, uint64_t seq)
+{
+    return id << 24 | (seq & 0xffffff);
+}
+
 static size_t put_len(uint64_t id, uint64_t n)
 {
     return (size_t)8 << (rel_hash(id << 32 | n | 1ull << 31) % 12);
@@ -115,20 +141,28 @@ typedef struct sender {
     size_t   nbits;
 } sender_t;
 
+/* One posted receive.  Heap objects: an abandoned one stays UCP's (its
+ * buffer and the user data of its callback) and its slot gets a new one. */
 typedef struct rslot {
     void        *req;
     bool         done;
+    bool         abandoned;
+    bool         reported;  /* STUCK printed */
     ucs_status_t status;
     ucp_tag_t    tag;
     size_t       len;
+    uint64_t     post_ns;
+    struct rslot *next;     /* abandoned list */
     uint8_t      buf[MSG_MAX];
 } rslot_t;
 
 static struct {
     sender_t *s;
-    rslot_t  *recv;
+    rslot_t  *recv[NRECV];
+    rslot_t  *abandoned_list;
     unsigned  head;
-    uint64_t  senders, fin, msgs, lost, dup, reorder, corrupt, aborted;
+    uint64_t  senders, fin, msgs, lost, dup, reorder, corrupt, aborted,
+              abandoned, late;
 } r;
 
 static void rcorrupt(const char *fmt, ...)
@@ -149,6 +183,12 @@ static void recv_cb(void *request, ucs_status_t st,
 {
     rslot_t *rs = user_data;
 
+    if (rs->abandoned) {
+        /* UCP did complete it after all: harmless, but worth knowing */
+        ++r.late;
+        ucp_request_free(request);
+        return;
+    }
     rs->status = st;
     if (st == UCS_OK) {
         rs->tag = info->sender_tag;
@@ -170,8 +210,14 @@ static void post_recv(rslot_t *rs)
     };
     ucs_status_ptr_t sp;
 
-    rs->done = false;
-    sp       = ucp_tag_recv_nbx(worker, rs->buf, MSG_MAX, 0, 0, &p);
+    rs->done     = false;
+    rs->reported = false;
+    rs->post_ns  = rel_mono_ns();
+    /* no message starts with all ones (rel_word_tag rejects it; 0 would
+     * pass as a tag): a buffer that no longer does holds the start of the
+     * message this receive matched */
+    memset(rs->buf, 0xff, 8);
+    sp           = ucp_tag_recv_nbx(worker, rs->buf, MSG_MAX, 0, 0, &p);
     if (UCS_PTR_IS_ERR(sp)) {
         rel_die("ucp_tag_recv_nbx: %s", ucs_status_string(UCS_PTR_STATUS(sp)));
     }
@@ -229,7 +275,7 @@ static void check_message(const rslot_t *rs)
         rcorrupt("sender %llu message %llu: %zu bytes, sent %zu",
                  (unsigned long long)id, (unsigned long long)seq, rs->len,
                  msg_len(id, seq));
-    } else if (rel_check(rs->buf, rs->len, id << 32 | seq, 0) != 0) {
+    } else if (rel_check(rs->buf, rs->len, msg_tag(id, seq), 0) != 0) {
         rcorrupt("sender %llu message %llu: wrong data",
                  (unsigned long long)id, (unsigned long long)seq);
     }
@@ -245,19 +291,114 @@ static void check_message(const rslot_t *rs)
     }
 }
 
+/* Receives are drained in the order they were posted, which is the order
+ * they matched: a sender's messages are checked in the order it sent them. */
 static void drain(void)
 {
     rslot_t *rs;
 
-    while ((rs = &r.recv[r.head % NRECV])->done) {
+    while ((rs = r.recv[r.head % NRECV])->done) {
         if (rs->status == UCS_OK) {
             check_message(rs);
-        } else {
-            ++r.aborted;
+        } else if (rs->status != UCS_ERR_CANCELED) {
+            ++r.aborted;    /* (cancelled: given up, counted there) */
         }
         post_recv(rs);
         ++r.head;
     }
+}
+
+/* The message (msg_tag) the incomplete receive rs matched, from
+ * its start in the buffer; -1 if nothing arrived yet.  *arrived: the bytes
+ * of it there, from the start. */
+static int64_t matched_message(const rslot_t *rs, size_t *arrived)
+{
+    const uint64_t *w = (const uint64_t*)rs->buf;
+    int64_t t         = rel_word_tag(w[0], 0);
+    size_t k          = 0;
+
+    while ((t >= 0) && (k < MSG_MAX / 8) && (w[k] == rel_word((uint64_t)t, k))) {
+        ++k;
+    }
+    *arrived = k * 8;
+    return t;
+}
+
+/* Microseconds (CLOCK_REALTIME) of the script's kill of sender id, or 0 if
+ * it was not killed (DIR/killed: one "ID TIME_US" line per kill). */
+static uint64_t killed_at(int64_t id)
+{
+    char path[4096];
+    unsigned long long kid, us;
+    uint64_t at = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/killed", dir);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fscanf(f, "%llu %llu", &kid, &us) == 2) {
+        if (kid == (uint64_t)id) {
+            at = us;
+        }
+    }
+    fclose(f);
+    return at;
+}
+
+/* Gives up the incomplete receive in slot i if it matched a message of a
+ * sender killed at least 1 s ago (see the header comment); reports a
+ * receive stuck for 5 s otherwise.  Returns whether it gave it up. */
+static bool abandon_if_dead(unsigned i)
+{
+    rslot_t *rs = r.recv[i], *fresh;
+    uint64_t age = rel_mono_ns() - rs->post_ns, at;
+    int64_t msg, id;
+    size_t arrived;
+
+    if (rs->done || (age < 1000000000ull)) {
+        return false;
+    }
+    msg = matched_message(rs, &arrived);
+    id  = (msg < 0) ? -1 : (msg >> 24);
+    at  = (id < 0) ? 0 : killed_at(id);
+    if ((at == 0) || (rel_now_ns() / 1000 < at + 1000000)) {
+        /* matched: data arrived, or a later receive completed (wildcard
+         * receives match in the order they were posted); an unmatched one
+         * just waits for traffic */
+        bool matched = id >= 0;
+
+        for (unsigned k = 0; k < NRECV; ++k) {
+            matched |= r.recv[k]->done;
+        }
+        if (matched && (age >= 5000000000ull) && !rs->reported) {
+            rs->reported = true;
+            fprintf(stderr, "ucp_soak recv: STUCK: receive %u incomplete "
+                    "for %.1f s, matched to sender %lld (%s) message %lld "
+                    "of %zu bytes, %zu arrived\n",
+                    r.head + ((i - r.head % NRECV + NRECV) % NRECV),
+                    age / 1e9, (long long)id,
+                    (id < 0) ? "no data yet" : at ? "killed" : "not killed",
+                    (msg < 0) ? -1ll : (long long)(msg & 0xffffff),
+                    (msg < 0) ? 0 : msg_len((uint64_t)id,
+                                            (uint64_t)msg & 0xffffff),
+                    arrived);
+        }
+        return false;
+    }
+    fresh = calloc(1, sizeof(*fresh));
+    if (fresh == NULL) {
+        rel_die("out of memory");
+    }
+    rs->abandoned     = true;
+    rs->next          = r.abandoned_list;
+    r.abandoned_list  = rs;
+    fresh->done       = true;
+    fresh->status     = UCS_ERR_CANCELED;
+    r.recv[i]         = fresh;
+    ++r.abandoned;
+    return true;
 }
 
 static void stage(const char *name)
@@ -282,12 +423,17 @@ static int receiver(void)
     uint8_t *mem, *info;
     ucs_status_t st;
     uint64_t end;
-    bool cancelled;
+    bool cancelled = false;
+    rslot_t *rs;
 
-    r.s    = calloc(MAX_SEND, sizeof(*r.s));
-    r.recv = calloc(NRECV, sizeof(*r.recv));
-    if ((r.s == NULL) || (r.recv == NULL)) {
+    r.s = calloc(MAX_SEND, sizeof(*r.s));
+    if (r.s == NULL) {
         rel_die("out of memory");
+    }
+    for (int i = 0; i < NRECV; ++i) {
+        if ((r.recv[i] = calloc(1, sizeof(*r.recv[i]))) == NULL) {
+            rel_die("out of memory");
+        }
     }
     ucp_setup();
     if ((st = ucp_mem_map(ctx, &mp, &memh)) != UCS_OK ||
@@ -307,7 +453,7 @@ static int receiver(void)
     memcpy(info + 16 + alen, rkey_buf, rlen);
     ucp_rkey_buffer_release(rkey_buf);
     for (int i = 0; i < NRECV; ++i) {
-        post_recv(&r.recv[i]);
+        post_recv(r.recv[i]);
     }
     rel_put_file(dir, "recv.addr", info, info_len);
     free(info);
@@ -315,38 +461,47 @@ static int receiver(void)
     for (unsigned n = 0; (++n % 4096) || !rel_file_exists(dir, "stop");) {
         ucp_worker_progress(worker);
         drain();
+        if ((n % 4096) == 0) {
+            /* only the oldest receive holds the others back */
+            abandon_if_dead(r.head % NRECV);
+        }
     }
     /* the counts so far, in case the end hangs */
     rel_put_text(dir, "recv.outcome",
                  "senders=%llu fin=%llu msgs=%llu duplicated=%llu "
-                 "reordered=%llu corrupt=%llu aborted=%llu\n",
+                 "reordered=%llu corrupt=%llu aborted=%llu abandoned=%llu\n",
                  (unsigned long long)r.senders, (unsigned long long)r.fin,
                  (unsigned long long)r.msgs, (unsigned long long)r.dup,
                  (unsigned long long)r.reorder,
                  (unsigned long long)r.corrupt,
-                 (unsigned long long)r.aborted);
+                 (unsigned long long)r.aborted,
+                 (unsigned long long)r.abandoned);
     stage("drain");
     for (end = rel_mono_ns() + 200000000ull; rel_mono_ns() < end;) {
         ucp_worker_progress(worker);
         drain();
     }
     /* messages still matched to posted receives are counted as they
-     * complete; the rest are cancelled */
+     * complete; the rest are cancelled (a matched receive is not: UCP
+     * cancels only unmatched ones), or given up as during the soak */
     stage("cancel");
     for (int i = 0; i < NRECV; ++i) {
-        if (!r.recv[i].done) {
-            ucp_request_cancel(worker, r.recv[i].req);
+        if (!r.recv[i]->done) {
+            ucp_request_cancel(worker, r.recv[i]->req);
         }
     }
-    do {
+    for (unsigned n = 0; !cancelled; ++n) {
         ucp_worker_progress(worker);
         cancelled = true;
-        for (int i = 0; i < NRECV; ++i) {
-            cancelled &= r.recv[i].done;
+        for (unsigned i = 0; i < NRECV; ++i) {
+            if (((n % 4096) == 0) && !r.recv[i]->done) {
+                abandon_if_dead(i);
+            }
+            cancelled &= r.recv[i]->done;
         }
-    } while (!cancelled);
+    }
     for (int i = 0; i < NRECV; ++i) {
-        rslot_t *rs = &r.recv[(r.head + (unsigned)i) % NRECV];
+        rslot_t *rs = r.recv[(r.head + (unsigned)i) % NRECV];
 
         if (rs->status == UCS_OK) {
             check_message(rs);
@@ -386,15 +541,28 @@ static int receiver(void)
     ucp_worker_destroy(worker);
     stage("ucp_cleanup");
     ucp_cleanup(ctx);
+    /* UCP no longer holds the receives given up */
+    while ((rs = r.abandoned_list) != NULL) {
+        r.abandoned_list = rs->next;
+        free(rs);
+    }
+    for (int i = 0; i < NRECV; ++i) {
+        free(r.recv[i]);
+    }
     stage("exit");
+    if (r.late != 0) {
+        fprintf(stderr, "ucp_soak recv: %llu receives given up completed "
+                "later\n", (unsigned long long)r.late);
+    }
     rel_put_text(dir, "recv.result",
                  "senders=%llu fin=%llu msgs=%llu lost=%llu duplicated=%llu "
-                 "reordered=%llu corrupt=%llu aborted=%llu\n",
+                 "reordered=%llu corrupt=%llu aborted=%llu abandoned=%llu\n",
                  (unsigned long long)r.senders, (unsigned long long)r.fin,
                  (unsigned long long)r.msgs, (unsigned long long)r.lost,
                  (unsigned long long)r.dup, (unsigned long long)r.reorder,
                  (unsigned long long)r.corrupt,
-                 (unsigned long long)r.aborted);
+                 (unsigned long long)r.aborted,
+                 (unsigned long long)r.abandoned);
     return (r.lost || r.dup || r.reorder || r.corrupt) ? 3 : 0;
 }
 
@@ -508,7 +676,7 @@ static int sender(uint64_t id, double seconds)
             ++s.outstanding;
             if (kind < 7) {
                 len = msg_len(id, s.seq);
-                rel_fill(buf, len, id << 32 | s.seq, 0);
+                rel_fill(buf, len, msg_tag(id, s.seq), 0);
                 sp = ucp_tag_send_nbx(ep, buf, len, id << 40 | s.seq, &p);
                 ++s.seq;
             } else if (kind < 9) {
