@@ -79,8 +79,11 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
 
     pthread_mutex_lock(&dev->lock);
     for (peer = hca_shm_dev(dev)->peers; peer != NULL; peer = peer->next) {
+        /* a peer found dead stays for the QPs that knew it, but a process
+         * that reuses its pid is another peer: mapped anew */
         if ((peer->addr.pid == addr->pid) &&
-            (peer->addr.ctx_id == addr->ctx_id)) {
+            (peer->addr.ctx_id == addr->ctx_id) &&
+            !atomic_load_explicit(&peer->dead, memory_order_relaxed)) {
             goto out;
         }
     }

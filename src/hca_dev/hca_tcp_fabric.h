@@ -146,6 +146,9 @@ typedef struct hca_tcp_dev {
     uint8_t             *scratch;    /* discarded payload lands here */
     _Atomic uint64_t     conns_dead; /* found dead (check_peers counts) */
     _Atomic uint32_t     conns_up;   /* live connections: polls read them */
+    _Atomic uint64_t     last_user_poll_ns; /* a user thread read them */
+    _Atomic int          user_polls; /* the thread leaves reading to the
+                                        polling process (hca_tcp_thread.c) */
 } hca_tcp_dev_t;
 
 /* Per-QP state, in qp->fabric_priv. */

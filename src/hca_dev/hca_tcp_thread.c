@@ -25,7 +25,10 @@ void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op)
 {
     struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = conn};
 
-    if (conn->reading) {
+    /* while the process polls, it reads its connections itself: waking
+     * this thread for each message would only take a core from it */
+    if (conn->reading && (!tcp->user_polls ||
+                          (atomic_load(&conn->state) != HCA_TCP_CONN_UP))) {
         ev.events |= EPOLLIN;
     }
     if (conn->want_out) {
@@ -452,6 +455,32 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
     return parked;
 }
 
+/* Polled by the process (a user poll in the last HCA_TCP_POLLED_NS), the
+ * thread stops waiting for its connections' data; not polled, it reads
+ * them again.  The switch re-registers every live connection. */
+#define HCA_TCP_POLLED_NS 2000000ull
+
+static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
+{
+    uint64_t last = atomic_load_explicit(&tcp->last_user_poll_ns,
+                                         memory_order_relaxed);
+    int polled    = (last != 0) && (now < last + HCA_TCP_POLLED_NS);
+
+    if (polled == tcp->user_polls) {
+        return;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    tcp->user_polls = polled;
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((c->fd >= 0) && (atomic_load(&c->state) == HCA_TCP_CONN_UP)) {
+            pthread_mutex_lock(&c->tx_lock);
+            hca_tcp_events(tcp, c, EPOLL_CTL_MOD);
+            pthread_mutex_unlock(&c->tx_lock);
+        }
+    }
+    pthread_mutex_unlock(&tcp->lock);
+}
+
 static void *hca_tcp_thread(void *arg)
 {
     hca_tcp_dev_t *tcp = arg;
@@ -461,7 +490,8 @@ static void *hca_tcp_thread(void *arg)
 
     while (tcp->running) {
         uint64_t now;
-        int n = epoll_wait(tcp->epfd, ev, 32, tcp->parked ? 1 :
+        int n = epoll_wait(tcp->epfd, ev, 32,
+                           (tcp->parked || tcp->user_polls) ? 1 :
                            (int)((tcp->timeout_ms / 8) ? tcp->timeout_ms / 8 : 1));
 
         reap = 0; /* after the batch: a freed connection may be in it */
@@ -521,6 +551,7 @@ static void *hca_tcp_thread(void *arg)
             hca_tcp_reap(tcp);
         }
         now = hca_now_ns();
+        hca_tcp_poll_mode(tcp, now);
         if (tcp->parked || (now >= next_timer)) {
             tcp->parked = hca_tcp_timers(tcp);
             next_timer = now + (tcp->timeout_ms / 8) * 1000000ull;
@@ -549,13 +580,25 @@ int hca_tcp_poll(hca_device_t *dev)
         }
     }
     pthread_mutex_unlock(&tcp->lock);
+    if (n > 0) {
+        atomic_store_explicit(&tcp->last_user_poll_ns, hca_now_ns(),
+                              memory_order_relaxed);
+    }
     for (int i = 0; i < n; ++i) {
         /* rx_lock held: reap cannot free it; -1 leaves it to the thread,
          * which sees its hangup */
-        if (mine[i]->reading) {
-            (void)hca_tcp_read(tcp, mine[i]);
+        hca_tcp_conn_t *c = mine[i];
+        if (c->reading) {
+            (void)hca_tcp_read(tcp, c);
         }
-        pthread_mutex_unlock(&mine[i]->rx_lock);
+        /* answers waiting for room (the rest of a READ): send them now
+         * rather than when the thread wakes */
+        if ((c->jobs_tail != c->jobs_head) &&
+            (pthread_mutex_trylock(&c->tx_lock) == 0)) {
+            hca_tcp_jobs_pump(tcp, c);
+            pthread_mutex_unlock(&c->tx_lock);
+        }
+        pthread_mutex_unlock(&c->rx_lock);
     }
     return n;
 }
