@@ -214,6 +214,7 @@ matrix_test() {
         return
     fi
     if [ "$kind" = uct ]; then envw=(UCX_TLS=hca); else envw=("UCX_TLS=hca,self"); fi
+    envw+=("${mt_env[@]}")
     local log=$logdir/m-${name//[^A-Za-z0-9_.-]/_}
     t0=$(now_ms)
     if perftest_pair ns "$log" "${envw[@]}" -- "$@"; then
@@ -237,6 +238,7 @@ matrix_test() {
     fi
 }
 
+mt_env=()  # extra environment of the matrix tests
 run_matrix() {
     local lat=(-n 500 -w 50) bw=(-n 200 -w 20) big=(-n 50 -w 5) a s
     local d
@@ -279,6 +281,12 @@ run_matrix() {
         matrix_test "ucp swap $a"      ucp -t ucp_swap -s $a "${lat[@]}"
         matrix_test "ucp cswap $a"     ucp -t ucp_cswap -s $a "${lat[@]}"
     done
+    # the settings: the interface named, the fabric forced
+    mt_env=("UCX_HCA_NET_DEVICES=$(netns_if a)")
+    matrix_test "ucp tag_bw 1M NET_DEVICES=$(netns_if a)" ucp -t tag_bw -s 1048576 "${big[@]}"
+    mt_env=(UCX_HCA_FABRIC=tcp)
+    matrix_test "ucp tag_bw 1M FABRIC=tcp"  ucp -t tag_bw -s 1048576 "${big[@]}"
+    mt_env=()
 }
 
 # ------------------------------------------------------------ faults
