@@ -19,7 +19,12 @@
 #   ucp tag_bw 1 MiB          UCX_TLS=hca,self vs UCX_TLS=tcp,self
 #
 # Latencies are the median of the run (50th percentile, us), bandwidths
-# the run's average (MB/s).  hca/tcp < 1 is better for latency, > 1 for
+# the run's average (MB/s); a run that failed shows as nan and is left out
+# of the median.  Pinned (the default), each process's threads share one
+# CPU: hca's fabric thread (the responder, and the reader of every frame)
+# competes with the busy-polling main thread; MH_BENCH_PIN=0 shows the
+# other side of it (and the scheduler's millisecond stalls on a loaded
+# machine).  hca/tcp < 1 is better for latency, > 1 for
 # bandwidth.  Not root: a SKIPPED line and exit status 0.
 #
 # Environment: HCA_BUILD_DIR, MH_BENCH_PIN=0 (do not pin the server and
@@ -85,7 +90,13 @@ run() {
     for i in $(seq 1 40); do kill -0 $srv 2>/dev/null || break; sleep 0.05; done
     kill -KILL $srv 2>/dev/null
     wait $srv 2>/dev/null
-    if [ -n "$out" ]; then cut -d, -f"$field" <<<"${out// /}"; else echo nan; fi
+    # a run without a result line, or with a zero, failed: nan (left out
+    # of the median, shown in the runs)
+    if [ -n "$out" ]; then
+        cut -d, -f"$field" <<<"${out// /}" | awk '{ print ($1 + 0 > 0) ? $1 : "nan" }'
+    else
+        echo nan
+    fi
 }
 
 median() {
