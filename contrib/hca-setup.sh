@@ -8,9 +8,11 @@
 #          the UCX source tree of the installed UCX version
 #   build  deps + autogen + configure (in build/) + make
 #   test   build + make check, the libFuzzer harnesses (test/fuzz, 30 s
-#          each), the short reliability campaigns (test/reliability), then
-#          the googletest suites again built with AddressSanitizer (in
-#          <build>-asan; HCA_ASAN=0 skips that)
+#          each), the short reliability campaigns (test/reliability), the
+#          multi-host tests (test/multihost: two network namespaces, hca's
+#          tcp fabric; root only, a SKIPPED line otherwise; HCA_MULTIHOST=0
+#          skips them), then the googletest suites again built with
+#          AddressSanitizer (in <build>-asan; HCA_ASAN=0 skips that)
 #   demo   build + show hca working: the device, ucx_info, MPI and
 #          OpenSHMEM programs over UCX_TLS=hca,self with the transport
 #          proven (hca-run --verbose), a ucx_perftest comparison with
@@ -293,6 +295,13 @@ do_test() {
     log "reliability campaigns, short (test/reliability)"
     HCA_BUILD_DIR=$builddir \
         "$topdir/test/reliability/run-all.sh" --short || rc=1
+    # two "hosts" (network namespaces joined by a veth pair): the
+    # ucx_perftest matrix and the fault cases over the tcp fabric, under
+    # 3 minutes; needs root (prints SKIPPED otherwise)
+    if [ "${HCA_MULTIHOST:-1}" = 1 ]; then
+        log "multi-host tests in network namespaces (test/multihost)"
+        HCA_BUILD_DIR=$builddir "$topdir/test/multihost/run-multihost.sh" || rc=1
+    fi
     if [ $rc -ne 0 ]; then
         log "tests: FAILED"
         exit 1

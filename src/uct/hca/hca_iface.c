@@ -288,6 +288,16 @@ static void uct_hca_iface_handle_send(uct_hca_iface_t *iface,
         ep = NULL; /* its ep is gone: what it left completes cancelled */
     }
     if (ucs_unlikely(status != UCS_OK) && (ep != NULL)) {
+        if ((status == UCS_ERR_CANCELED) && (ep->status == UCS_OK)) {
+            /* flushed ahead of the WR that failed: the device reports the
+             * SQ in post order, and a later WR may fail while earlier ones
+             * still wait for their answers (a dead tcp connection).  The
+             * QP's error is the ep's failure, not a cancel of ours. */
+            ucs_status_t cause = uct_hca_status(hca_qp_error(ep->qp));
+            if ((cause != UCS_OK) && (cause != UCS_ERR_CANCELED)) {
+                status = cause;
+            }
+        }
         if (status != UCS_ERR_CANCELED) {
             uct_hca_iface_schedule_err(iface, ep, status);
         } else if (UCS_STATUS_IS_ERR(ep->status) &&
