@@ -369,6 +369,17 @@ int hca_fabric_open(hca_device_t *dev)
     return 0;
 }
 
+void hca_fabric_quiesce_all(hca_qp_t *qp)
+{
+    hca_device_t *dev = qp->dev;
+
+    for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        if (dev->fabric_open[t]) {
+            dev->fabric_ops[t].quiesce(qp);
+        }
+    }
+}
+
 void hca_fabric_poll(hca_device_t *dev)
 {
     uint32_t mask = atomic_load_explicit(&dev->fabric_polls,

@@ -250,7 +250,7 @@ static hca_wc_status_t hca_tcp_peer_status(hca_qp_t *qp)
     if (conn == NULL) {
         return HCA_WC_RETRY_EXC_ERR;
     }
-    return (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) ? conn->fail :
+    return (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) ? (hca_wc_status_t)atomic_load(&conn->fail) :
            HCA_WC_SUCCESS;
 }
 

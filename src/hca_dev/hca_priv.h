@@ -95,6 +95,9 @@ typedef struct hca_fault_cfg {
  * dev->fabric_ops); closes them in reverse. */
 int  hca_fabric_open(hca_device_t *dev);
 void hca_fabric_close(hca_device_t *dev);
+/* Every open fabric lets go of the QP (destroy, reset): none of their
+ * threads is inside it after this. */
+void hca_fabric_quiesce_all(hca_qp_t *qp);
 /* A user thread's poll of the fabrics that asked for it (dev->fabric_polls). */
 void hca_fabric_poll(hca_device_t *dev);
 /* The fabric that reaches addr from dev, or NULL (unreachable). */

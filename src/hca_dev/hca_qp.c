@@ -215,6 +215,9 @@ int hca_qp_destroy(hca_qp_t *qp)
 
     atomic_store(&qp->pub->qpn, 0);
     atomic_store(&qp->pub->state, HCA_QPS_RESET);
+    /* a fabric's thread may be placing a message for this QP (any QP
+     * receives from any fabric): after this none is inside it */
+    hca_fabric_quiesce_all(qp);
     qp->fabric->disconnect(qp);
     hca_cq_detach_qp(qp->send_cq, qp);
     hca_cq_detach_rq(qp->recv_cq, qp->rq);
@@ -370,6 +373,14 @@ int hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first)
 
 static void hca_qp_reset(hca_qp_t *qp)
 {
+    /* the WQEs of before are given up: no answer that comes late may
+     * find one waiting (its buffers are the application's again), then
+     * every fabric lets go of the QP */
+    for (uint32_t i = 0; i <= qp->sq_mask; ++i) {
+        qp->sq[i].resp_stamp = 0;
+        __atomic_store_n(&qp->sq[i].state, HCA_WQE_DONE, __ATOMIC_RELEASE);
+    }
+    hca_fabric_quiesce_all(qp);
     /* sq_held stays: CQEs of before the reset may still be unpolled */
     qp->sq_head = qp->sq_exec = qp->sq_tail = 0;
     qp->n_issued    = 0;

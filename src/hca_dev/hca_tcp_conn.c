@@ -107,10 +107,11 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
 void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           hca_wc_status_t why, const char *where)
 {
-    int expected = atomic_load(&conn->state);
+    int expected = atomic_load(&conn->state), unset = 0;
 
+    /* the first killer's reason is what every QP reports */
+    (void)atomic_compare_exchange_strong(&conn->fail, &unset, (int)why);
     while (expected != HCA_TCP_CONN_DEAD) {
-        conn->fail = why;
         if (atomic_compare_exchange_weak(&conn->state, &expected,
                                          HCA_TCP_CONN_DEAD)) {
             if (HCA_UNLIKELY(tcp->dev->trace)) {
@@ -118,8 +119,12 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                         "state %d) at %s", conn->peer.pid, conn->peer.ctx_id,
                         hca_wc_status_str(why), expected, where);
             }
-            /* wakes the thread through EPOLLHUP: it closes and frees */
-            (void)shutdown(conn->fd, SHUT_RDWR);
+            /* wakes the thread through EPOLLHUP: it closes and frees
+             * (the fd is closed only under tx_lock and rx_lock, which
+             * every caller of a kill on a live fd holds or orders) */
+            if (conn->fd >= 0) {
+                (void)shutdown(conn->fd, SHUT_RDWR);
+            }
             atomic_fetch_add(&tcp->conns_dead, 1);
             if (expected == HCA_TCP_CONN_UP) {
                 atomic_fetch_sub(&tcp->conns_up, 1);
@@ -159,6 +164,11 @@ void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
 int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     hca_tcp_tx_t *tx = &conn->tx;
+
+    if (HCA_UNLIKELY((conn->fd < 0) ||
+                     (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD))) {
+        return -1; /* closed: nothing more goes out on it */
+    }
 
     while (tx->left > 0) {
         struct msghdr msg = {.msg_iov    = &tx->iov[tx->first],

@@ -109,7 +109,7 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         state = hca_tcp_conn_wait(conn);
     }
     if (HCA_UNLIKELY(state == HCA_TCP_CONN_DEAD)) {
-        *status_p = conn->fail;
+        *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
         return HCA_EXEC_DONE;
     }
     if (HCA_UNLIKELY(state != HCA_TCP_CONN_UP)) {
@@ -129,7 +129,7 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
 
         rc = hca_tcp_tx_flush(tcp, conn);
         if (rc < 0) {
-            *status_p = conn->fail;
+            *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
             res       = HCA_EXEC_DONE;
             break;
         }
@@ -151,7 +151,7 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         }
         rc = hca_tcp_tx_flush(tcp, conn);
         if (rc < 0) {
-            *status_p = conn->fail;
+            *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
             res       = HCA_EXEC_DONE;
         } else if (rc == 0) {
             hca_tcp_want_out(tcp, conn);
@@ -172,7 +172,7 @@ hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
         HCA_UNLIKELY(atomic_load_explicit(&conn->state,
                                           memory_order_relaxed) ==
                      HCA_TCP_CONN_DEAD)) {
-        *status_p = conn->fail; /* its answer will never come */
+        *status_p = (hca_wc_status_t)atomic_load(&conn->fail); /* its answer will never come */
         return HCA_EXEC_DONE;
     }
     return res;

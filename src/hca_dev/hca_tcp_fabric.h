@@ -33,6 +33,8 @@
 #define HCA_TCP_POISON        16      /* refused requester QPs remembered */
 #define HCA_TCP_TIMEOUT_MS    10000   /* default silent-peer limit */
 #define HCA_TCP_CONNECT_MS    5000    /* connect + handshake limit */
+#define HCA_TCP_POLL_MAX      64      /* connections a user poll reads; with
+                                         more the thread keeps reading */
 
 typedef enum {
     HCA_TCP_CONN_CONNECTING = 0, /* connect() in progress */
@@ -97,7 +99,9 @@ typedef struct hca_tcp_conn {
     int                  fd;
     _Atomic int          state;     /* hca_tcp_conn_state_t */
     int                  outbound;  /* we connected */
-    hca_wc_status_t      fail;      /* DEAD: what its QPs report */
+    _Atomic int          fail;      /* DEAD: what its QPs report
+                                       (hca_wc_status_t; the first
+                                       killer's, set before the state) */
     hca_port_addr_t      peer;      /* host, pid, ctx, listener */
     uint32_t             qp_refs;   /* our QPs connected through it
                                        (tcp->lock) */
@@ -135,8 +139,10 @@ typedef struct hca_tcp_dev {
     int                  wake_fd;    /* eventfd: stop, new connection */
     pthread_t            thread;
     _Atomic int          running;
-    int                  parked;     /* a connection waits for ring room:
+    _Atomic int          parked;     /* a connection waits for ring room:
                                         the thread looks every 1 ms */
+    int                  listen_paused; /* out of fds: the listener waits
+                                           for the next timer pass */
     pthread_mutex_t      lock;       /* conns, and the thread's use of QPs */
     hca_tcp_conn_t      *conns;
     hca_net_addr_t       addr;       /* the listener's */

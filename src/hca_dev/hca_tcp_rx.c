@@ -128,8 +128,10 @@ static hca_qp_t *hca_tcp_our_qp(hca_tcp_dev_t *tcp, uint32_t qpn)
     return ((qp != NULL) && (qp->qpn == qpn)) ? qp : NULL;
 }
 
-/* The WQE an answer is for, if it still waits for it. */
+/* The WQE an answer is for, if it still waits for it: on the connection
+ * its QP sends on, from the QP it is connected to. */
 static hca_wqe_t *hca_tcp_waiting_wqe(hca_tcp_dev_t *tcp,
+                                      const hca_tcp_conn_t *conn,
                                       const hca_tcp_hdr_t *hdr,
                                       hca_qp_t **qp_p)
 {
@@ -138,6 +140,7 @@ static hca_wqe_t *hca_tcp_waiting_wqe(hca_tcp_dev_t *tcp,
 
     if ((qp == NULL) || (qp->state != HCA_QPS_RTS) ||
         (qp->fabric->type != HCA_FABRIC_TCP) ||
+        (hca_tcp_qp(qp)->conn != conn) || (hdr->src_qpn != qp->dest_qpn) ||
         (hdr->resp_idx > qp->sq_mask)) {
         return NULL;
     }
@@ -384,7 +387,7 @@ static void hca_tcp_rx_ack(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
     hca_qp_t *qp;
 
-    if (hca_tcp_waiting_wqe(tcp, hdr, &qp) != NULL) {
+    if (hca_tcp_waiting_wqe(tcp, conn, hdr, &qp) != NULL) {
         hca_tcp_resolve(tcp, qp, hdr->resp_idx, hdr->resp_stamp,
                         (hca_wc_status_t)hdr->syndrome, hdr->operand);
     }
@@ -398,7 +401,7 @@ static void hca_tcp_rx_read_resp(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_qp_t *qp;
     int n;
 
-    wqe = hca_tcp_waiting_wqe(tcp, hdr, &qp);
+    wqe = hca_tcp_waiting_wqe(tcp, conn, hdr, &qp);
     if ((wqe == NULL) || (wqe->opcode != HCA_WR_RDMA_READ)) {
         hca_tcp_rx_discard(conn); /* nobody waits for it any more */
         return;
@@ -473,7 +476,7 @@ int hca_tcp_rx_target_ok(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (conn->rx.kind != HCA_TCP_RXK_READ) {
         return 1; /* the stage is ours; a region is pinned */
     }
-    return hca_tcp_waiting_wqe(tcp, &conn->rx.in.hdr, &qp) != NULL;
+    return hca_tcp_waiting_wqe(tcp, conn, &conn->rx.in.hdr, &qp) != NULL;
 }
 
 /* A SEND fragment or WRITE_IMM notice waits in the stage: into its ring,
@@ -533,7 +536,7 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         break;
     case HCA_TCP_OP_READ_RESP:
         if ((hdr->flags & HCA_TCP_F_LAST) &&
-            (hca_tcp_waiting_wqe(tcp, hdr, &qp) != NULL)) {
+            (hca_tcp_waiting_wqe(tcp, conn, hdr, &qp) != NULL)) {
             hca_tcp_resolve(tcp, qp, hdr->resp_idx, hdr->resp_stamp,
                             HCA_WC_SUCCESS, 0);
         }

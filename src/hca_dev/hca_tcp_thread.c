@@ -25,6 +25,10 @@ void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op)
 {
     struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = conn};
 
+    if (conn->fd < 0) {
+        return; /* reaped */
+    }
+
     /* while the process polls, it reads its connections itself: waking
      * this thread for each message would only take a core from it */
     if (conn->reading && (!tcp->user_polls ||
@@ -226,7 +230,7 @@ int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             conn->reading = 0;
             hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
             pthread_mutex_unlock(&conn->tx_lock);
-            tcp->parked = 1;
+            atomic_store(&tcp->parked, 1);
             return 0;
         }
 
@@ -315,6 +319,14 @@ static void hca_tcp_accept(hca_tcp_dev_t *tcp)
         int fd = accept4(tcp->listen_fd, NULL, NULL,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
+            if ((errno == EMFILE) || (errno == ENFILE) || (errno == ENOMEM) ||
+                (errno == ENOBUFS)) {
+                /* the pending connection stays: stop watching the
+                 * listener until the next timer pass, or we would spin */
+                (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, tcp->listen_fd,
+                                NULL);
+                tcp->listen_paused = 1;
+            }
             return;
         }
         pthread_mutex_lock(&tcp->lock);
@@ -366,12 +378,14 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
             continue;
         }
         if (conn->fd >= 0) {
+            /* closed under both locks: a sender (tx_lock) or a poll
+             * (rx_lock) never uses the number after another file got it */
             (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
             pthread_mutex_lock(&conn->tx_lock);
             hca_tcp_rx_abort(conn);
-            pthread_mutex_unlock(&conn->tx_lock);
             close(conn->fd);
             conn->fd = -1;
+            pthread_mutex_unlock(&conn->tx_lock);
         }
         pthread_mutex_unlock(&conn->rx_lock);
         if (conn->qp_refs == 0) {
@@ -414,7 +428,11 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
             }
             continue;
         }
-        if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) {
+        if (!conn->reading || (conn->rx.state == HCA_TCP_RX_PARKED)) {
+            /* we do not read it (a full ring or answer queue of ours):
+             * its keepalives wait behind what we left there */
+            atomic_store(&conn->last_rx_ns, now);
+        } else if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) {
             hca_log("tcp fabric: pid %u ctx %u silent for %u ms: its QPs "
                     "fail", conn->peer.pid, conn->peer.ctx_id,
                     tcp->timeout_ms);
@@ -441,7 +459,10 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
             job.hdr.version = HCA_TCP_VERSION;
             job.hdr.opcode  = HCA_TCP_OP_KEEPALIVE;
             pthread_mutex_lock(&conn->tx_lock);
-            if (hca_tcp_job_push(conn, &job) == 0) {
+            /* never in the last half of the queue: the answers a reader
+             * promised (one per frame it read) keep their room */
+            if ((conn->jobs_head - conn->jobs_tail < HCA_TCP_JOBS / 2) &&
+                (hca_tcp_job_push(conn, &job) == 0)) {
                 hca_tcp_jobs_pump(tcp, conn);
             }
             pthread_mutex_unlock(&conn->tx_lock);
@@ -449,6 +470,12 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
         }
     }
     pthread_mutex_unlock(&tcp->lock);
+    if (tcp->listen_paused) {
+        struct epoll_event ev = {.events   = EPOLLIN,
+                                 .data.ptr = &hca_tcp_listen_tag};
+        tcp->listen_paused = 0;
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev);
+    }
     if (dead) {
         hca_tcp_reap(tcp);
     }
@@ -464,7 +491,10 @@ static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
 {
     uint64_t last = atomic_load_explicit(&tcp->last_user_poll_ns,
                                          memory_order_relaxed);
-    int polled    = (last != 0) && (now < last + HCA_TCP_POLLED_NS);
+    /* a poll reads at most HCA_TCP_POLL_MAX connections: with more the
+     * thread keeps reading them all */
+    int polled    = (last != 0) && (now < last + HCA_TCP_POLLED_NS) &&
+                    (atomic_load(&tcp->conns_up) <= HCA_TCP_POLL_MAX);
 
     if (polled == tcp->user_polls) {
         return;
@@ -481,6 +511,16 @@ static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
     pthread_mutex_unlock(&tcp->lock);
 }
 
+/* The timer pass's period: keepalives and the silent check at an eighth
+ * of the peer timeout, the connect limit at a quarter of its own. */
+static uint64_t hca_tcp_period_ns(const hca_tcp_dev_t *tcp)
+{
+    uint64_t ms = tcp->timeout_ms / 8;
+
+    ms = (ms < HCA_TCP_CONNECT_MS / 4) ? ms : HCA_TCP_CONNECT_MS / 4;
+    return ((ms > 0) ? ms : 1) * 1000000ull;
+}
+
 static void *hca_tcp_thread(void *arg)
 {
     hca_tcp_dev_t *tcp = arg;
@@ -491,8 +531,8 @@ static void *hca_tcp_thread(void *arg)
     while (tcp->running) {
         uint64_t now;
         int n = epoll_wait(tcp->epfd, ev, 32,
-                           (tcp->parked || tcp->user_polls) ? 1 :
-                           (int)((tcp->timeout_ms / 8) ? tcp->timeout_ms / 8 : 1));
+                           (atomic_load(&tcp->parked) || tcp->user_polls) ?
+                           1 : (int)(hca_tcp_period_ns(tcp) / 1000000ull));
 
         reap = 0; /* after the batch: a freed connection may be in it */
         for (int i = 0; i < n; ++i) {
@@ -552,9 +592,14 @@ static void *hca_tcp_thread(void *arg)
         }
         now = hca_now_ns();
         hca_tcp_poll_mode(tcp, now);
-        if (tcp->parked || (now >= next_timer)) {
-            tcp->parked = hca_tcp_timers(tcp);
-            next_timer = now + (tcp->timeout_ms / 8) * 1000000ull;
+        if (atomic_load(&tcp->parked) || (now >= next_timer)) {
+            /* cleared before the pass: a poll that parks meanwhile sets it
+             * again */
+            atomic_store(&tcp->parked, 0);
+            if (hca_tcp_timers(tcp)) {
+                atomic_store(&tcp->parked, 1);
+            }
+            next_timer = now + hca_tcp_period_ns(tcp);
         }
     }
     return NULL;
@@ -563,7 +608,7 @@ static void *hca_tcp_thread(void *arg)
 int hca_tcp_poll(hca_device_t *dev)
 {
     hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
-    hca_tcp_conn_t *mine[8];
+    hca_tcp_conn_t *mine[HCA_TCP_POLL_MAX];
     int n = 0;
 
     if ((tcp == NULL) || (atomic_load_explicit(&tcp->conns_up,
@@ -572,7 +617,7 @@ int hca_tcp_poll(hca_device_t *dev)
         return 0; /* the thread is at it */
     }
     /* the connections we can take now (a locked one is being read) */
-    for (hca_tcp_conn_t *c = tcp->conns; (c != NULL) && (n < 8);
+    for (hca_tcp_conn_t *c = tcp->conns; (c != NULL) && (n < HCA_TCP_POLL_MAX);
          c = c->next) {
         if ((atomic_load(&c->state) == HCA_TCP_CONN_UP) && c->reading &&
             (pthread_mutex_trylock(&c->rx_lock) == 0)) {
