@@ -706,6 +706,14 @@ HCA_INLINE hca_exec_t hca_resp_slot_poll(hca_qp_t *qp, hca_wqe_t *wqe,
     return HCA_EXEC_DONE;
 }
 
+/* 1 if the issued WQE's response is in its slot (no side effect: what a
+ * fabric's response_ready answers, for arming a CQ). */
+HCA_INLINE int hca_resp_slot_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
+{
+    return atomic_load_explicit(&qp->resp[wqe - qp->sq].stamp,
+                                memory_order_acquire) == wqe->resp_stamp;
+}
+
 /* A new stamp for an issued WQE's response (never 0: a fresh slot). */
 static inline uint32_t hca_qp_next_stamp(hca_qp_t *qp)
 {

@@ -474,5 +474,5 @@ hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
 
 int hca_shm_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
 {
-    return atomic_load(&qp->resp[wqe - qp->sq].stamp) == wqe->resp_stamp;
+    return hca_resp_slot_ready(qp, wqe);
 }

@@ -180,8 +180,5 @@ hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
 
 int hca_tcp_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
 {
-    const hca_resp_slot_t *resp = &qp->resp[wqe - qp->sq];
-
-    return atomic_load_explicit(&resp->stamp, memory_order_acquire) ==
-           wqe->resp_stamp;
+    return hca_resp_slot_ready(qp, wqe);
 }
