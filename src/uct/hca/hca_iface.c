@@ -810,10 +810,14 @@ uct_hca_query_tl_devices(uct_md_h tl_md,
     }
     ucs_snprintf_zero(device->name, sizeof(device->name), "%s",
                       hca_device_name(md->dev));
-    /* with tcp forced every peer is a network peer; otherwise shm serves
-     * this host (the common case UCP plans for) and tcp the others */
-    device->type       = md->tcp_only ? UCT_DEVICE_TYPE_NET :
-                                        UCT_DEVICE_TYPE_SHM;
+    /* A device that reaches other hosts is a network device, as rc's and
+     * tcp's are: UCP packs only NET devices into the addresses it gives
+     * peers on other hosts (UCP_WORKER_ADDRESS_FLAG_NET_ONLY, which Open
+     * MPI's pml ucx uses for remote ranks), and UCX_NET_DEVICES selects
+     * it.  Without a listener (UCX_HCA_FABRIC=shm, or none could be made)
+     * it serves this host only, as mm does. */
+    device->type       = (md->addr.net.family != HCA_NET_NONE) ?
+                         UCT_DEVICE_TYPE_NET : UCT_DEVICE_TYPE_SHM;
     device->sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
     *tl_devices_p      = device;
     *num_tl_devices_p  = 1;
