@@ -1,0 +1,235 @@
+# hca-netns.sh - network namespaces as "hosts" on one machine (sourced).
+#
+#   . contrib/hca-netns.sh
+#   netns_check || exit 0         # prints "SKIPPED: <reason>" (stdout)
+#   netns_setup 2                 # namespaces a and b, one veth pair
+#   netns_setup 3 root            # a, b, c on a bridge in this namespace
+#   netns_exec a CMD...           # run CMD in namespace a
+#   echo "$(netns_addr a)"        # its address, e.g. 10.231.17.1
+#
+# Used by the multi-host tests (test/multihost) and by contrib/hca-hosts.sh
+# (Open MPI jobs across namespace hosts).
+#
+# netns_setup N [root] creates N namespaces named hcamh-<pid>-a, -b, ...
+# (pid of the sourcing script), each with lo up.
+#   N = 2: one veth pair between them;
+#   N > 2: a bridge in a third, hidden namespace (hcamh-<pid>-br) with one
+#          veth per namespace;
+#   root:  the bridge (hb<pid>) is in the calling namespace instead, with
+#          the address 10.231.<x>.254, so that a process here (mpirun, and
+#          the daemons' connections back to it) reaches every namespace.
+# Addresses are 10.231.<x>.<i>/24, <x> chosen at random among the /24
+# networks no interface of the host (nor of another namespace set up by
+# this library) uses.  The interface is named $netns_ifname (hmveth0) in
+# every namespace.
+#
+# Teardown (netns_teardown) runs on EXIT, INT and TERM, and when the setup
+# fails half-way: it kills every process still running in the namespaces
+# (ip netns pids), then deletes the namespaces (which deletes the veths)
+# and the bridge.  A script with its own EXIT trap calls netns_teardown
+# from it; one that keeps the namespaces after it exits (hca-hosts.sh up)
+# clears the traps and records netns_names and netns_root_bridge.
+#
+# Variables after netns_setup: netns_names (array), netns_subnet
+# ("10.231.<x>"), netns_ifs (array: interface name in each namespace),
+# netns_root_bridge and netns_root_addr (root mode).
+#
+# shellcheck shell=bash
+
+netns_names=()
+netns_ifs=()
+netns_subnet=
+netns_bridge_ns=
+netns_root_bridge=
+netns_root_addr=
+netns_prefix=hcamh-$$
+# the interface's name, the same in every namespace (ucx_perftest's server
+# opens the device the client names: -d must exist on both sides)
+netns_ifname=hmveth0
+
+# netns_check: 0 if namespaces can be made here; otherwise prints a SKIPPED
+# line with the reason and returns 1.
+netns_check() {
+    local what=${1:-multihost}
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "$what: SKIPPED: not root (network namespaces need root)"
+        return 1
+    fi
+    if ! command -v ip >/dev/null 2>&1; then
+        echo "$what: SKIPPED: the ip command (iproute2) is not installed"
+        return 1
+    fi
+    if ! ip netns list >/dev/null 2>&1; then
+        echo "$what: SKIPPED: 'ip netns' is not available"
+        return 1
+    fi
+    # a throw-away namespace proves that namespaces can be created (a
+    # container may forbid it even to root)
+    local probe=$netns_prefix-probe
+    if ! ip netns add "$probe" >/dev/null 2>&1; then
+        echo "$what: SKIPPED: cannot create a network namespace (ip netns add failed)"
+        return 1
+    fi
+    if ! ip link add "hmp$$" netns "$probe" type veth peer name "hmq$$" \
+            netns "$probe" >/dev/null 2>&1; then
+        ip netns del "$probe" 2>/dev/null
+        echo "$what: SKIPPED: cannot create a veth pair"
+        return 1
+    fi
+    ip netns del "$probe" 2>/dev/null
+    return 0
+}
+
+netns_say() { echo "netns: $*" >&2; }
+
+# The 10.231.<x>.0/24 networks in use: on the host, in every namespace.
+netns_used_subnets() {
+    {
+        ip -4 -o addr show 2>/dev/null
+        local ns
+        for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+            ip -n "$ns" -4 -o addr show 2>/dev/null
+        done
+        ip -4 route show 2>/dev/null
+    } | grep -o '10\.231\.[0-9]*\.' | sort -u
+}
+
+netns_pick_subnet() {
+    local used x i
+    used=$(netns_used_subnets)
+    for i in $(seq 1 50); do
+        x=$((1 + RANDOM % 254))
+        if ! grep -qx "10\.231\.$x\." <<<"$used"; then
+            echo "10.231.$x"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# The letter of namespace i (0 -> a).
+netns_letter() { printf "\\$(printf '%03o' $((97 + $1)))"; }
+
+# netns_name LETTER -> hcamh-<pid>-LETTER
+netns_name() { echo "$netns_prefix-$1"; }
+
+# netns_index LETTER -> 0, 1, ...
+netns_index() { echo $(($(printf '%d' "'$1") - 97)); }
+
+netns_addr() { echo "$netns_subnet.$(($(netns_index "$1") + 1))"; }
+netns_if() { echo "${netns_ifs[$(netns_index "$1")]}"; }
+
+netns_exec() {
+    local ns
+    ns=$(netns_name "$1")
+    shift
+    ip netns exec "$ns" "$@"
+}
+
+netns_fail() {
+    netns_say "error: $*"
+    netns_teardown
+    return 1
+}
+
+# netns_setup N [root]
+netns_setup() {
+    local n=${1:-2} mode=${2:-} i l ns
+    [ "$n" -ge 2 ] && [ "$n" -le 20 ] || { netns_say "error: 2..20 namespaces"; return 1; }
+    trap 'netns_teardown' EXIT
+    trap 'netns_teardown; trap - INT; kill -INT $$' INT
+    trap 'netns_teardown; trap - TERM; kill -TERM $$' TERM
+    netns_subnet=$(netns_pick_subnet) || { netns_say "error: no free 10.231.x.0/24"; return 1; }
+    for i in $(seq 0 $((n - 1))); do
+        l=$(netns_letter "$i")
+        ns=$(netns_name "$l")
+        ip netns add "$ns" || { netns_fail "ip netns add $ns"; return 1; }
+        netns_names+=("$ns")
+        ip -n "$ns" link set lo up || { netns_fail "lo up in $ns"; return 1; }
+    done
+    if [ "$mode" = root ]; then
+        # root-side names are at most 15 characters: hb<pid> and hb<pid><l>
+        netns_root_bridge=hb$$
+        netns_root_addr=$netns_subnet.254
+        ip link add "$netns_root_bridge" type bridge &&
+            ip addr add "$netns_root_addr/24" dev "$netns_root_bridge" &&
+            ip link set "$netns_root_bridge" up ||
+            { netns_fail "bridge $netns_root_bridge"; return 1; }
+        for i in $(seq 0 $((n - 1))); do
+            l=$(netns_letter "$i")
+            ip link add "hb$$$l" type veth peer name "$netns_ifname" \
+                netns "${netns_names[$i]}" &&
+                ip link set "hb$$$l" master "$netns_root_bridge" &&
+                ip link set "hb$$$l" up ||
+                { netns_fail "veth of $l"; return 1; }
+            netns_ifs+=("$netns_ifname")
+        done
+    elif [ "$n" = 2 ]; then
+        ip link add "$netns_ifname" netns "${netns_names[0]}" type veth \
+            peer name "$netns_ifname" netns "${netns_names[1]}" ||
+            { netns_fail "veth pair"; return 1; }
+        netns_ifs=("$netns_ifname" "$netns_ifname")
+    else
+        netns_bridge_ns=$netns_prefix-br
+        ip netns add "$netns_bridge_ns" || { netns_fail "bridge namespace"; return 1; }
+        ip -n "$netns_bridge_ns" link add hmbr type bridge &&
+            ip -n "$netns_bridge_ns" link set hmbr up ||
+            { netns_fail "bridge"; return 1; }
+        for i in $(seq 0 $((n - 1))); do
+            l=$(netns_letter "$i")
+            ip link add "$netns_ifname" netns "${netns_names[$i]}" type veth \
+                peer name "p$l" netns "$netns_bridge_ns" &&
+                ip -n "$netns_bridge_ns" link set "p$l" master hmbr &&
+                ip -n "$netns_bridge_ns" link set "p$l" up ||
+                { netns_fail "veth of $l"; return 1; }
+            netns_ifs+=("$netns_ifname")
+        done
+    fi
+    for i in $(seq 0 $((n - 1))); do
+        ip -n "${netns_names[$i]}" addr add "$netns_subnet.$((i + 1))/24" \
+            dev "${netns_ifs[$i]}" &&
+            ip -n "${netns_names[$i]}" link set "${netns_ifs[$i]}" up ||
+            { netns_fail "address of ${netns_names[$i]}"; return 1; }
+    done
+    # wait for the links (veth carrier) to come up
+    for _ in $(seq 1 50); do
+        local down=0
+        for i in $(seq 0 $((n - 1))); do
+            ip -n "${netns_names[$i]}" -o link show "${netns_ifs[$i]}" |
+                grep -q 'state UP' || down=1
+        done
+        [ $down = 0 ] && break
+        sleep 0.1
+    done
+    netns_say "namespaces ${netns_names[*]} on $netns_subnet.0/24"
+    return 0
+}
+
+# Kills what runs in the namespaces, deletes them.  Idempotent.
+netns_teardown() {
+    local ns pids
+    for ns in "${netns_names[@]}" $netns_bridge_ns; do
+        pids=$(ip netns pids "$ns" 2>/dev/null)
+        if [ -n "$pids" ]; then
+            # a stopped process must be continued to die of SIGKILL
+            # promptly in all kernels; SIGKILL works on stopped ones too
+            # shellcheck disable=SC2086
+            kill -KILL $pids 2>/dev/null
+        fi
+    done
+    for ns in "${netns_names[@]}" $netns_bridge_ns; do
+        for _ in 1 2 3 4 5 6 7 8 9 10; do
+            [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
+            sleep 0.1
+        done
+        ip netns del "$ns" 2>/dev/null
+    done
+    if [ -n "$netns_root_bridge" ]; then
+        ip link del "$netns_root_bridge" 2>/dev/null
+    fi
+    netns_names=()
+    netns_ifs=()
+    netns_bridge_ns=
+    netns_root_bridge=
+    netns_root_addr=
+}
