@@ -661,9 +661,10 @@ typedef struct hca_counters {
     uint64_t responder_ops;                 /* executed by a responder */
     uint64_t cq_overflows;
     uint64_t wakeups_sent;
-    /* by fabric (hca_fabric_type_t): WRs executed and their bytes */
-    uint64_t fabric_tx_ops[HCA_FABRIC_LAST];
-    uint64_t fabric_tx_bytes[HCA_FABRIC_LAST];
+    /* tx_ops and tx_bytes again, by the fabric that carried them
+     * (hca_fabric_type_t): which peers were on other hosts */
+    uint64_t fabric_tx_ops[HCA_FABRIC_LAST][HCA_WR_OPCODE_LAST];
+    uint64_t fabric_tx_bytes[HCA_FABRIC_LAST][HCA_WR_OPCODE_LAST];
     /* the tcp fabric's wire */
     uint64_t tcp_frames_tx;
     uint64_t tcp_frames_rx;
@@ -688,6 +689,7 @@ const char *hca_wc_status_str(hca_wc_status_t status);
 const char *hca_wr_opcode_str(hca_wr_opcode_t opcode);
 const char *hca_qp_state_str(hca_qp_state_t state);
 const char *hca_port_state_str(hca_port_state_t state);
+const char *hca_fabric_type_str(hca_fabric_type_t fabric); /* "shm", "tcp" */
 
 #ifdef HCA_DEV_VISIBILITY_PUSHED
 #pragma GCC visibility pop

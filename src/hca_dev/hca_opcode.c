@@ -103,6 +103,19 @@ const char *hca_qp_state_str(hca_qp_state_t state)
                                               "unknown state";
 }
 
+const char *hca_fabric_type_str(hca_fabric_type_t fabric)
+{
+    switch (fabric) {
+    case HCA_FABRIC_SHM:
+        return "shm";
+    case HCA_FABRIC_TCP:
+        return "tcp";
+    case HCA_FABRIC_LAST:
+        break;
+    }
+    return "unknown";
+}
+
 const char *hca_port_state_str(hca_port_state_t state)
 {
     switch (state) {

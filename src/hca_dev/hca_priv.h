@@ -524,8 +524,8 @@ HCA_INLINE void hca_count_tx(hca_qp_t *qp, unsigned opcode, uint64_t bytes)
     qp->cnt->tx_ops[opcode]++;
     qp->cnt->tx_bytes[opcode] += bytes;
     if (HCA_LIKELY(f < HCA_FABRIC_LAST)) {
-        qp->cnt->fabric_tx_ops[f]++;
-        qp->cnt->fabric_tx_bytes[f] += bytes;
+        qp->cnt->fabric_tx_ops[f][opcode]++;
+        qp->cnt->fabric_tx_bytes[f][opcode] += bytes;
     }
 }
 

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     6  /* 6: counters by fabric and of the tcp wire */
+#define HCA_WIRE_VERSION     7  /* 7: counters by fabric and opcode */
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */

@@ -166,18 +166,6 @@ static void print_host_id(const hca_host_id_t *id)
     printf("\t%-24snet:[%" PRIu32 "]\n", "net_ns:", id->net_ns);
 }
 
-static const char *fabric_str(hca_fabric_type_t fabric)
-{
-    switch (fabric) {
-    case HCA_FABRIC_SHM:
-        return "shm";
-    case HCA_FABRIC_TCP:
-        return "tcp";
-    default:
-        return "unknown";
-    }
-}
-
 static const char *fabric_mode_str(hca_fabric_mode_t mode)
 {
     switch (mode) {
@@ -207,7 +195,7 @@ static int print_port(hca_device_t *dev, uint8_t port_num)
     printf("\t\tport:\t%u\n", port_num);
     printf("\t\t\t%-16s%s (%d)\n", "state:", hca_port_state_str(pattr.state),
            (int)pattr.state);
-    printf("\t\t\t%-16s%s (%d)\n", "fabric:", fabric_str(pattr.fabric),
+    printf("\t\t\t%-16s%s (%d)\n", "fabric:", hca_fabric_type_str(pattr.fabric),
            (int)pattr.fabric);
     printf("\t\t\t%-16s%" PRIu32 "\n", "mtu:", pattr.mtu);
     printf("\t\t\t%-16s%" PRIu32 "\n", "max_msg_sz:", pattr.max_msg_sz);
@@ -273,9 +261,21 @@ static void print_fabric_counters(const hca_counters_t *cnt)
 
     printf("\t\t%-20s%12s%14s\n", "fabric", "tx_ops", "tx_bytes");
     for (int f = 0; f < HCA_FABRIC_LAST; f++) {
+        uint64_t ops = 0, bytes = 0;
+
+        for (int op = 0; op < HCA_WR_OPCODE_LAST; op++) {
+            ops   += cnt->fabric_tx_ops[f][op];
+            bytes += cnt->fabric_tx_bytes[f][op];
+        }
         printf("\t\t%-20s%12" PRIu64 "%14" PRIu64 "\n",
-               fabric_str((hca_fabric_type_t)f), cnt->fabric_tx_ops[f],
-               cnt->fabric_tx_bytes[f]);
+               hca_fabric_type_str((hca_fabric_type_t)f), ops, bytes);
+        for (int op = 0; op < HCA_WR_OPCODE_LAST; op++) {
+            if (cnt->fabric_tx_ops[f][op] != 0) {
+                printf("\t\t  %-18s%12" PRIu64 "%14" PRIu64 "\n",
+                       hca_wr_opcode_str((hca_wr_opcode_t)op),
+                       cnt->fabric_tx_ops[f][op], cnt->fabric_tx_bytes[f][op]);
+            }
+        }
     }
     printf("\t\ttcp wire:\n");
     printf("\t\t\t%-20s%" PRIu64 "\n", "frames_tx:", cnt->tcp_frames_tx);

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *uct_hca_fabric_names[] = {
     [HCA_FABRIC_MODE_AUTO] = "auto",
@@ -361,16 +362,31 @@ static ucs_status_t uct_hca_rkey_release(uct_component_t *component,
 
 /* ---------------------------------------------------------------- md */
 
-/* One line per memory domain: "hca: pid P ctx C: OP=ops/bytes ..." */
+/* One line per memory domain:
+ *   "hca: pid P ctx C host H: OP=ops/bytes ... responder_ops=N errors=N
+ *    shm:OP=ops/bytes ... tcp:OP=ops/bytes ..."
+ * the requester's WRs by opcode, then again by the fabric that carried
+ * them (shm: this host; tcp: other hosts).  hca-run --verbose sums them. */
 static void uct_hca_md_print_stats(uct_hca_md_t *md)
 {
-    char line[2048];
+    char line[4096];
+    char host[256];
     size_t len = 0;
     hca_counters_t cnt;
 
+    /* pids repeat across hosts: the host name tells the processes apart */
+    if ((gethostname(host, sizeof(host)) != 0) || (host[0] == '\0')) {
+        ucs_strncpy_zero(host, "?", sizeof(host));
+    }
+    host[sizeof(host) - 1] = '\0';
+    for (char *c = host; *c != '\0'; ++c) {
+        if ((*c == ' ') || (*c == ':')) {
+            *c = '_'; /* the line's separators */
+        }
+    }
     hca_device_counters(md->dev, &cnt);
-    len += snprintf(line + len, sizeof(line) - len, "hca: pid %u ctx %u:",
-                    md->addr.pid, md->addr.ctx_id);
+    len += snprintf(line + len, sizeof(line) - len, "hca: pid %u ctx %u host %s:",
+                    md->addr.pid, md->addr.ctx_id, host);
     for (int op = 0; op < HCA_WR_OPCODE_LAST; ++op) {
         if ((cnt.tx_ops[op] == 0) || (len >= sizeof(line))) {
             continue;
@@ -387,6 +403,19 @@ static void uct_hca_md_print_stats(uct_hca_md_t *md)
                  (unsigned long long)(cnt.errors[HCA_WC_REM_ACCESS_ERR] +
                                       cnt.errors[HCA_WC_RETRY_EXC_ERR] +
                                       cnt.errors[HCA_WC_REM_OP_ERR]));
+        len += strlen(line + len);
+    }
+    for (int f = 0; f < HCA_FABRIC_LAST; ++f) {
+        for (int op = 0; op < HCA_WR_OPCODE_LAST; ++op) {
+            if ((cnt.fabric_tx_ops[f][op] == 0) || (len >= sizeof(line))) {
+                continue;
+            }
+            len += snprintf(line + len, sizeof(line) - len, " %s:%s=%llu/%llu",
+                            hca_fabric_type_str((hca_fabric_type_t)f),
+                            hca_wr_opcode_str((hca_wr_opcode_t)op),
+                            (unsigned long long)cnt.fabric_tx_ops[f][op],
+                            (unsigned long long)cnt.fabric_tx_bytes[f][op]);
+        }
     }
     fprintf(stderr, "%s\n", line);
 }

@@ -159,6 +159,67 @@ INSTANTIATE_TEST_SUITE_P(
                                    op_short_name(std::get<1>(i.param)));
         });
 
+/* ------------------------------------------------------------ counters */
+
+/* The counters by fabric split the same WRs as tx_ops, under the fabric
+ * that carried them (hca-run --verbose shows which ranks were on other
+ * hosts by them). */
+class FabricCounters : public seam_test<no_param> {
+};
+
+TEST_P(FabricCounters, CountUnderTheFabricThatCarried)
+{
+    ASSERT_TRUE(open_pair(0));
+    target &t = this->t();
+    conn cn;
+    ASSERT_TRUE(make_conn(c, t, &cn));
+    uint8_t *lb = c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *mr = c.reg(cn.pd, lb, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    uint64_t ra = 0;
+    int rb = t.buf(MEM_MALLOC, 4096, &ra);
+    ASSERT_GE(rb, 0);
+    uint32_t rkey = 0;
+    ASSERT_GE(t.mr(cn.tpd, rb, 0, 4096, ACCESS_ALL, &rkey), 0);
+    const hca_wr_opcode_t ops[] = {HCA_WR_RDMA_WRITE, HCA_WR_RDMA_WRITE,
+                                   HCA_WR_RDMA_READ};
+    for (unsigned i = 0; i < 3; ++i) {
+        hca_sge_t s      = mk_sge(lb, 100 + i, hca_mr_lkey(mr));
+        hca_send_wr_t wr = mk_wr(ops[i], &s, 1, HCA_SEND_SIGNALED, i, ra,
+                                 rkey);
+        ASSERT_EQ(0, post_retry(cn.qp, &wr));
+        ASSERT_TRUE(wait_ok(cn.scq, i, wc_opcode_of(ops[i])));
+    }
+    hca_counters_t q;
+    ASSERT_EQ(0, hca_qp_counters(cn.qp, &q));
+    const unsigned f     = fabric();
+    const unsigned other = (f == HCA_FABRIC_SHM) ? HCA_FABRIC_TCP :
+                                                   HCA_FABRIC_SHM;
+    EXPECT_EQ(2u, q.fabric_tx_ops[f][HCA_WR_RDMA_WRITE]);
+    EXPECT_EQ(201u, q.fabric_tx_bytes[f][HCA_WR_RDMA_WRITE]);
+    EXPECT_EQ(1u, q.fabric_tx_ops[f][HCA_WR_RDMA_READ]);
+    EXPECT_EQ(102u, q.fabric_tx_bytes[f][HCA_WR_RDMA_READ]);
+    for (int op = 0; op < HCA_WR_OPCODE_LAST; ++op) {
+        EXPECT_EQ(q.tx_ops[op], q.fabric_tx_ops[f][op])
+                << hca_wr_opcode_str((hca_wr_opcode_t)op);
+        EXPECT_EQ(q.tx_bytes[op], q.fabric_tx_bytes[f][op])
+                << hca_wr_opcode_str((hca_wr_opcode_t)op);
+        EXPECT_EQ(0u, q.fabric_tx_ops[other][op])
+                << hca_wr_opcode_str((hca_wr_opcode_t)op);
+    }
+    EXPECT_STREQ((f == HCA_FABRIC_SHM) ? "shm" : "tcp",
+                 hca_fabric_type_str((hca_fabric_type_t)f));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, FabricCounters,
+        ::testing::Combine(::testing::ValuesIn(seams()),
+                           ::testing::Values(no_param())),
+        [](const ::testing::TestParamInfo<FabricCounters::param_type> &i) {
+            return seam_param_name(i.param, "");
+        });
+
 /* ------------------------------------------------------------ atomics */
 
 /* opcode, 32-bit, memory, open flags */
