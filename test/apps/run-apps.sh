@@ -2,11 +2,23 @@
 #
 # run-apps.sh - run the MPI and OpenSHMEM test programs over hca.
 #
-# usage: test/apps/run-apps.sh [-q] [CASE...]
+# usage: test/apps/run-apps.sh [-q] [--hosts N] [CASE...]
 #
 #   CASE   p2p coll rma rma_swatomic rma_dynamic shmem failure
 #          (default: all)
 #   -q     quick: the programs' -q mode (fewer iterations, smaller sizes)
+#   --hosts N
+#          across hosts: N namespace hosts (contrib/hca-hosts.sh: network
+#          namespaces on a bridge, Open MPI's rsh agent and a hostfile)
+#          with 2 ranks each (HCA_APPS_NP default: 2N), ranks 0-1 on the
+#          first host, 2-3 on the second...  Needs root; otherwise one
+#          "SKIPPED" line and exit status 0.  The counters must then also
+#          show that every rank sent over the tcp fabric (to the other
+#          hosts) and over shm (to its own host), and for the one-sided
+#          cases RDMA writes, reads and atomics over tcp; the rma_dynamic
+#          control runs over UCX_TLS=tcp,self (posix cannot reach other
+#          hosts); failure: a rank on the last host exits, and the job
+#          must end within HCA_APPS_FAILURE_TIMEOUT.
 #
 # Each case runs with 2 and 4 ranks (--oversubscribe) through hca-run
 # --verbose (UCX_TLS=hca,self unless UCX_TLS is set), bounded by timeout,
@@ -37,7 +49,7 @@
 #   HCA_APPS_BIN         where the programs are; missing or out-of-date ones
 #                        are compiled there with $MPICC / $OSHCC
 #                        (default: $HCA_BUILD_DIR/test/apps)
-#   HCA_APPS_NP          rank counts (default: "2 4")
+#   HCA_APPS_NP          rank counts (default: "2 4"; --hosts N: 2N)
 #   HCA_APPS_TIMEOUT     seconds per run (default: 600; failure: 180)
 #   HCA_APPS_MPIRUN_ARGS extra mpirun/oshrun arguments (words)
 #   HCA_APPS_LOGDIR      logs (default: $HCA_APPS_BIN/logs)
@@ -65,15 +77,47 @@ app_cflags="-std=gnu11 -O2 -g -Wall -Wextra"
 all_cases="p2p coll rma rma_swatomic rma_dynamic shmem failure"
 quick=()
 cases=()
-for a in "$@"; do
+hosts=${HCA_APPS_HOSTS_INNER:-0}
+argv=("$@")
+while [ $# -gt 0 ]; do
+    a=$1
+    shift
     case $a in
     -q) quick=(-q) ;;
+    --hosts)
+        [ $# -gt 0 ] && [ "$1" -ge 2 ] 2>/dev/null ||
+            { echo "run-apps: --hosts N needs N >= 2" >&2; exit 2; }
+        [ "$hosts" = 0 ] && hosts=$1
+        shift ;;
     -h|--help) sed -n '3,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                exit 0 ;;
     p2p|coll|rma|rma_swatomic|rma_dynamic|shmem|failure) cases+=("$a") ;;
     *) echo "run-apps: unknown case '$a' (cases: $all_cases)" >&2; exit 2 ;;
     esac
 done
+
+# Across hosts: this script again, inside contrib/hca-hosts.sh, which makes
+# the hosts, passes $HCA_HOSTS_MPIRUN_ARGS, and removes them at the end.
+if [ "$hosts" != 0 ] && [ -z "${HCA_APPS_HOSTS_INNER:-}" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "run-apps (across $hosts hosts): SKIPPED: not root (namespace hosts need root)"
+        exit 0
+    fi
+    HCA_APPS_HOSTS_INNER=$hosts "$topsrc/contrib/hca-hosts.sh" run -n "$hosts" \
+        --slots 2 -- "$0" "${argv[@]}"
+    rc=$?
+    if [ $rc = 3 ]; then  # hca-hosts printed why (SKIPPED: ...)
+        echo "run-apps (across $hosts hosts): SKIPPED: no namespace hosts here"
+        exit 0
+    fi
+    exit $rc
+fi
+if [ "$hosts" != 0 ]; then
+    nps=${HCA_APPS_NP:-$((2 * hosts))}
+    logdir=${HCA_APPS_LOGDIR:-$bindir/logs-hosts}
+    # shellcheck disable=SC2206
+    extra_args+=($HCA_HOSTS_MPIRUN_ARGS)
+fi
 [ ${#cases[@]} -eq 0 ] && read -r -a cases <<<"$all_cases"
 
 npass=0 nfail=0 nskip=0
@@ -127,6 +171,7 @@ else
     require_stats=$HCA_REQUIRE_STATS
 fi
 say "launcher $hca_run; UCX_TLS=$tls; ranks: $nps; timeout ${tmo}s per run"
+[ "$hosts" != 0 ] && say "across $hosts hosts: ${HCA_HOSTS:-?} (2 ranks each; $HCA_HOSTS_MPIRUN_ARGS)"
 [ $tls_has_hca = 0 ] && say "note: UCX_TLS has no hca: the hca counters are not checked"
 
 # ------------------------------------------------------------ checks
@@ -140,7 +185,7 @@ check_stats() {
     [ $tls_has_hca = 0 ] && { stats_msg="(counters not checked)"; return 0; }
     line=$(grep -o 'hca-run: hca traffic: .*' "$log" | tail -n 1)
     procs=$(sed -n 's/.*processes=\([0-9]*\).*/\1/p' <<<"$line")
-    active=$(sed -n 's/.*active=\([0-9]*\).*/\1/p' <<<"$line")
+    active=$(sed -n 's/.* active=\([0-9]*\).*/\1/p' <<<"$line")
     ops=$(sed -n 's/.* ops=\([0-9]*\).*/\1/p' <<<"$line")
     bytes=$(sed -n 's/.* bytes=\([0-9]*\).*/\1/p' <<<"$line")
     if [ -z "$line" ] || [ "${procs:-0}" -eq 0 ]; then
@@ -161,6 +206,28 @@ check_stats() {
     for op in $need; do
         if ! grep -qE "^hca-run:   ${op}[A-Z_]* +ops=[1-9]" "$log"; then
             stats_msg="no $op operations on hca; $stats_msg"
+            return 1
+        fi
+    done
+    [ "$hosts" = 0 ] && return 0
+    # across hosts: every rank has peers on its host (shm) and on the
+    # others (tcp); the one-sided operations went to other hosts too
+    local f fa fops
+    for f in shm tcp; do
+        fa=$(sed -n "s/.* ${f}_active=\([0-9]*\).*/\1/p" <<<"$line")
+        fops=$(sed -n "s/.* ${f}_ops=\([0-9]*\).*/\1/p" <<<"$line")
+        stats_msg="$stats_msg; $f: ${fa:-0}/$np ranks, ops=${fops:-0}"
+        if [ "${fa:-0}" -lt "$np" ]; then
+            stats_msg="only ${fa:-0} of $np ranks sent over $f; $stats_msg"
+            return 1
+        fi
+    done
+    summary=$(grep -E '^hca-run:   tcp [A-Z_]+ +ops=' "$log" |
+              awk '{printf "%s%s=%s", (n++ ? " " : ""), $3, substr($4, 5)}')
+    stats_msg="$stats_msg [tcp: $summary]"
+    for op in $need; do
+        if ! grep -qE "^hca-run:   tcp ${op}[A-Z_]* +ops=[1-9]" "$log"; then
+            stats_msg="no $op operations over tcp (to other hosts); $stats_msg"
             return 1
         fi
     done
@@ -234,6 +301,7 @@ for c in "${cases[@]}"; do
 
     for np in $nps; do
         name="$c np=$np"
+        [ "$hosts" != 0 ] && name="$c np=$np hosts=$hosts"
         log=$logdir/$c-np$np.log
         run_case "$launcher" "$np" "$prog" ${args[@]+"${args[@]}"}
 
@@ -275,16 +343,18 @@ for c in "${cases[@]}"; do
                 result FAIL "$name" "exit status $rc after the data checks, not the known crash in MPI_Win_free ($sig)"
                 show_log "$log"
             else
-                clog=$logdir/$c-np$np-control-posix.log
+                ctl_tls=posix,self
+                [ "$hosts" != 0 ] && ctl_tls=tcp,self
+                clog=$logdir/$c-np$np-control-${ctl_tls%%,*}.log
                 hlog=$log
                 log=$clog
-                UCX_TLS=posix,self run_case "$launcher" "$np" "$c"
+                UCX_TLS=$ctl_tls run_case "$launcher" "$np" "$c"
                 csig=$(crash_signature "$clog")
                 if [ $rc -ne 0 ] && [ "$csig" = "$sig" ] &&
                    grep -q 'data verified, detached; calling MPI_Win_free' "$clog"; then
-                    result PASS "$name" "data verified, then the stock OpenMPI 4.1.4 crash in MPI_Win_free, identical in the UCX_TLS=posix,self control ($sig); no hca counters (the ranks die before MPI_Finalize)"
+                    result PASS "$name" "data verified, then the stock OpenMPI 4.1.4 crash in MPI_Win_free, identical in the UCX_TLS=$ctl_tls control ($sig); no hca counters (the ranks die before MPI_Finalize)"
                 else
-                    result FAIL "$name" "crash in MPI_Win_free over hca ($sig) differs from the posix,self control (exit $rc: ${csig:-no crash})"
+                    result FAIL "$name" "crash in MPI_Win_free over hca ($sig) differs from the $ctl_tls control (exit $rc: ${csig:-no crash})"
                     show_log "$hlog"
                     show_log "$clog"
                 fi
