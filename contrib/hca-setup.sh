@@ -15,8 +15,10 @@
 #          AddressSanitizer (in <build>-asan; HCA_ASAN=0 skips that)
 #   demo   build + show hca working: the device, ucx_info, MPI and
 #          OpenSHMEM programs over UCX_TLS=hca,self with the transport
-#          proven (hca-run --verbose), a ucx_perftest comparison with
-#          UCX's posix/cma
+#          proven (hca-run --verbose), the same MPI program across two
+#          namespace hosts with its counters by fabric (root only:
+#          contrib/hca-hosts.sh), a ucx_perftest comparison with UCX's
+#          posix/cma
 #
 # Environment:
 #   HCA_CONFIGURE_FLAGS  extra configure flags (e.g. "--enable-asan");
@@ -429,6 +431,40 @@ demo_perftest() {
     echo "(medians of $rounds runs each, hca and ${other[0]}/${other[2]} interleaved)"
 }
 
+# The rma program (puts, gets, atomics, flushes) with 2 ranks on each of
+# two namespace hosts: the counters by fabric show shm between the ranks
+# of a host and tcp between the hosts.
+demo_hosts() {
+    local apps=$builddir/test/apps
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "SKIPPED: not root (namespace hosts need root); as root:"
+        echo "  contrib/hca-hosts.sh run -- sh -c '$hcarun --verbose mpirun -np 4 \$HCA_HOSTS_MPIRUN_ARGS $apps/rma -q'"
+        return 0
+    fi
+    if ! command -v mpirun >/dev/null || ! make -s -C "$apps" rma; then
+        log "mpirun or the MPI programs are missing: skipped"
+        return 0
+    fi
+    local rc=0
+    "$topdir/contrib/hca-hosts.sh" run -n 2 --slots 2 -- bash -c '
+        set -e
+        echo "hosts: $HCA_HOSTS; hostfile $HCA_HOSTFILE:"
+        sed "s/^/  /" "$HCA_HOSTFILE"
+        echo "where the ranks run ([job,rank]: hostname):"
+        # shellcheck disable=SC2086
+        mpirun --allow-run-as-root --oversubscribe -np 4 $HCA_HOSTS_MPIRUN_ARGS \
+            --tag-output hostname | sort | sed "s/^/  /"
+        echo
+        # shellcheck disable=SC2086
+        "$0" --verbose mpirun --oversubscribe -np 4 $HCA_HOSTS_MPIRUN_ARGS "$1" -q
+    ' "$hcarun" "$apps/rma" || rc=$?
+    case $rc in
+    0) ;;
+    3) echo "SKIPPED: network namespaces cannot be made here" ;;
+    *) die "rma across two hosts failed (exit status $rc)" ;;
+    esac
+}
+
 do_demo() {
     local devinfo=$builddir/src/tools/hca_devinfo
     local bench=$builddir/contrib/hca_pingpong_bench
@@ -438,16 +474,16 @@ do_demo() {
     [ -x "$devinfo" ] || die "$devinfo was not built"
     [ -x "$hcarun" ] || die "$hcarun was not built"
 
-    section "1/5 the device: hca_devinfo"
+    section "1/6 the device: hca_devinfo"
     "$devinfo"
 
-    section "2/5 UCX with the module loaded: hca-run ucx_info -d (the hca part)"
+    section "2/6 UCX with the module loaded: hca-run ucx_info -d (the hca part)"
     "$hcarun" ucx_info -d | awk '
         /^# *Memory domain:/ { show = ($NF == "hca") }
         /^# *Connection manager:|^# *</ { show = 0 }
         show'
 
-    section "3/5 MPI over UCX_TLS=hca,self: hca-run --verbose mpirun (2 ranks)"
+    section "3/6 MPI over UCX_TLS=hca,self: hca-run --verbose mpirun (2 ranks)"
     if command -v mpirun >/dev/null && command -v mpicc >/dev/null &&
        [ -f "$apps/Makefile" ]; then
         make -s -C "$apps" p2p rma ||
@@ -466,10 +502,13 @@ do_demo() {
         log "mpirun or the MPI programs are missing: MPI part skipped"
     fi
 
-    section "4/5 ucx_perftest: hca against UCX's posix (latency) and cma (bandwidth)"
+    section "4/6 MPI across two hosts (network namespaces): shm on a host, tcp between hosts"
+    demo_hosts
+
+    section "5/6 ucx_perftest: hca against UCX's posix (latency) and cma (bandwidth)"
     demo_perftest
 
-    section "5/5 the machine's state: hca_pingpong_bench (raw_shm = cache-line ping-pong)"
+    section "6/6 the machine's state: hca_pingpong_bench (raw_shm = cache-line ping-pong)"
     if [ -x "$bench" ]; then
         "$bench" -n 20000 -w 2000
     fi
