@@ -108,6 +108,7 @@ EOF
     {
         echo "names=${netns_names[*]}"
         echo "bridge=$netns_root_bridge"
+        echo "fw=$netns_root_fw"
     } >"$dir/state"
 }
 
@@ -185,6 +186,7 @@ down)
     bridge=$(sed -n 's/^bridge=//p' "$dir/state")
     read -r -a netns_names <<<"$names"
     netns_root_bridge=$bridge
+    netns_root_fw=$(sed -n 's/^fw=//p' "$dir/state")
     netns_teardown
     rm -f "$dir/state" "$dir/env" "$dir/hostfile" "$dir/rsh-agent" "$dir/mpirun-args"
     rmdir "$dir" 2>/dev/null

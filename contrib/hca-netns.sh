@@ -42,6 +42,7 @@ netns_subnet=
 netns_bridge_ns=
 netns_root_bridge=
 netns_root_addr=
+netns_root_fw=        # 1: an iptables ACCEPT rule for the bridge was added
 netns_prefix=hcamh-$$
 # the interface's name, the same in every namespace (ucx_perftest's server
 # opens the device the client names: -d must exist on both sides)
@@ -164,6 +165,15 @@ netns_setup() {
                 { netns_fail "veth of $l"; return 1; }
             netns_ifs+=("$netns_ifname")
         done
+        # With br_netfilter, bridged frames go through iptables' FORWARD
+        # chain, whose policy is DROP on hosts with Docker: let the hosts'
+        # traffic through this bridge (removed with it).
+        if [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" = 1 ] &&
+           command -v iptables >/dev/null 2>&1 &&
+           iptables -I FORWARD -i "$netns_root_bridge" -o "$netns_root_bridge" \
+               -j ACCEPT 2>/dev/null; then
+            netns_root_fw=1
+        fi
     elif [ "$n" = 2 ]; then
         ip link add "$netns_ifname" netns "${netns_names[0]}" type veth \
             peer name "$netns_ifname" netns "${netns_names[1]}" ||
@@ -226,10 +236,15 @@ netns_teardown() {
     done
     if [ -n "$netns_root_bridge" ]; then
         ip link del "$netns_root_bridge" 2>/dev/null
+        if [ "$netns_root_fw" = 1 ]; then
+            iptables -D FORWARD -i "$netns_root_bridge" -o "$netns_root_bridge" \
+                -j ACCEPT 2>/dev/null
+        fi
     fi
     netns_names=()
     netns_ifs=()
     netns_bridge_ns=
     netns_root_bridge=
     netns_root_addr=
+    netns_root_fw=
 }
