@@ -2,7 +2,9 @@
  * test_ucp_tag.cc - UCP tag send/recv over hca (UCX_TLS=hca,self) between
  * two processes: eager and rendezvous sizes up to 64 MiB, with
  * UCX_RNDV_SCHEME=put_zcopy and get_zcopy; the peer verifies every message
- * and echoes it back, and this side verifies the echo.
+ * and echoes it back, and this side verifies the echo.  UcpNetOnlyAddress:
+ * the network-only worker address that Open MPI gives ranks on other hosts
+ * holds hca (and carries a message), unless hca serves this host only.
  */
 #include "ucp_test_common.h"
 
@@ -140,6 +142,93 @@ TEST_P(UcpTag, EagerAndRendezvousEchoBetweenProcesses)
 
 INSTANTIATE_TEST_SUITE_P(hca, UcpTag,
                          ::testing::Values("put_zcopy", "get_zcopy"),
+                         [](const ::testing::TestParamInfo<const char*> &i) {
+                             return std::string(i.param);
+                         });
+
+/* Open MPI gives the ranks on other hosts a network-only worker address
+ * (ucp_worker_query with UCP_WORKER_ADDRESS_FLAG_NET_ONLY; pml ucx's modex
+ * for remote peers).  hca reaches other hosts, so it must be in that
+ * address as a network device; without it those ranks find no transport
+ * (ucp_ep_create: "Destination is unreachable", which is how Open MPI
+ * jobs across hosts failed).  With UCX_HCA_FABRIC=shm hca reaches this
+ * host only and stays out of it, as UCX's shared-memory transports do. */
+class UcpNetOnlyAddress : public uct_test_base,
+                          public ::testing::WithParamInterface<const char*> {
+protected:
+    void TearDown() override
+    {
+        unsetenv("UCX_HCA_FABRIC");
+        uct_test_base::TearDown();
+    }
+};
+
+TEST_P(UcpNetOnlyAddress, HoldsHcaWhenItReachesOtherHosts)
+{
+    const bool reaches_hosts = !strcmp(GetParam(), "auto");
+    ASSERT_EQ(0, setenv("UCX_HCA_FABRIC", GetParam(), 1));
+    ucp_peer a, b;
+    ASSERT_NO_FATAL_FAILURE(a.init({}, UCP_FEATURE_TAG));
+    ASSERT_NO_FATAL_FAILURE(b.init({}, UCP_FEATURE_TAG));
+
+    ucp_worker_attr_t attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask    = UCP_WORKER_ATTR_FIELD_ADDRESS |
+                         UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+    attr.address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY;
+    ASSERT_EQ(UCS_OK, ucp_worker_query(a.worker, &attr));
+    std::string net_addr((const char*)attr.address, attr.address_length);
+    ucp_worker_release_address(a.worker, attr.address);
+
+    ucp_ep_params_t ep_params;
+    memset(&ep_params, 0, sizeof(ep_params));
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address    = (const ucp_address_t*)net_addr.data();
+    ucs_status_t st      = ucp_ep_create(b.worker, &ep_params, &b.ep);
+    if (!reaches_hosts) {
+        EXPECT_EQ(UCS_ERR_UNREACHABLE, st)
+                << "hca without a listener in a network-only address";
+        if (st == UCS_OK) {
+            b.close_ep();
+        }
+        return;
+    }
+    ASSERT_EQ(UCS_OK, st) << "no transport in the network-only address";
+    std::string info = b.ep_info();
+    EXPECT_NE(std::string::npos, info.find("hca/hca0")) << info;
+
+    /* and it carries a message */
+    char sbuf[64], rbuf[64] = {0};
+    size_t got = 0;
+    pat_fill(sbuf, sizeof(sbuf), 77);
+    ucs_status_ptr_t rreq = ucp_tag_recv(a, rbuf, sizeof(rbuf), 5);
+    ASSERT_FALSE(UCS_PTR_IS_ERR(rreq));
+    ucs_status_ptr_t sreq = ucp_tag_send(b, sbuf, sizeof(sbuf), 5);
+    deadline dl(TIMEOUT_SEC);
+    while (UCS_PTR_IS_PTR(sreq) &&
+           (ucp_request_check_status(sreq) == UCS_INPROGRESS) &&
+           !dl.expired()) {
+        a.progress();
+        b.progress();
+    }
+    ASSERT_FALSE(UCS_PTR_IS_ERR(sreq));
+    if (UCS_PTR_IS_PTR(sreq)) {
+        EXPECT_EQ(UCS_OK, ucp_request_check_status(sreq));
+        ucp_request_free(sreq);
+    }
+    while ((ucp_request_check_status(rreq) == UCS_INPROGRESS) &&
+           !dl.expired()) {
+        a.progress();
+        b.progress();
+    }
+    ASSERT_EQ(UCS_OK, recv_wait(a, rreq, &got, 5));
+    EXPECT_EQ(sizeof(sbuf), got);
+    EXPECT_EQ(-1, pat_check(rbuf, sizeof(rbuf), 77));
+    b.close_ep();
+}
+
+INSTANTIATE_TEST_SUITE_P(hca, UcpNetOnlyAddress,
+                         ::testing::Values("auto", "shm"),
                          [](const ::testing::TestParamInfo<const char*> &i) {
                              return std::string(i.param);
                          });
