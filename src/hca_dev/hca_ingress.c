@@ -96,11 +96,7 @@ static hca_rx_state_t hca_ingress_route(hca_rq_t *rq, hca_ingress_msg_t *m)
 
 int hca_ingress_poll(hca_rq_t *rq, int budget)
 {
-    int count = 0;
-
-    if (HCA_UNLIKELY(rq->n_partials > 0)) {
-        hca_resp_sweep(rq);
-    }
+    int count = 0, drained = 0;
 
     while (count < budget) {
         hca_ingress_msg_t m;
@@ -108,6 +104,7 @@ int hca_ingress_poll(hca_rq_t *rq, int budget)
         uint8_t *slot = hca_ring_peek(&rq->ring, &idx);
 
         if (slot == NULL) {
+            drained = 1;
             break;
         }
         memcpy(&m.hdr, slot, sizeof(m.hdr));
@@ -130,6 +127,11 @@ int hca_ingress_poll(hca_rq_t *rq, int budget)
         }
         hca_ring_release(&rq->ring, idx);
         ++count;
+    }
+    /* after the messages that waited: one of them may be a partial's next
+     * fragment, however long we did not poll */
+    if (HCA_UNLIKELY(rq->n_partials > 0)) {
+        hca_resp_sweep(rq, drained);
     }
     return count;
 }

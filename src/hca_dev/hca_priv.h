@@ -263,8 +263,10 @@ typedef struct hca_rwqe {
 
 /* A partially received fragmented SEND (no single copy).  It holds a
  * posted receive, so it is bounded: a new first fragment from the same
- * source, the source's death, or HCA_PARTIAL_TIMEOUT_NS without a
- * fragment ends it with an error CQE, which gives the receive back. */
+ * source, the source's death, or (shm sources) HCA_PARTIAL_TIMEOUT_NS
+ * without a fragment while the ring is drained ends it with an error CQE,
+ * which gives the receive back.  A tcp source is bounded by its
+ * connection's liveness. */
 typedef struct hca_partial {
     struct hca_partial *next;
     uint32_t            src_pid, src_ctx, src_qpn;
@@ -376,8 +378,9 @@ typedef hca_rx_state_t (*hca_resp_handler_t)(hca_rq_t *rq, struct hca_qp *qp,
 extern const hca_resp_handler_t hca_resp_handlers[HCA_MSG_OP_LAST];
 void hca_resp_refuse(hca_device_t *dev, const hca_ingress_msg_t *m,
                      int qp_gone);
-/* Ends partials whose source died or went quiet (every 100 ms at most). */
-void hca_resp_sweep(hca_rq_t *rq);
+/* Ends partials whose source died or, the ring drained, went quiet (every
+ * 100 ms at most). */
+void hca_resp_sweep(hca_rq_t *rq, int drained);
 
 /* Ingress router (hca_ingress.c): consumes up to budget messages of the
  * ring, each handed to its responder handler. */

@@ -109,9 +109,10 @@ static int hca_partial_source_dead(hca_device_t *dev, const hca_partial_t *p)
 }
 
 /* At most every 100 ms while partials exist: ends those whose source died
- * or sent nothing for HCA_PARTIAL_TIMEOUT_NS, so that first fragments
+ * or, with the ring drained (`drained`: no fragment of theirs waits
+ * there), sent nothing for HCA_PARTIAL_TIMEOUT_NS, so that first fragments
  * whose rest never comes cannot hold the posted receives for good. */
-void hca_resp_sweep(hca_rq_t *rq)
+void hca_resp_sweep(hca_rq_t *rq, int drained)
 {
     hca_device_t *dev = rq->dev;
     uint64_t now      = hca_now_ns();
@@ -127,7 +128,12 @@ void hca_resp_sweep(hca_rq_t *rq)
         }
         for (hca_partial_t **pp = &qp->partials; *pp != NULL;) {
             hca_partial_t *p = *pp;
-            int stale = (now - p->last_ns > HCA_PARTIAL_TIMEOUT_NS);
+            /* the tcp fabric's connection bounds its sources (keepalives,
+             * the peer timeout) and a live one's fragments come in order,
+             * but TCP may hold them for seconds (retransmissions, flow
+             * control): only its death ends them */
+            int stale = drained && !(p->msg_flags & HCA_MSG_VIA_TCP) &&
+                        (now - p->last_ns > HCA_PARTIAL_TIMEOUT_NS);
             if (!stale && !hca_partial_source_dead(dev, p)) {
                 pp = &p->next;
                 continue;

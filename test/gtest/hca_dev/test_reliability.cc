@@ -343,6 +343,79 @@ TEST_F(hca_test, ForgedRingMessages)
     EXPECT_TRUE(wait_child(v));
 }
 
+/* A receiver that stops polling in the middle of a fragmented SEND (no
+ * single copy), for longer than HCA_PARTIAL_TIMEOUT_NS, while the rest of
+ * the message waits in its ring: an application computing between polls.
+ * Its source is alive and the fragments are there, so the message must
+ * complete, byte for byte.  (The orphan sweep used to run before the ring
+ * was read and judged the partial by the last fragment consumed: the
+ * message ended with a general error.) */
+static void receiver_paused_mid_message(hca_fabric_type_t fabric)
+{
+    /* another process: its SENDs come as fragments through the ring (in
+     * one process the receiver copies the whole message at once); it
+     * makes progress only inside its poll_recv calls */
+    remote_target t;
+    ASSERT_TRUE(t.start(HCA_OPEN_NO_SINGLE_COPY, fabric));
+    ctx c;
+    ASSERT_TRUE(c.open(HCA_OPEN_NO_SINGLE_COPY, fabric));
+    conn cn;
+    ASSERT_TRUE(make_conn(c, t, &cn));
+    /* far more than its ring holds, or 1 ms of copying moves */
+    const size_t size = 64ul << 20;
+    uint8_t *lb = c.alloc(MEM_MALLOC, size);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *mr = c.reg(cn.pd, lb, size, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    uint64_t ra = 0;
+    int rb = t.buf(MEM_MALLOC, size, &ra);
+    ASSERT_GE(rb, 0);
+    uint32_t rkey = 0;
+    int rmr = t.mr(cn.tpd, rb, 0, size, ACCESS_ALL, &rkey);
+    ASSERT_GE(rmr, 0);
+    ASSERT_EQ(0, t.fill(rb, 0, size, BYTE(SENTINEL)));
+    ASSERT_EQ(0, t.post_recv(cn.tqp, rmr, rb, 0, size, 9, 1, 0));
+    fill_pattern(lb, size, 4242);
+    hca_sge_t s      = mk_sge(lb, size, hca_mr_lkey(mr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1, HCA_SEND_SIGNALED, 1, 0, 0);
+    ASSERT_EQ(0, post_retry(cn.qp, &wr));
+
+    /* the requester fills the ring; the receiver reads it (the first
+     * fragments: a partial holds the receive); the requester refills it */
+    std::vector<hca_wc_t> w;
+    for (int i = 0; i < 100; ++i) {
+        cn.scq->poll_once();
+    }
+    ASSERT_EQ(0, t.poll_recv(cn.tqp, 1, &w, 1))
+            << "the message ended early: " << wc_str(w[0]);
+    for (int i = 0; i < 100; ++i) {
+        cn.scq->poll_once();
+    }
+    sleep_ms(2500); /* past HCA_PARTIAL_TIMEOUT_NS (2 s) */
+
+    /* then both go on, taking turns */
+    const double end = now_ms() + 60000;
+    while (w.empty() && (now_ms() < end)) {
+        ASSERT_GE(t.poll_recv(cn.tqp, 1, &w, 1), 0);
+        for (int i = 0; i < 100; ++i) {
+            cn.scq->poll_once();
+        }
+    }
+    ASSERT_EQ(1u, w.size()) << "no receive completion";
+    EXPECT_EQ(HCA_WC_SUCCESS, w[0].status) << wc_str(w[0]);
+    EXPECT_EQ(size, (size_t)w[0].byte_len);
+    EXPECT_EQ(-1, t.check(rb, 0, size, PAT(4242)));
+    EXPECT_TRUE(wait_ok(cn.scq, 1, HCA_WC_SEND));
+}
+
+TEST_F(hca_test, ReceiverPausedMidMessageKeepsIt)
+{
+    for (hca_fabric_type_t f : test_fabrics()) {
+        SCOPED_TRACE(fabric_name(f));
+        receiver_paused_mid_message(f);
+    }
+}
+
 /* A producer killed between its claim of a ring slot and its publish (a
  * window as long as its copy, or a UCT pack callback): the slot names it,
  * and the consumer gives the slot back once it finds the producer gone;
