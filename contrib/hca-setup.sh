@@ -10,7 +10,8 @@
 #   test   build + make check, the libFuzzer harnesses (test/fuzz, 30 s
 #          each), the short reliability campaigns (test/reliability), the
 #          multi-host tests (test/multihost: two network namespaces, hca's
-#          tcp fabric; root only, a SKIPPED line otherwise; HCA_MULTIHOST=0
+#          tcp fabric; and make check's test programs across two namespace
+#          hosts; root only, a SKIPPED line otherwise; HCA_MULTIHOST=0
 #          skips them), then the googletest suites again built with
 #          AddressSanitizer (in <build>-asan; HCA_ASAN=0 skips that)
 #   demo   build + show hca working: the device, ucx_info, MPI and
@@ -280,6 +281,11 @@ do_build() {
 do_test() {
     local rc=0
     log "make check"
+    # the test programs across namespace hosts belong to the multi-host
+    # tests: HCA_MULTIHOST=0 skips them too
+    if [ "${HCA_MULTIHOST:-1}" != 1 ]; then
+        export HCA_APPS_HOSTS=0
+    fi
     # -k: every suite runs even if an earlier one failed; the status is
     # still non-zero.
     if make -k -C "$builddir" check; then
