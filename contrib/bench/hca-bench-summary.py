@@ -148,7 +148,8 @@ def transport_notes(outdir, what):
     return notes
 
 
-def perftest_tables(outdir, rows, results, machine, skipped, summary):
+def perftest_tables(outdir, rows, results, machine, skipped, summary,
+                    levels=("uct", "ucp")):
     byrow = defaultdict(lambda: {"hca": [], "builtin": defaultdict(list),
                                  "fail": []})
     for level, row, kind, tl, rep, value, status, note in results:
@@ -162,7 +163,7 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary):
         else:
             d["builtin"][tl].append(v)
 
-    for level in ("uct", "ucp", "hosts"):
+    for level in levels:
         lrows = [r for r in rows if r[0] == level]
         if not lrows:
             continue
@@ -652,10 +653,13 @@ def main():
         info.get("host", "?")))
     if "ab_old" in info:
         return ab_main(outdir, info, rows, results, machine, skipped)
-    print("load average at start: %s; ratio = hca / best built-in (hosts: "
-          "hca / tcp) "
+    hosts = any(r[0] == "hosts" for r in rows) or os.path.exists(
+        os.path.join(outdir, "hosts-osc.tsv")) and os.path.getsize(
+        os.path.join(outdir, "hosts-osc.tsv")) > 0
+    print("load average at start: %s; ratio = hca / best built-in%s "
           "(latency: lower is better, target <= ; bandwidth: higher is "
-          "better, target >=)" % info.get("loadavg", "?"))
+          "better, target >=)" % (info.get("loadavg", "?"),
+                                  " (hosts: hca / tcp)" if hosts else ""))
     if info.get("pinning"):
         print("pinning: %s" % info["pinning"])
     print("these machines are noisy: compare ratios of interleaved runs, "
@@ -663,6 +667,8 @@ def main():
     summary = []
     perftest_tables(outdir, rows, results, machine, skipped, summary)
     curves = netpipe_table(outdir, np_runs, machine, summary)
+    perftest_tables(outdir, rows, results, machine, skipped, summary,
+                    levels=("hosts",))
     hosts_np = read_tsv(os.path.join(outdir, "hosts-netpipe.tsv"), 6)
     hosts_curves = netpipe_table(outdir, hosts_np, machine, summary,
                                  level="hosts-netpipe", other="tcp",

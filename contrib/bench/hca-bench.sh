@@ -897,7 +897,7 @@ if has_level hosts && [ -z "$ab_old" ] && hosts_setup; then
         hca "UCX_TLS=hca" "-t put_bw -x hca -d hca0 -D zcopy -s $MiB -n $nb -w $wb -O 16" \
         "tcp/$tcp_put" "UCX_TLS=tcp" "-t put_bw -x tcp -d $hosts_if -D $tcp_put -s $MiB -n $nb -w $wb -O 16"
     # UCX's tcp has no get: hca alone (its absolute figure)
-    hosts_row "uct get zcopy bw -O16" "$MiB" bw "" "$reps_other" \
+    hosts_row "uct get zcopy bw -O16" "$MiB" bw "" "$reps_target" \
         hca "UCX_TLS=hca" "-t get -x hca -d hca0 -D zcopy -s $MiB -n $nb -w $wb -O 16"
     hosts_row "ucp tag_lat" 8 lat "$Lh" "$reps_target" \
         hca,self "UCX_TLS=hca,self" "-t tag_lat -s 8 -n $nl -w $wl" \
