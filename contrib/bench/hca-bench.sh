@@ -65,11 +65,16 @@
 #              host, UCX_TLS=hca,self vs UCX_TLS=tcp,self (UCX's tcp does
 #              the one-sided operations with active messages)
 #            Targets: latency hca/tcp <= 1.0, bandwidth hca/tcp >= 1.3.
+#            ucx_perftest rows: --reps runs each; NetPIPE and hca_osc_bench:
+#            3 runs each (--long: 5). MPI ranks are pinned with a rankfile
+#            (--no-pin: --bind-to none). The first MPI run of each set logs
+#            UCX's endpoints (UCX_LOG_LEVEL=info): they must use hca/hca0 or
+#            tcp/<if>. About 3.5 minutes; docs/BENCHMARKS.md "Between hosts".
 # and a cache-line ping-pong (hca_pingpong_bench raw_shm) before each level
 # and at the end, so a reader can see the machine's state.
 #
-# Output: tables on stdout (also OUT/summary.txt), PNG plots in OUT, raw
-# logs in OUT/logs. Exit status 0 unless a benchmark failed to run.
+# Output: tables on stdout (also OUT/summary.txt), PNG plots in OUT (hosts:
+# hosts-netpipe-*.png, hosts-osc-bandwidth.png), raw logs in OUT/logs. Exit status 0 unless a benchmark failed to run.
 #
 # Environment: HCA_BUILD_DIR, HCA_BENCH_PORT (first TCP port of the
 # ucx_perftest runs, default 23000).
