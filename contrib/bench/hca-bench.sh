@@ -74,7 +74,8 @@
 # and at the end, so a reader can see the machine's state.
 #
 # Output: tables on stdout (also OUT/summary.txt), PNG plots in OUT (hosts:
-# hosts-netpipe-*.png, hosts-osc-bandwidth.png), raw logs in OUT/logs. Exit status 0 unless a benchmark failed to run.
+# hosts-netpipe-*.png, hosts-osc-bandwidth.png), raw logs in OUT/logs.
+# Exit status 0 unless a benchmark failed to run.
 #
 # Environment: HCA_BUILD_DIR, HCA_BENCH_PORT (first TCP port of the
 # ucx_perftest runs, default 23000).
