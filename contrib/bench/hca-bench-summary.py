@@ -5,6 +5,8 @@ Reads OUTDIR/{info,rows,results,machine,netpipe,skipped}.tsv written by
 hca-bench.sh and the NetPIPE output files, prints one table per level
 (hca figure, best built-in figure, ratio hca/built-in, target, PASS/MISS),
 writes gnuplot data files and a script, and runs gnuplot for the PNG plots.
+Level hosts (between two namespace hosts, hca against UCX's tcp) also
+reads OUTDIR/hosts-{netpipe,osc,transports}.tsv.
 An A/B run (hca-bench.sh --ab-old-build, info.tsv has ab_old) gets the A/B
 table instead (old and new build medians, noise, SLOWER flags), also
 written to OUTDIR/ab.tsv.
@@ -21,8 +23,16 @@ LEVEL_TITLES = OrderedDict([
     ("uct", "UCT level: ucx_perftest -x hca -d hca0 vs posix/cma (-d memory)"),
     ("ucp", "UCP level: ucx_perftest, UCX_TLS=hca,self vs UCX_TLS=posix,cma,self"),
     ("netpipe", "NetPIPE (NPopenmpi, OpenMPI pml ucx): hca,self vs posix,cma,self"),
+    ("hosts", "Between hosts (two network namespaces; hca's tcp fabric vs UCX's "
+     "tcp on the hosts' interface):\n  ucx_perftest, server on host a, client "
+     "on host b; uct: -x hca -d hca0 vs -x tcp -d IF; ucp: UCX_TLS=hca,self "
+     "vs tcp,self"),
+    ("hosts-netpipe", "Between hosts: NetPIPE (NPopenmpi, one rank per host, "
+     "hca-run mpirun, pml ucx): hca,self vs tcp,self"),
+    ("hosts-osc", "Between hosts: hca_osc_bench (MPI one-sided, osc ucx, "
+     "one rank per host): hca,self vs tcp,self"),
 ])
-ORDER = ["uct", "ucp", "netpipe", "sweep", "end"]
+ORDER = ["uct", "ucp", "netpipe", "sweep", "hosts", "end"]
 
 
 def read_tsv(path, ncols):
@@ -109,7 +119,37 @@ def machine_line(machine, level):
     return s
 
 
-def perftest_tables(outdir, rows, results, machine, skipped, summary):
+def info_of(outdir):
+    return dict((k, v) for k, v in
+                read_tsv(os.path.join(outdir, "info.tsv"), 2))
+
+
+def hosts_notes(outdir, info):
+    notes = []
+    if info.get("hosts"):
+        notes.append(info["hosts"])
+    if info.get("hosts_tcp_put"):
+        notes.append("tcp's put_bw runs %s (ucx_info: %s)" % (
+            info["hosts_tcp_put"],
+            "put_zcopy" if info["hosts_tcp_put"] == "zcopy"
+            else "no put_zcopy of 1 MiB"))
+    return notes
+
+
+def transport_notes(outdir, what):
+    """The remote endpoints of the first MPI run of each set
+    (UCX_LOG_LEVEL=info ep_cfg lines), from hosts-transports.tsv."""
+    notes = []
+    for kind, tl, w, cfg, status in read_tsv(
+            os.path.join(outdir, "hosts-transports.tsv"), 5):
+        if w == what:
+            notes.append("UCX endpoints to the other host, %s: %s%s" % (
+                tl, cfg, "" if status == "ok" else "  ** %s **" % status))
+    return notes
+
+
+def perftest_tables(outdir, rows, results, machine, skipped, summary,
+                    levels=("uct", "ucp")):
     byrow = defaultdict(lambda: {"hca": [], "builtin": defaultdict(list),
                                  "fail": []})
     for level, row, kind, tl, rep, value, status, note in results:
@@ -123,12 +163,13 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary):
         else:
             d["builtin"][tl].append(v)
 
-    for level in ("uct", "ucp"):
+    for level in levels:
         lrows = [r for r in rows if r[0] == level]
         if not lrows:
             continue
-        header = ["test", "size", "unit", "hca", "built-in", "(tl)", "runs",
-                  "hca/built-in", "target", "result"]
+        other = "tcp" if level == "hosts" else "built-in"
+        header = ["test", "size", "unit", "hca", other, "(tl)", "runs",
+                  "hca/" + other, "target", "result"]
         lines, notes = [], []
         for _, row, label, size, metric, target in lrows:
             d = byrow[row]
@@ -148,6 +189,9 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary):
                     notes.append("%s %s: %s" % (label, fsize(size), f))
             if best is None and not d["fail"]:
                 best_tl = "none"
+                if level == "hosts":
+                    notes.append("%s: UCX's tcp has no such operation; hca's "
+                                 "absolute figure only" % label)
             lines.append([label, fsize(size),
                           "us" if metric == "lat" else "MB/s",
                           fnum(hca), fnum(best), best_tl,
@@ -161,9 +205,13 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary):
         ml = machine_line(machine, level)
         if ml:
             notes.insert(0, ml)
+        if level == "hosts":
+            notes += hosts_notes(outdir, info_of(outdir))
         print_table(LEVEL_TITLES[level] + "\n  lat = 50th percentile "
                     "latency (usec), bw = overall MB/s; medians of the runs; "
-                    "'none' = no built-in transport supports the operation",
+                    "'none' = no %s supports the operation" % (
+                        "UCX tcp operation" if level == "hosts"
+                        else "built-in transport"),
                     header, lines, notes)
     return byrow
 
@@ -326,7 +374,10 @@ def read_netpipe(path):
     return pts
 
 
-def netpipe_table(outdir, runs, machine, summary):
+def netpipe_table(outdir, runs, machine, summary, level="netpipe",
+                  other="builtin", targets=("<=1.10", ">=0.95")):
+    """NetPIPE table of one level: netpipe (hca vs the built-in shared
+    memory, kind "builtin") or hosts-netpipe (hca vs tcp, kind "tcp")."""
     if not runs:
         return {}
     curves = defaultdict(list)          # tl -> [points of each run]
@@ -361,18 +412,20 @@ def netpipe_table(outdir, runs, machine, summary):
                 agg[k] = (statistics.median(vals), len(vals))
         per[key] = agg
     hk = next((k for k in per if k[0] == "hca"), None)
-    bk = next((k for k in per if k[0] == "builtin"), None)
-    specs = [("lat_small", "latency, 1-64 B (median)", "us", "lat", "<=1.10"),
+    bk = next((k for k in per if k[0] == other), None)
+    specs = [("lat_small", "latency, 1-64 B (median)", "us", "lat",
+              targets[0]),
              ("lat_8", "latency", "us", "lat", ""),
              ("bw_65536", "bandwidth", "Mbps", "bw", ""),
              ("bw_1048576", "bandwidth", "Mbps", "bw", ""),
              ("bw_16777216", "bandwidth", "Mbps", "bw", ""),
              ("bw_peak", "peak bandwidth (max over sizes)", "Mbps", "bw",
-              ">=0.95")]
+              targets[1])]
     sizes = {"lat_small": "1-64", "lat_8": "8", "bw_65536": "64K",
              "bw_1048576": "1M", "bw_16777216": "16M", "bw_peak": "any"}
-    header = ["test", "size", "unit", "hca", "built-in", "(tl)", "runs",
-              "hca/built-in", "target", "result"]
+    oname = "tcp" if other == "tcp" else "built-in"
+    header = ["test", "size", "unit", "hca", oname, "(tl)", "runs",
+              "hca/" + oname, "target", "result"]
     lines = []
     for key, label, unit, metric, target in specs:
         h = per.get(hk, {}).get(key) if hk else None
@@ -391,15 +444,84 @@ def netpipe_table(outdir, runs, machine, summary):
                       "%d+%d" % (h[1] if h else 0, b[1] if b else 0),
                       "%.2f" % ratio if ratio is not None else "-",
                       target, res])
-        summary.append(("netpipe", label, sizes[key], ratio, target, res))
+        summary.append((level if level == "netpipe" else "hosts",
+                        label if level == "netpipe" else "NetPIPE " + label,
+                        sizes[key], ratio, target, res))
     notes = []
-    ml = machine_line(machine, "netpipe")
+    ml = machine_line(machine, level)
     if ml:
         notes.append(ml)
+    if level == "hosts-netpipe":
+        notes += transport_notes(outdir, "netpipe")
     notes += ["FAIL " + f for f in fails]
-    print_table(LEVEL_TITLES["netpipe"] + "\n  one-way time (usec) and "
+    print_table(LEVEL_TITLES[level] + "\n  one-way time (usec) and "
                 "bandwidth (Mbps) from NetPIPE's output file; medians of the "
                 "runs", header, lines, notes)
+    return curves
+
+
+OSC_ROWS = [("put_bw", 8, ""), ("put_bw", 8192, ""), ("put_bw", 131072, ""),
+            ("put_bw", 1 << 20, ">=1.30"),
+            ("get_bw", 8, ""), ("get_bw", 8192, ""), ("get_bw", 131072, ""),
+            ("get_bw", 1 << 20, ">=1.30"),
+            ("fop_lat", 8, "<=1.00")]
+
+
+def osc_table(outdir, summary):
+    """hca_osc_bench between the hosts: medians over the runs of each set,
+    per test and size.  Returns {(test, kind): [(size, median)]}."""
+    data = defaultdict(list)        # (test, size, kind) -> values
+    fails = []
+    tls = {}
+    for kind, tl, rep, test, size, value, status, note in read_tsv(
+            os.path.join(outdir, "hosts-osc.tsv"), 8):
+        tls[kind] = tl
+        v = to_float(value)
+        if status != "ok" or v is None:
+            fails.append("%s #%s: %s" % (tl, rep, note))
+            continue
+        data[(test, int(size), kind)].append(v)
+    if not data and not fails:
+        return {}
+    header = ["test", "size", "unit", "hca", "tcp", "(tl)", "runs", "hca/tcp",
+              "target", "result"]
+    lines = []
+    for test, size, target in OSC_ROWS:
+        h, t = data.get((test, size, "hca")), data.get((test, size, "tcp"))
+        if not h and not t:
+            continue
+        hm = statistics.median(h) if h else None
+        tm = statistics.median(t) if t else None
+        ratio = hm / tm if hm is not None and tm else None
+        res = verdict(ratio, target)
+        if target and ratio is None:
+            res = "n/a"
+        label = {"put_bw": "MPI_Put bw", "get_bw": "MPI_Get bw",
+                 "fop_lat": "MPI_Fetch_and_op lat"}[test]
+        lines.append([label, fsize(size),
+                      "us" if test == "fop_lat" else "MB/s",
+                      fnum(hm), fnum(tm), tls.get("tcp", "-"),
+                      "%d+%d" % (len(h or []), len(t or [])),
+                      "%.2f" % ratio if ratio is not None else "-",
+                      target, res])
+        summary.append(("hosts", "osc " + label, fsize(size), ratio, target,
+                        res))
+    notes = transport_notes(outdir, "osc")
+    notes.append("UCX's tcp does MPI_Put/MPI_Get/MPI_Fetch_and_op with "
+                 "active messages (rma_am, amo_am): the ratio is against osc "
+                 "ucx over UCX's tcp")
+    notes += ["FAIL " + f for f in fails]
+    print_table(LEVEL_TITLES["hosts-osc"] + "\n  bw: window of 64 ops, then "
+                "MPI_Win_flush (MB/s, 10^6 B/s); lat: one MPI_Fetch_and_op "
+                "(MPI_SUM, 8 B) + MPI_Win_flush (us, median of the ops); "
+                "medians of the runs", header, lines, notes)
+    curves = {}
+    for (test, size, kind), vals in data.items():
+        if test != "fop_lat":
+            curves.setdefault((test, kind), []).append(
+                (size, statistics.median(vals)))
+    for k in curves:
+        curves[k].sort()
     return curves
 
 
@@ -417,23 +539,42 @@ def write_dat(path, pts):
             f.write("%d %g\n" % (s, v))
 
 
-def plots(outdir, curves, results, rows):
-    """Write .dat files and plots.gp; run gnuplot."""
-    charts = []   # (png, title, ylabel, [(dat, title)], logy)
+def netpipe_charts(outdir, curves, prefix, what):
+    charts = []
     if curves:
         lat, bw = [], []
         for (kind, tl), runs_pts in sorted(curves.items()):
-            name = "netpipe-%s" % kind
+            name = "%s-%s" % (prefix, kind)
             d1 = os.path.join(outdir, name + "-lat.dat")
             d2 = os.path.join(outdir, name + "-bw.dat")
             write_dat(d1, [(s, t * 1e6) for s, t in median_curve(runs_pts, 2)])
             write_dat(d2, median_curve(runs_pts, 1))
             lat.append((d1, tl))
             bw.append((d2, tl))
-        charts.append(("netpipe-latency.png", "NetPIPE over OpenMPI pml ucx: "
-                       "one-way latency", "usec", lat, True))
-        charts.append(("netpipe-bandwidth.png", "NetPIPE over OpenMPI pml "
-                       "ucx: bandwidth", "Mbps", bw, False))
+        charts.append(("%s-latency.png" % prefix, "NetPIPE over OpenMPI pml "
+                       "ucx%s: one-way latency" % what, "usec", lat, True))
+        charts.append(("%s-bandwidth.png" % prefix, "NetPIPE over OpenMPI pml "
+                       "ucx%s: bandwidth" % what, "Mbps", bw, False))
+    return charts
+
+
+def plots(outdir, curves, results, rows, hosts_curves=None, osc_curves=None):
+    """Write .dat files and plots.gp; run gnuplot."""
+    charts = []   # (png, title, ylabel, [(dat, title)], logy)
+    charts += netpipe_charts(outdir, curves, "netpipe", "")
+    charts += netpipe_charts(outdir, hosts_curves, "hosts-netpipe",
+                             " between two hosts (namespaces)")
+    if osc_curves:
+        lines = []
+        for (test, kind), pts in sorted(osc_curves.items()):
+            d = os.path.join(outdir, "hosts-osc-%s-%s.dat" % (test, kind))
+            write_dat(d, pts)
+            lines.append((d, "%s %s,self" % (
+                {"put_bw": "MPI_Put", "get_bw": "MPI_Get"}.get(test, test),
+                kind)))
+        charts.append(("hosts-osc-bandwidth.png", "MPI one-sided between two "
+                       "hosts (osc ucx, hca_osc_bench, window 64 + flush): "
+                       "bandwidth", "MB/s", lines, True))
     # size sweeps (and the main levels' rows) by test label
     series = defaultdict(lambda: defaultdict(list))  # (label) -> tl -> pts
     info = {}
@@ -512,9 +653,13 @@ def main():
         info.get("host", "?")))
     if "ab_old" in info:
         return ab_main(outdir, info, rows, results, machine, skipped)
-    print("load average at start: %s; ratio = hca / best built-in "
+    hosts = any(r[0] == "hosts" for r in rows) or os.path.exists(
+        os.path.join(outdir, "hosts-osc.tsv")) and os.path.getsize(
+        os.path.join(outdir, "hosts-osc.tsv")) > 0
+    print("load average at start: %s; ratio = hca / best built-in%s "
           "(latency: lower is better, target <= ; bandwidth: higher is "
-          "better, target >=)" % info.get("loadavg", "?"))
+          "better, target >=)" % (info.get("loadavg", "?"),
+                                  " (hosts: hca / tcp)" if hosts else ""))
     if info.get("pinning"):
         print("pinning: %s" % info["pinning"])
     print("these machines are noisy: compare ratios of interleaved runs, "
@@ -522,14 +667,25 @@ def main():
     summary = []
     perftest_tables(outdir, rows, results, machine, skipped, summary)
     curves = netpipe_table(outdir, np_runs, machine, summary)
-    pngs = plots(outdir, curves, results, rows)
+    perftest_tables(outdir, rows, results, machine, skipped, summary,
+                    levels=("hosts",))
+    hosts_np = read_tsv(os.path.join(outdir, "hosts-netpipe.tsv"), 6)
+    hosts_curves = netpipe_table(outdir, hosts_np, machine, summary,
+                                 level="hosts-netpipe", other="tcp",
+                                 targets=("<=1.00", ">=1.30"))
+    osc_curves = osc_table(outdir, summary)
+    for lv, what, why in skipped:
+        if lv == "hosts" and what == "all rows":
+            print("Between hosts: %s\n" % why)
+    pngs = plots(outdir, curves, results, rows, hosts_curves, osc_curves)
 
     targets = [s for s in summary if s[4]]
     if targets:
         print("Target rows")
+        lw = max([32] + [len(t[1]) for t in targets])
         for level, label, size, ratio, target, res in targets:
-            print("  %-9s %-7s %-32s %5s  ratio %-5s  target %s" % (
-                res or "n/a", level, label, size,
+            print("  %-9s %-7s %-*s %5s  ratio %-5s  target %s" % (
+                res or "n/a", level, lw, label, size,
                 "%.2f" % ratio if ratio is not None else "-", target))
         npass = sum(1 for s in targets if s[5] == "PASS")
         print("  %d of %d target rows PASS (informational)\n" % (

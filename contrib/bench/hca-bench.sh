@@ -1,17 +1,19 @@
 #!/bin/bash
 #
-# hca-bench.sh - compare hca with UCX's built-in shared-memory transports.
+# hca-bench.sh - compare hca with UCX's built-in shared-memory transports,
+# and (level hosts) with UCX's tcp transport between two hosts.
 #
 # usage: contrib/bench/hca-bench.sh [options]
 #
 #   --long           longer, steadier run: more runs per row, 4x the
 #                    iterations, extra sizes 4 KiB and 16 MiB, NetPIPE up
-#                    to 16 MiB
+#                    to 16 MiB (hosts: 4 MiB)
 #   -o, --out DIR    output directory (default: ./bench-out)
 #   --build DIR      hca build directory (default: <repo>/build, or
 #                    $HCA_BUILD_DIR)
-#   --levels LIST    comma-separated subset of uct,ucp,netpipe,sweep
-#                    (default: all four)
+#   --levels LIST    comma-separated subset of uct,ucp,netpipe,sweep,hosts
+#                    (default: all five; hosts only as root where network
+#                    namespaces can be made, else a "SKIPPED" line)
 #   --reps N         runs per target row (default 5, --long 7); the other
 #                    rows run once (--long: 3)
 #   --no-install     do not install missing packages
@@ -47,11 +49,33 @@
 #            UCX_TLS=posix,cma,self
 #   netpipe  NetPIPE (NPopenmpi) over OpenMPI's pml ucx with both sets
 #   sweep    size sweeps of UCP tag_lat/tag_bw and UCT put_bw zcopy (plots)
+#   hosts    between two hosts: two network namespaces on a bridge
+#            (contrib/hca-hosts.sh), one process per host, hca (its tcp
+#            fabric) against UCX's tcp transport on the namespaces'
+#            interface, interleaved:
+#            - ucx_perftest (server on host a, client on host b): uct
+#              am_lat short 8 B (UCX_TLS=hca -x hca -d hca0 vs -x tcp -d
+#              <if>), put_bw zcopy -O16 1 MiB (tcp: zcopy or bcopy, per
+#              ucx_info), get zcopy bw -O16 1 MiB (hca only: UCX's tcp has
+#              no get); ucp tag_lat 8 B, tag_bw 1 MiB (UCX_TLS=hca,self vs
+#              tcp,self)
+#            - NetPIPE (NPopenmpi) and hca_osc_bench (contrib/bench: MPI_Put
+#              and MPI_Get bandwidth 8 B..1 MiB, MPI_Fetch_and_op latency;
+#              osc ucx) under build/contrib/hca-run mpirun, one rank per
+#              host, UCX_TLS=hca,self vs UCX_TLS=tcp,self (UCX's tcp does
+#              the one-sided operations with active messages)
+#            Targets: latency hca/tcp <= 1.0, bandwidth hca/tcp >= 1.3.
+#            ucx_perftest rows: --reps runs each; NetPIPE and hca_osc_bench:
+#            3 runs each (--long: 5). MPI ranks are pinned with a rankfile
+#            (--no-pin: --bind-to none). The first MPI run of each set logs
+#            UCX's endpoints (UCX_LOG_LEVEL=info): they must use hca/hca0 or
+#            tcp/<if>. About 3.5 minutes; docs/BENCHMARKS.md "Between hosts".
 # and a cache-line ping-pong (hca_pingpong_bench raw_shm) before each level
 # and at the end, so a reader can see the machine's state.
 #
-# Output: tables on stdout (also OUT/summary.txt), PNG plots in OUT, raw
-# logs in OUT/logs. Exit status 0 unless a benchmark failed to run.
+# Output: tables on stdout (also OUT/summary.txt), PNG plots in OUT (hosts:
+# hosts-netpipe-*.png, hosts-osc-bandwidth.png), raw logs in OUT/logs.
+# Exit status 0 unless a benchmark failed to run.
 #
 # Environment: HCA_BUILD_DIR, HCA_BENCH_PORT (first TCP port of the
 # ucx_perftest runs, default 23000).
@@ -63,7 +87,7 @@ benchdir=$topdir/contrib/bench
 builddir=${HCA_BUILD_DIR:-$topdir/build}
 outdir=$PWD/bench-out
 long=no
-levels=uct,ucp,netpipe,sweep
+levels=uct,ucp,netpipe,sweep,hosts
 reps_target=
 do_install=yes
 pin=yes
@@ -92,7 +116,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 for l in ${levels//,/ }; do
-    case $l in uct|ucp|netpipe|sweep) ;; *) die "unknown level '$l'" ;; esac
+    case $l in uct|ucp|netpipe|sweep|hosts) ;; *) die "unknown level '$l'" ;; esac
 done
 case $outdir in /*) ;; *) outdir=$PWD/$outdir ;; esac
 case $builddir in /*) ;; *) builddir=$PWD/$builddir ;; esac
@@ -118,6 +142,7 @@ if [ "$long" = yes ]; then
     np_upper=$((16 * MiB)); np_repeats=200; np_reps=7; np_timeout=900
     sweep_sizes=(8 64 512 $((4 * KiB)) $((32 * KiB)) $((256 * KiB)) "$MiB"
                  $((4 * MiB)) $((16 * MiB)))
+    hosts_mpi_reps=5; hosts_np_upper=$((4 * MiB)); hosts_np_repeats=200
 else
     reps_target=${reps_target:-5}
     reps_other=1
@@ -128,6 +153,7 @@ else
     np_upper=$MiB; np_repeats=200; np_reps=5; np_timeout=180
     sweep_sizes=(8 64 512 $((4 * KiB)) $((32 * KiB)) $((256 * KiB)) "$MiB"
                  $((4 * MiB)))
+    hosts_mpi_reps=3; hosts_np_upper=$MiB; hosts_np_repeats=100
 fi
 
 module=$builddir/src/uct/hca/.libs/libuct_hca.so
@@ -189,11 +215,12 @@ has_level() { case ",$levels," in *",$1,"*) return 0 ;; esac; return 1; }
 pkgs=(ucx-utils python3 iproute2)
 [ -n "$ab_old" ] || pkgs+=(gnuplot-nox)    # A/B mode draws no plots
 has_level netpipe && pkgs+=(netpipe-openmpi openmpi-bin)
+has_level hosts && pkgs+=(netpipe-openmpi openmpi-bin libopenmpi-dev util-linux)
 install_missing "${pkgs[@]}"
 for c in ucx_perftest ucx_info python3 ss timeout; do
     command -v $c >/dev/null 2>&1 || die "$c not found"
 done
-if has_level netpipe; then
+if has_level netpipe || has_level hosts; then
     for c in mpirun NPopenmpi; do
         command -v $c >/dev/null 2>&1 || die "$c not found"
     done
@@ -212,12 +239,16 @@ fi
 
 mkdir -p "$outdir/logs" || die "cannot create $outdir"
 rm -f "$outdir"/logs/* "$outdir"/*.tsv "$outdir"/*.dat "$outdir"/*.png \
-      "$outdir"/*.gp "$outdir"/summary.txt
+      "$outdir"/*.gp "$outdir"/summary.txt "$outdir"/hosts-rankfile
 results=$outdir/results.tsv     # level row kind tl rep value status note
 rows=$outdir/rows.tsv           # level row label size metric target
 machine=$outdir/machine.tsv     # when raw_shm_ns send_ns rdma_write_ns
 netpipe_tsv=$outdir/netpipe.tsv # kind tl rep file status note
+hosts_np_tsv=$outdir/hosts-netpipe.tsv  # kind tl rep file status note
+hosts_osc_tsv=$outdir/hosts-osc.tsv     # kind tl rep test size value status note
+hosts_tl_tsv=$outdir/hosts-transports.tsv  # kind tl what ep_cfg status
 : >"$results"; : >"$rows"; : >"$machine"; : >"$netpipe_tsv"
+: >"$hosts_np_tsv"; : >"$hosts_osc_tsv"; : >"$hosts_tl_tsv"
 # Two busy-polling processes on 2 vCPUs: left to the scheduler they
 # sometimes share one CPU, and the 50th-percentile latency then hides the
 # time slices (an atomic on a line nobody else touches meanwhile looks 3x
@@ -247,12 +278,21 @@ fi
 
 # Processes started by this script, killed (by pid) on exit.
 bg_pids=()
+hosts_dir=         # level hosts: the hca-hosts.sh directory while it is up
 # shellcheck disable=SC2317  # called from the EXIT trap
 cleanup() {
     local p
     for p in "${bg_pids[@]}"; do
         kill "$p" 2>/dev/null
     done
+    hosts_down
+}
+# Removes the namespace hosts (and kills what still runs in them).
+hosts_down() {
+    [ -n "$hosts_dir" ] || return 0
+    "$topdir/contrib/hca-hosts.sh" down "$hosts_dir" >/dev/null 2>&1
+    rm -rf "$hosts_dir"
+    hosts_dir=
 }
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
@@ -280,17 +320,21 @@ machine_state() {
 # read_caps TL DEV ENVWORDS... ; read_caps_as KEY TL DEV ENVWORDS... stores
 # them as caps[KEY:op] (A/B mode: the old build's hca is hca_old).
 declare -A caps
+caps_pre=()        # command prefix of ucx_info (level hosts: ip netns exec NS)
 read_caps() { read_caps_as "$1" "$@"; }
 read_caps_as() {
     local key=$1 tl=$2 dev=$3 op max
     shift 3
     while read -r op max; do
         caps[$key:$op]=$max
-    done < <(env "$@" ucx_info -d -t "$tl" 2>/dev/null | awk -v dev="$dev" '
+    done < <("${caps_pre[@]}" env "$@" ucx_info -d -t "$tl" 2>/dev/null | awk -v dev="$dev" '
         function bytes(s,   n, u) {
             n = s; u = s; sub(/[^0-9]+$/, "", n); sub(/^[0-9]+/, "", u)
             if (u == "K") n *= 1024; else if (u == "M") n *= 1048576
             else if (u == "G") n *= 1073741824
+            # as "unlimited" beyond 2^62 (tcp: <= 2^64 - 26): bash integers
+            n += 0
+            if (n > 4611686018427387904) n = 4611686018427387904
             return n
         }
         /Device:/ { indev = ($3 == dev) }
@@ -337,6 +381,11 @@ free_port() {
 runno=0
 last_value=
 last_note=
+# level hosts: command prefixes that put the server and the client in their
+# namespaces, and the server's address
+pt_srv_ns=()
+pt_cli_ns=()
+pt_server=localhost
 # perftest ENVWORDS... -- ARGS... : run one server/client pair; sets
 # last_value (usec 50%ile or MB/s overall, per $metric) or returns 1 with
 # last_note = the error text.
@@ -349,22 +398,27 @@ perftest() {
     port=$((port + 1))
     free_port
     log=$outdir/logs/perftest-$(printf %03d $runno)
-    echo "env ${envw[*]} ${pin_srv[*]} ucx_perftest ${args[*]} -p $port" \
-        >"$log.cmd"
-    timeout -k 5 $((run_timeout + 20)) env "${envw[@]}" "${pin_srv[@]}" \
-        ucx_perftest "${args[@]}" -p "$port" >"$log.server" 2>&1 &
+    {
+        echo "${pt_srv_ns[*]:+${pt_srv_ns[*]} }env ${envw[*]} ${pin_srv[*]} ucx_perftest ${args[*]} -p $port"
+        [ ${#pt_cli_ns[@]} -eq 0 ] ||
+            echo "${pt_cli_ns[*]} env ${envw[*]} ${pin_cli[*]} ucx_perftest $pt_server ${args[*]} -p $port"
+    } >"$log.cmd"
+    "${pt_srv_ns[@]}" timeout -k 5 $((run_timeout + 20)) env "${envw[@]}" \
+        "${pin_srv[@]}" ucx_perftest "${args[@]}" -p "$port" \
+        >"$log.server" 2>&1 &
     spid=$!
     bg_pids+=("$spid")
     # wait for the server to listen (at most 20 s)
     for ((i = 0; i < 400; i++)); do
-        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+        "${pt_srv_ns[@]}" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
         kill -0 "$spid" 2>/dev/null || break
         sleep 0.05
     done
     rc=1
     for ((i = 0; i < 3; i++)); do
-        timeout -k 5 "$run_timeout" env "${envw[@]}" "${pin_cli[@]}" \
-            ucx_perftest localhost "${args[@]}" -p "$port" >"$log.client" 2>&1
+        "${pt_cli_ns[@]}" timeout -k 5 "$run_timeout" env "${envw[@]}" \
+            "${pin_cli[@]}" ucx_perftest "$pt_server" "${args[@]}" -p "$port" \
+            >"$log.client" 2>&1
         rc=$?
         # retry only if the client could not connect
         grep -q "connect.*refused\|Connection refused" "$log.client" || break
@@ -669,6 +723,204 @@ if has_level sweep; then
     read_caps hca hca0 "${hca_env[@]}"
     read_caps cma memory
     uct_rows sweep put_bw zcopy bw 16 "" "" "" -- "${sweep_sizes[@]}"
+fi
+
+# ------------------------------------------------------------ hosts level
+# Two namespace hosts (contrib/hca-hosts.sh up): host a runs the servers and
+# MPI rank 0, host b the clients and rank 1.
+hosts_ns=()
+hosts_if=
+hosts_addr_a=
+hosts_map=()
+hca_run=$builddir/contrib/hca-run
+osc_bench=$builddir/contrib/hca_osc_bench
+
+# hosts_setup: 0 when the hosts are up; 1 (with a SKIPPED line on stdout,
+# or a failure counted) when not.
+hosts_setup() {
+    local out l
+    # netns_check prints "<what>: SKIPPED: <reason>" when namespaces
+    # cannot be made here (not root, no ip netns, a container)
+    if ! out=$(. "$topdir/contrib/hca-netns.sh" && netns_check "hca-bench: hosts"); then
+        echo "${out:-hca-bench: hosts: SKIPPED: network namespaces unavailable}"
+        printf 'hosts\tall rows\t%s\n' "SKIPPED: ${out#*SKIPPED: }" >>"$skipped"
+        return 1
+    fi
+    if [ ! -x "$hca_run" ]; then
+        make -C "$builddir/contrib" hca-run >&2 || {
+            log "[hosts] cannot build $hca_run"; nfail=$((nfail + 1)); return 1; }
+    fi
+    if [ ! -x "$osc_bench" ] || [ "$osc_bench" -ot "$benchdir/hca_osc_bench.c" ]; then
+        log "building $osc_bench (mpicc)"
+        mpicc -std=gnu11 -O2 -g -Wall -Wextra -o "$osc_bench" \
+            "$benchdir/hca_osc_bench.c" >"$outdir/logs/build-hca_osc_bench.log" 2>&1 || {
+            log "[hosts] mpicc failed: $(head -n 3 "$outdir/logs/build-hca_osc_bench.log" | tr '\n' ' ')"
+            nfail=$((nfail + 1)); return 1; }
+    fi
+    hosts_dir=$(mktemp -d /tmp/hca-bench-hosts.XXXXXX) || return 1
+    if ! "$topdir/contrib/hca-hosts.sh" up -n 2 --slots 2 "$hosts_dir" \
+            >"$outdir/logs/hosts-up.log" 2>&1; then
+        log "[hosts] cannot make the namespace hosts: $(tail -n 1 "$outdir/logs/hosts-up.log")"
+        rm -rf "$hosts_dir"; hosts_dir=
+        nfail=$((nfail + 1))
+        return 1
+    fi
+    # shellcheck disable=SC1091
+    . "$hosts_dir/env"
+    read -r -a hosts_ns <<<"$(sed -n 's/^names=//p' "$hosts_dir/state")"
+    read -r hosts_if hosts_addr_a < <(ip -n "${hosts_ns[0]}" -4 -o addr show |
+        awk '$2 != "lo" { sub(/\/.*/, "", $4); print $2, $4; exit }')
+    [ -n "$hosts_addr_a" ] || { log "[hosts] no address on host a"; nfail=$((nfail + 1)); return 1; }
+    read -r -a hosts <<<"$HCA_HOSTS"
+    # one rank per host; pinned as ucx_perftest is (rank 0 on CPU 0, rank 1
+    # on CPU 1): each host's daemon sees all the CPUs, and mpirun's default
+    # binding would put both ranks on core 0
+    if [ ${#pin_srv[@]} -gt 0 ]; then
+        printf 'rank 0=%s slot=0\nrank 1=%s slot=1\n' "${hosts[0]}" "${hosts[1]}" \
+            >"$outdir/hosts-rankfile"
+        hosts_map=(--rankfile "$outdir/hosts-rankfile")
+    else
+        hosts_map=(--map-by node --bind-to none)
+    fi
+    l="hosts ${hosts[*]} (namespaces ${hosts_ns[*]}), $hosts_if, $HCA_HOSTS_SUBNET; server/rank 0 on ${hosts[0]} ($hosts_addr_a)"
+    log "[hosts] $l"
+    echo "hosts	$l" >>"$outdir/info.tsv"
+    return 0
+}
+
+# hosts_row LABEL SIZE METRIC TARGET REPS HCA_TL "HCA_ENV" "HCA_ARGS"
+#           [TCP_TL "TCP_ENV" "TCP_ARGS"]   (blank-separated words)
+hosts_row() {
+    local label=$1 size=$2 metric=$3 target=$4 reps=$5
+    row_hca_name=$6
+    read -r -a row_hca_env <<<"${hca_env[*]} $7"
+    read -r -a row_hca_args <<<"$8"
+    row_builtins=(); row_builtin_env=(); row_builtin_args=()
+    if [ $# -ge 11 ]; then
+        row_builtins=("$9"); row_builtin_env=("${10}"); row_builtin_args=("${11}")
+    fi
+    run_row hosts "hosts/$label/$size" "$label" "$size" "$metric" "$target" "$reps"
+}
+
+# Which transport an MPI run's UCX used to reach the other host: the
+# ep_cfg lines of UCX_LOG_LEVEL=info (one rank's, the remote endpoints),
+# which must name hca/hca0 (hca runs) or tcp/<if> (tcp runs).
+#   hosts_check_tl KIND TL WHAT LOG
+hosts_check_tl() {
+    local kind=$1 tl=$2 what=$3 f=$4 cfg want st=ok
+    cfg=$(grep -o 'ep_cfg\[[0-9]*\]: .*' "$f" | sed 's/^ep_cfg\[[0-9]*\]: //' |
+          grep -v 'self/memory' | sort -u | paste -sd';' -)
+    if [ "$kind" = hca ]; then want=hca/hca0; else want=tcp/$hosts_if; fi
+    case $cfg in
+    *"$want"*) case $cfg in *tcp/lo*|*hca/*tcp/*|*tcp/*hca/*) st=MIXED ;; esac ;;
+    *) st=WRONG ;;
+    esac
+    printf '%s\t%s\t%s\t%s\t%s\n' "$kind" "$tl" "$what" "${cfg:-none}" "$st" >>"$hosts_tl_tsv"
+    log "[hosts] $what $tl: remote endpoints ${cfg:-none} ($st)"
+    [ $st = ok ] || nfail=$((nfail + 1))
+}
+
+# hosts_mpirun KIND TL REP LOG PROG ARGS... : one mpirun across the hosts
+# under hca-run, UCX_TLS=TL (hca-run's MCA settings: pml ucx, osc ucx).
+# The first repetition also logs UCX's endpoint configurations.
+hosts_mpirun() {
+    local kind=$1 tl=$2 rep=$3 log=$4 xs=()
+    shift 4
+    [ "$rep" = 1 ] && xs=(-x UCX_LOG_LEVEL=info)
+    # shellcheck disable=SC2086  # HCA_HOSTS_MPIRUN_ARGS: words without blanks
+    echo "UCX_TLS=$tl $hca_run mpirun --oversubscribe -np 2 ${hosts_map[*]} $HCA_HOSTS_MPIRUN_ARGS ${xs[*]} $*" >"$log.cmd"
+    # shellcheck disable=SC2086
+    UCX_TLS=$tl timeout -k 10 "$np_timeout" "$hca_run" mpirun --oversubscribe \
+        -np 2 "${hosts_map[@]}" $HCA_HOSTS_MPIRUN_ARGS "${xs[@]}" "$@" \
+        >"$log" 2>&1
+}
+
+hosts_netpipe() {   # KIND TL REP
+    local kind=$1 tl=$2 rep=$3 f log rc note
+    f=$outdir/logs/hosts-netpipe-$kind-$rep.out
+    log=$outdir/logs/hosts-netpipe-$kind-$rep.log
+    hosts_mpirun "$kind" "$tl" "$rep" "$log" NPopenmpi -u "$hosts_np_upper" \
+        -p 0 -n "$hosts_np_repeats" -o "$f"
+    rc=$?
+    if [ $rc -eq 0 ] && [ -s "$f" ]; then
+        printf '%s\t%s\t%s\t%s\tok\t\n' "$kind" "$tl" "$rep" "$f" >>"$hosts_np_tsv"
+        log "[hosts] NetPIPE $tl #$rep: $(wc -l <"$f") sizes, $(tail -n 1 "$f" | awk '{printf "%.0f Mbps at %d B", $2, $1}')"
+        [ "$rep" = 1 ] && hosts_check_tl "$kind" "$tl" netpipe "$log"
+    else
+        note="$(grep -i 'error\|fail\|abort' "$log" | head -n 1 | tr '\t' ' ') (exit $rc) [$log]"
+        [ $rc -eq 124 ] && note="timeout after ${np_timeout}s; $note"
+        printf '%s\t%s\t%s\t%s\tFAIL\t%s\n' "$kind" "$tl" "$rep" "$f" "$note" >>"$hosts_np_tsv"
+        log "[hosts] NetPIPE $tl #$rep: FAIL: $note"
+        nfail=$((nfail + 1))
+    fi
+}
+
+hosts_osc() {   # KIND TL REP
+    local kind=$1 tl=$2 rep=$3 log rc note n
+    log=$outdir/logs/hosts-osc-$kind-$rep.log
+    hosts_mpirun "$kind" "$tl" "$rep" "$log" "$osc_bench" -m "$MiB" -W 64 \
+        -n $((2000 * iter_scale))
+    rc=$?
+    n=$(awk -v k="$kind" -v t="$tl" -v r="$rep" '
+        $1 ~ /^(put_bw|get_bw|fop_lat)$/ && NF >= 3 {
+            printf "%s\t%s\t%s\t%s\t%s\t%s\tok\t\n", k, t, r, $1, $2, $3; n++ }
+        END { exit n == 0 }' "$log" | tee -a "$hosts_osc_tsv" | wc -l)
+    if [ $rc -eq 0 ] && [ "$n" -gt 0 ]; then
+        log "[hosts] osc $tl #$rep: $(awk '$1 == "put_bw" && $2 == 1048576 { p = $3 }
+            $1 == "get_bw" && $2 == 1048576 { g = $3 } $1 == "fop_lat" { f = $3 }
+            END { printf "put 1M %s MB/s, get 1M %s MB/s, fetch_and_op %s us", p, g, f }' "$log")"
+        [ "$rep" = 1 ] && hosts_check_tl "$kind" "$tl" osc "$log"
+    else
+        note="$(grep -i 'error\|fail\|abort' "$log" | head -n 1 | tr '\t' ' ') (exit $rc) [$log]"
+        [ $rc -eq 124 ] && note="timeout after ${np_timeout}s; $note"
+        printf '%s\t%s\t%s\t-\t-\t-\tFAIL\t%s\n' "$kind" "$tl" "$rep" "$note" >>"$hosts_osc_tsv"
+        log "[hosts] osc $tl #$rep: FAIL: $note"
+        nfail=$((nfail + 1))
+    fi
+}
+
+if has_level hosts && [ -z "$ab_old" ] && hosts_setup; then
+    machine_state hosts
+    pt_srv_ns=(ip netns exec "${hosts_ns[0]}")
+    pt_cli_ns=(ip netns exec "${hosts_ns[1]}")
+    pt_server=$hosts_addr_a
+    caps_pre=("${pt_srv_ns[@]}")
+    read_caps_as hosts_hca hca hca0 "${hca_env[@]}"
+    read_caps_as hosts_tcp tcp "$hosts_if"
+    caps_pre=()
+    tcp_put=zcopy
+    [ "${caps[hosts_tcp:put_zcopy]:-0}" -ge "$MiB" ] || tcp_put=bcopy
+    echo "hosts_tcp_put	$tcp_put" >>"$outdir/info.tsv"
+    # ping-pongs of 8 B: 20000 iterations (UCX's tcp has millisecond
+    # stalls, and 100000 would take long); 1 MiB streams: 500
+    nl=$((20000 * iter_scale)); wl=$((nl / 10))
+    nb=$((500 * iter_scale)); wb=$((nb / 10))
+    Lh='<=1.00'; Bh='>=1.30'
+    hosts_row "uct am_lat short" 8 lat "$Lh" "$reps_target" \
+        hca "UCX_TLS=hca" "-t am_lat -x hca -d hca0 -D short -s 8 -n $nl -w $wl" \
+        tcp "UCX_TLS=tcp" "-t am_lat -x tcp -d $hosts_if -D short -s 8 -n $nl -w $wl"
+    hosts_row "uct put_bw zcopy -O16" "$MiB" bw "$Bh" "$reps_target" \
+        hca "UCX_TLS=hca" "-t put_bw -x hca -d hca0 -D zcopy -s $MiB -n $nb -w $wb -O 16" \
+        "tcp/$tcp_put" "UCX_TLS=tcp" "-t put_bw -x tcp -d $hosts_if -D $tcp_put -s $MiB -n $nb -w $wb -O 16"
+    # UCX's tcp has no get: hca alone (its absolute figure)
+    hosts_row "uct get zcopy bw -O16" "$MiB" bw "" "$reps_target" \
+        hca "UCX_TLS=hca" "-t get -x hca -d hca0 -D zcopy -s $MiB -n $nb -w $wb -O 16"
+    hosts_row "ucp tag_lat" 8 lat "$Lh" "$reps_target" \
+        hca,self "UCX_TLS=hca,self" "-t tag_lat -s 8 -n $nl -w $wl" \
+        tcp,self "UCX_TLS=tcp,self" "-t tag_lat -s 8 -n $nl -w $wl"
+    hosts_row "ucp tag_bw" "$MiB" bw "$Bh" "$reps_target" \
+        hca,self "UCX_TLS=hca,self" "-t tag_bw -s $MiB -n $nb -w $wb" \
+        tcp,self "UCX_TLS=tcp,self" "-t tag_bw -s $MiB -n $nb -w $wb"
+    pt_srv_ns=(); pt_cli_ns=(); pt_server=localhost
+    for ((r = 1; r <= hosts_mpi_reps; r++)); do
+        hosts_netpipe hca hca,self "$r"
+        hosts_netpipe tcp tcp,self "$r"
+    done
+    for ((r = 1; r <= hosts_mpi_reps; r++)); do
+        hosts_osc hca hca,self "$r"
+        hosts_osc tcp tcp,self "$r"
+    done
+    hosts_down
 fi
 
 machine_state end
