@@ -42,6 +42,17 @@ static int hca_ingress_valid(const hca_msg_hdr_t *hdr)
     }
 }
 
+/* The host a message comes from: a shm producer is on this host; a
+ * message the tcp fabric's thread put there is from its connection's
+ * peer, whose host that thread checked against the QP already
+ * (hca_tcp_target), so it counts as the QP's own. */
+HCA_INLINE uint64_t hca_ingress_src_host(const hca_device_t *dev,
+                                         const hca_qp_t *qp,
+                                         const hca_msg_hdr_t *hdr)
+{
+    return (hdr->flags & HCA_MSG_VIA_TCP) ? qp->dest.host : dev->host_key;
+}
+
 /* 1 if the message at the head of rq is for hca_recv_peek(): the
  * responder leaves it in the ring. */
 HCA_INLINE int hca_ingress_inplace(const hca_rq_t *rq, const hca_msg_hdr_t *hdr)
@@ -56,7 +67,9 @@ HCA_INLINE int hca_ingress_inplace(const hca_rq_t *rq, const hca_msg_hdr_t *hdr)
             (HCA_MSG_FIRST | HCA_MSG_LAST)) &&
            (hdr->length == hdr->msg_len) &&
            (hdr->length <= hca_msg_room(hdr->data_off)) && (qp != NULL) &&
-           (hdr->dst_qpn == qp->qpn) && hca_qp_accepts(qp, hdr->src_pid, hdr->src_ctx, hdr->src_qpn);
+           (hdr->dst_qpn == qp->qpn) &&
+           hca_qp_accepts(qp, hca_ingress_src_host(rq->dev, qp, hdr),
+                          hdr->src_pid, hdr->src_ctx, hdr->src_qpn);
 }
 
 /* HCA_TRACE=1: every message's transition on stderr. */
@@ -87,7 +100,8 @@ static hca_rx_state_t hca_ingress_route(hca_rq_t *rq, hca_ingress_msg_t *m)
     }
     qp = hca_qp_lookup(dev, hdr->dst_qpn);
     if ((qp == NULL) || (qp->rq != rq) ||
-        !hca_qp_accepts(qp, hdr->src_pid, hdr->src_ctx, hdr->src_qpn)) {
+        !hca_qp_accepts(qp, hca_ingress_src_host(dev, qp, hdr), hdr->src_pid,
+                        hdr->src_ctx, hdr->src_qpn)) {
         hca_resp_refuse(dev, m, qp == NULL);
         return HCA_RX_DROPPED;
     }

@@ -486,16 +486,18 @@ static inline void hca_partial_free(hca_qp_t *qp, hca_partial_t *p)
 
 /* Does the QP accept a message from that source (state, and the
  * connected peer unless it accepts any)?  The one target check of the
- * receive side. */
-HCA_INLINE int hca_qp_accepts(const hca_qp_t *qp, uint32_t src_pid,
-                              uint32_t src_ctx, uint32_t src_qpn)
+ * receive side.  The host counts too: pids of another host collide with
+ * ours. */
+HCA_INLINE int hca_qp_accepts(const hca_qp_t *qp, uint64_t src_host,
+                              uint32_t src_pid, uint32_t src_ctx,
+                              uint32_t src_qpn)
 {
     if ((qp->state != HCA_QPS_RTR) && (qp->state != HCA_QPS_RTS)) {
         return 0;
     }
     return (qp->dest_qpn == HCA_QPN_ANY) ||
            ((qp->dest_qpn == src_qpn) && (qp->dest.pid == src_pid) &&
-            (qp->dest.ctx_id == src_ctx));
+            (qp->dest.ctx_id == src_ctx) && (qp->dest.host == src_host));
 }
 
 int  hca_qp_to_err(hca_qp_t *qp, hca_wc_status_t first);
@@ -535,12 +537,14 @@ HCA_INLINE void hca_count_tx(hca_qp_t *qp, unsigned opcode, uint64_t bytes)
 /* ---------------------------------------------------------------- target */
 
 /* Does the published QP entry `pub` (ours, or a peer's in its context)
- * take a request for QP qpn from the source (pid, ctx, src_qpn)?  The one
- * target check of requests: SUCCESS; RETRY_EXC_ERR if that QP no longer
- * exists (it never answers, as on InfiniBand: gone, not refusing);
- * REM_INV_REQ_ERR if it is not in RTR/RTS or accepts another source. */
+ * take a request for QP qpn from the source (host, pid, ctx, src_qpn)?
+ * The one target check of requests: SUCCESS; RETRY_EXC_ERR if that QP no
+ * longer exists (it never answers, as on InfiniBand: gone, not refusing);
+ * REM_INV_REQ_ERR if it is not in RTR/RTS or accepts another source (the
+ * host included: a process of another host may have the peer's pid). */
 HCA_INLINE hca_wc_status_t hca_qp_pub_check(const hca_qp_pub_t *pub,
-                                            uint32_t qpn, uint32_t src_pid,
+                                            uint32_t qpn, uint64_t src_host,
+                                            uint32_t src_pid,
                                             uint32_t src_ctx,
                                             uint32_t src_qpn)
 {
@@ -558,7 +562,8 @@ HCA_INLINE hca_wc_status_t hca_qp_pub_check(const hca_qp_pub_t *pub,
             ((dq != HCA_QPN_ANY) &&
              ((dq != src_qpn) ||
               (atomic_load(&pub->dest_pid) != src_pid) ||
-              (atomic_load(&pub->dest_ctx) != src_ctx))))) {
+              (atomic_load(&pub->dest_ctx) != src_ctx) ||
+              (atomic_load(&pub->dest_host) != src_host))))) {
         return HCA_WC_REM_INV_REQ_ERR;
     }
     return HCA_WC_SUCCESS;

@@ -166,6 +166,7 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     pub->access      = 0;
     atomic_store(&pub->dest_pid, 0);
     atomic_store(&pub->dest_ctx, 0);
+    atomic_store(&pub->dest_host, 0);
     atomic_store(&pub->dest_qpn, 0);
     pub->ring_id     = qp->rq->ring_id;
     pub->send_cq_idx = qp->send_cq->idx;
@@ -471,6 +472,7 @@ int hca_qp_modify(hca_qp_t *qp, const hca_qp_attr_t *attr, unsigned mask)
         }
         atomic_store(&qp->pub->dest_pid, attr->dest.pid);
         atomic_store(&qp->pub->dest_ctx, attr->dest.ctx_id);
+        atomic_store(&qp->pub->dest_host, attr->dest.host);
         atomic_store(&qp->pub->dest_qpn, attr->dest_qp_num);
         hca_qp_set_state(qp, HCA_QPS_RTR);
         break;

@@ -34,8 +34,9 @@ static hca_wc_status_t hca_svc_execute(hca_device_t *dev,
     }
     info  = &hca_opcode[req->opcode];
     pub    = &dev->qp_pub[idx];
-    status = hca_qp_pub_check(pub, req->dst_qpn, req->src_pid, req->src_ctx,
-                              req->src_qpn);
+    /* a request in our service ring comes from this host */
+    status = hca_qp_pub_check(pub, req->dst_qpn, dev->host_key, req->src_pid,
+                              req->src_ctx, req->src_qpn);
     if (status != HCA_WC_SUCCESS) {
         return status;
     }

@@ -36,8 +36,8 @@ HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
         return HCA_WC_REM_INV_REQ_ERR;
     }
     pub    = &peer->qp_pub[idx];
-    status = hca_qp_pub_check(pub, qp->dest_qpn, qp->dev->pid,
-                              qp->dev->ctx_id, qp->qpn);
+    status = hca_qp_pub_check(pub, qp->dest_qpn, qp->dev->host_key,
+                              qp->dev->pid, qp->dev->ctx_id, qp->qpn);
     if (HCA_UNLIKELY(status != HCA_WC_SUCCESS)) {
         return status;
     }

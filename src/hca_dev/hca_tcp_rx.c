@@ -101,8 +101,11 @@ static hca_wc_status_t hca_tcp_target(hca_tcp_dev_t *tcp,
         return HCA_WC_REM_INV_REQ_ERR;
     }
     pub    = &dev->qp_pub[idx];
-    status = hca_qp_pub_check(pub, hdr->dst_qpn, conn->peer.pid,
-                              conn->peer.ctx_id, hdr->src_qpn);
+    /* the peer's host is the one its hello gave (the acceptor checked
+     * it was the host it meant; the connector, the host it reached) */
+    status = hca_qp_pub_check(pub, hdr->dst_qpn, conn->peer.host,
+                              conn->peer.pid, conn->peer.ctx_id,
+                              hdr->src_qpn);
     if (status != HCA_WC_SUCCESS) {
         return status;
     }

@@ -18,7 +18,9 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     7  /* 7: counters by fabric and opcode */
+#define HCA_WIRE_VERSION     8  /* 7: counters by fabric and opcode; 8: a
+                                    QP's accepted source has its host
+                                    (hca_qp_pub_t.dest_host) */
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */
@@ -100,6 +102,8 @@ typedef struct hca_qp_pub {
                                      could not map its q object): that QP
                                      fails (REM_OP_ERR) at its next
                                      liveness check */
+    _Atomic uint64_t dest_host;   /* host key of the accepted source: pids
+                                     of other hosts collide with ours */
 } hca_qp_pub_t;
 
 /* -------------------------------------------------------------- notify */
@@ -293,7 +297,7 @@ typedef struct hca_busy {
 } hca_busy_t;
 
 _Static_assert(sizeof(hca_mpt_entry_t) == HCA_CACHE_LINE, "MPT entry layout");
-_Static_assert(sizeof(hca_qp_pub_t) == 48, "QP table entry layout");
+_Static_assert(sizeof(hca_qp_pub_t) == 56, "QP table entry layout");
 _Static_assert(sizeof(hca_notify_t) == 64, "notify layout");
 _Static_assert(sizeof(hca_ring_hdr_t) == 3 * HCA_CACHE_LINE, "ring hdr");
 _Static_assert(sizeof(hca_msg_hdr_t) == 40, "message header layout");

@@ -295,15 +295,19 @@ protected:
         return h;
     }
 
-    /* Connects cl and completes the handshake. */
-    ::testing::AssertionResult handshake(raw_client &cl)
+    /* Connects cl and completes the handshake (as a client of host
+     * src_host if not 0). */
+    ::testing::AssertionResult handshake(raw_client &cl, uint64_t src_host = 0)
     {
-        tcpf_hello_t ans;
+        tcpf_hello_t ans, h = good_hello();
         auto r = cl.connect_to(c.addr);
         if (!r) {
             return r;
         }
-        r = cl.hello(good_hello(), &ans);
+        if (src_host != 0) {
+            h.src_host = src_host;
+        }
+        r = cl.hello(h, &ans);
         if (!r) {
             return r;
         }
@@ -567,6 +571,47 @@ TEST_F(TcpWire, FramesDroppedAfterNak)
                                                             "WRITE landed";
     EXPECT_EQ(-1, check_byte(mem + 4096 + 128, MR_LEN - 4096 - 128 + PAD,
                              SENTINEL));
+}
+
+/* A QP connected to a peer accepts requests only from that peer: its
+ * pid, context and QPN on its host.  A process of another host may have
+ * the same pid (another machine, a container): the host in its hello
+ * tells them apart, and it is refused as a wrong pid would be. */
+TEST_F(TcpWire, ConnectedQpRefusesOtherHost)
+{
+    const uint64_t host = good_hello().src_host, other = host ^ 0x10000ull;
+    const uint32_t src  = next_src++;
+    std::vector<uint8_t> data(256);
+    raw_client right, wrong;
+
+    fill_pattern(data.data(), data.size(), 7);
+    ASSERT_TRUE(handshake(right));
+    ASSERT_TRUE(handshake(wrong, other)); /* same pid and context */
+
+    /* a second QP, connected to (host, our pid, CLIENT_CTX, src) */
+    hca_qp_t *conn_qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, conn_qp);
+    hca_port_addr_t peer = c.addr;
+    peer.host   = host;
+    peer.pid    = (uint32_t)getpid();
+    peer.ctx_id = CLIENT_CTX;
+    peer.secret = 0;
+    ASSERT_EQ(0, qp_to_init(conn_qp, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(conn_qp, peer, src));
+
+    /* the right pid, context and QPN from the other host: refused */
+    tcpf_hdr_t h = write_hdr(src, addr_of(0), 256, rkey);
+    h.dst_qpn    = hca_qp_num(conn_qp);
+    ASSERT_TRUE(wrong.send_frame(h, data.data(), data.size()));
+    EXPECT_TRUE(expect_ack(wrong, h, HCA_WC_REM_INV_REQ_ERR));
+    EXPECT_TRUE(untouched());
+
+    /* from its host: served */
+    h.resp_idx++;
+    ASSERT_TRUE(right.send_frame(h, data.data(), data.size()));
+    EXPECT_TRUE(expect_ack(right, h, HCA_WC_SUCCESS));
+    EXPECT_EQ(-1, check_pattern(mem, 256, 7));
+    EXPECT_EQ(-1, check_byte(mem + 256, MR_LEN - 256 + PAD, SENTINEL));
 }
 
 /* ------------------------------------------------------------ bad headers */
