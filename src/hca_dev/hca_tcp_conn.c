@@ -27,7 +27,10 @@ hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
         return NULL;
     }
     conn->rx.stage = malloc(HCA_TCP_SEND_MAX);
-    if (conn->rx.stage == NULL) {
+    conn->rx.buf   = malloc(HCA_TCP_RXBUF);
+    if ((conn->rx.stage == NULL) || (conn->rx.buf == NULL)) {
+        free(conn->rx.stage);
+        free(conn->rx.buf);
         free(conn);
         return NULL;
     }
@@ -54,6 +57,7 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
     pthread_mutex_destroy(&conn->tx_lock);
     pthread_mutex_destroy(&conn->rx_lock);
     free(conn->rx.stage);
+    free(conn->rx.buf);
     free(conn);
 }
 
@@ -138,23 +142,48 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 
 /* ---------------------------------------------------------------- tx */
 
+/* A queued job that is one header and nothing else (it may go out with
+ * others in one sendmsg); a READ's answer is sent part by part. */
+static inline int hca_tcp_job_is_answer(const hca_tcp_job_t *job)
+{
+    return job->hdr.opcode != HCA_TCP_OP_READ_RESP;
+}
+
 void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
                       const struct iovec *iov, int iovcnt,
                       uint32_t owner_qpn)
 {
     hca_tcp_tx_t *tx = &conn->tx;
+    int n            = 0;
 
-    tx->hdr            = *hdr;
-    tx->iov[0].iov_base = &tx->hdr;
-    tx->iov[0].iov_len  = sizeof(tx->hdr);
-    tx->left           = sizeof(tx->hdr);
-    tx->iovcnt         = 1;
-    for (int i = 0; i < iovcnt; ++i) {
-        if (iov[i].iov_len == 0) {
-            continue;
+    tx->iovcnt = 0;
+    tx->left   = 0;
+    /* the answers at the head of the queue go first (in queue order) */
+    while ((n < HCA_TCP_TX_ANSWERS) && (conn->jobs_tail != conn->jobs_head) &&
+           hca_tcp_job_is_answer(&conn->jobs[conn->jobs_tail %
+                                             HCA_TCP_JOBS])) {
+        tx->answers[n] = conn->jobs[conn->jobs_tail++ % HCA_TCP_JOBS].hdr;
+        tx->iov[tx->iovcnt].iov_base = &tx->answers[n];
+        tx->iov[tx->iovcnt].iov_len  = sizeof(tx->answers[n]);
+        tx->iovcnt++;
+        tx->left += sizeof(tx->answers[n]);
+        ++n;
+    }
+    tx->frames = n;
+    if (hdr != NULL) {
+        tx->hdr                      = *hdr;
+        tx->iov[tx->iovcnt].iov_base = &tx->hdr;
+        tx->iov[tx->iovcnt].iov_len  = sizeof(tx->hdr);
+        tx->iovcnt++;
+        tx->left += sizeof(tx->hdr);
+        tx->frames++;
+        for (int i = 0; i < iovcnt; ++i) {
+            if (iov[i].iov_len == 0) {
+                continue;
+            }
+            tx->iov[tx->iovcnt++] = iov[i];
+            tx->left             += iov[i].iov_len;
         }
-        tx->iov[tx->iovcnt++] = iov[i];
-        tx->left             += iov[i].iov_len;
     }
     tx->first     = 0;
     tx->owner_qpn = owner_qpn;
@@ -204,7 +233,8 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         tx->pinned = NULL;
     }
     tx->owner_qpn = 0;
-    HCA_TCP_COUNT(tcp, tcp_frames_tx, 1);
+    HCA_TCP_COUNT(tcp, tcp_frames_tx, tx->frames);
+    tx->frames = 0;
     atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),
                           memory_order_relaxed);
     return 1;
@@ -217,10 +247,13 @@ void hca_tcp_tx_orphan(hca_tcp_conn_t *conn, uint32_t qpn)
     if ((tx->left == 0) || (tx->owner_qpn != qpn)) {
         return;
     }
-    /* the header is ours; payload iovecs point into the QP's buffers */
+    /* the headers are ours; payload iovecs point into the QP's buffers */
     for (int i = tx->first; i < tx->iovcnt; ++i) {
-        if ((tx->iov[i].iov_base >= (void*)&tx->hdr) &&
-            (tx->iov[i].iov_base < (void*)(&tx->hdr + 1))) {
+        const uint8_t *p = tx->iov[i].iov_base;
+        if (((p >= (const uint8_t*)&tx->hdr) &&
+             (p < (const uint8_t*)(&tx->hdr + 1))) ||
+            ((p >= (const uint8_t*)tx->answers) &&
+             (p < (const uint8_t*)(tx->answers + HCA_TCP_TX_ANSWERS)))) {
             continue;
         }
         while (tx->iov[i].iov_len > sizeof(hca_tcp_zeros)) {
@@ -267,9 +300,9 @@ void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             }
             return;
         }
-        if (job->hdr.opcode != HCA_TCP_OP_READ_RESP) {
-            hca_tcp_tx_start(conn, &job->hdr, NULL, 0, 0);
-            conn->jobs_tail++;
+        if (hca_tcp_job_is_answer(job)) {
+            /* it and the answers behind it, in one sendmsg */
+            hca_tcp_tx_start(conn, NULL, NULL, 0, 0);
             continue;
         }
         /* the next part of a READ, straight from the region */

@@ -35,6 +35,11 @@
 #define HCA_TCP_CONNECT_MS    5000    /* connect + handshake limit */
 #define HCA_TCP_POLL_MAX      64      /* connections a user poll reads; with
                                          more the thread keeps reading */
+#define HCA_TCP_RXBUF         (16u * 1024) /* per-connection read buffer: one
+                                         recv takes many small frames */
+#define HCA_TCP_RX_TRAIL      2048    /* read behind a payload that goes
+                                         straight to memory: the next
+                                         header, in the same readv */
 
 typedef enum {
     HCA_TCP_CONN_CONNECTING = 0, /* connect() in progress */
@@ -44,11 +49,19 @@ typedef enum {
     HCA_TCP_CONN_DEAD            /* closed; conn->fail says why */
 } hca_tcp_conn_state_t;
 
+#define HCA_TCP_TX_ANSWERS    16      /* queued answers sent ahead of a
+                                         frame, in the same sendmsg */
+
 /* The frame being written to the socket: a header and the iovecs of its
- * payload, sent in as many sendmsg calls as the socket takes. */
+ * payload, sent in as many sendmsg calls as the socket takes, behind the
+ * answers (ACKs, keepalives) that were queued when it started: one
+ * sendmsg carries them all, so an answer costs no syscall of its own when
+ * a frame goes the same way. */
 typedef struct hca_tcp_tx {
     hca_tcp_hdr_t    hdr;
-    struct iovec     iov[HCA_MAX_SGE + 1];
+    hca_tcp_hdr_t    answers[HCA_TCP_TX_ANSWERS];
+    struct iovec     iov[HCA_TCP_TX_ANSWERS + 1 + HCA_MAX_SGE];
+    int              frames;    /* in it: answers, and hdr if any */
     int              iovcnt;
     int              first;     /* first iov not sent */
     size_t           left;      /* bytes not sent */
@@ -76,6 +89,14 @@ typedef enum {
                                    its receive ring */
 } hca_tcp_rx_state_t;
 
+/* Where a payload being read goes (hca_tcp_rx_t.kind). */
+typedef enum {
+    HCA_TCP_RXK_NONE = 0,
+    HCA_TCP_RXK_STAGE,   /* a SEND fragment into conn->rx.stage */
+    HCA_TCP_RXK_REGION,  /* a WRITE into a pinned region */
+    HCA_TCP_RXK_READ     /* a READ_RESP into a waiting WQE's buffers */
+} hca_tcp_rx_kind_t;
+
 typedef struct hca_tcp_rx {
     hca_tcp_rx_state_t state;
     union {
@@ -85,13 +106,19 @@ typedef struct hca_tcp_rx {
     } in;
     size_t           got;       /* bytes of `in` read */
     size_t           want;      /* bytes of `in` expected */
-    int              kind;      /* PAYLOAD: into what (hca_tcp_rx.c) */
+    int              kind;      /* PAYLOAD: into what (hca_tcp_rx_kind_t) */
     struct iovec     iov[HCA_MAX_SGE];
     int              iovcnt;
     size_t           left;      /* payload bytes not read */
     hca_mpt_entry_t *pinned;    /* WRITE: the region, until the frame's end */
     uint8_t         *stage;     /* SEND fragment, HCA_TCP_SEND_MAX bytes */
     uint64_t         parked_ns; /* when it parked */
+    /* bytes read from the socket and not yet used: headers and small
+     * payloads are read in bulk and taken from here (a payload is read
+     * straight to its memory once the buffer has no more of it) */
+    uint8_t         *buf;       /* HCA_TCP_RXBUF bytes */
+    uint32_t         buf_head;  /* first unused byte */
+    uint32_t         buf_tail;  /* end of the bytes read */
 } hca_tcp_rx_t;
 
 typedef struct hca_tcp_conn {
@@ -224,11 +251,14 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn);
 /* tx (conn->tx_lock held): 1 the frame is out, 0 the socket is full,
  * -1 the connection died */
 int  hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* starts the frame hdr (NULL: none) with its payload, behind the
+ * answers queued at the head of the jobs (tx_lock held, the last tx out) */
 void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
                       const struct iovec *iov, int iovcnt,
                       uint32_t owner_qpn);
 void hca_tcp_want_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
-/* queues an answer (thread; tx_lock held): 0, or -EAGAIN if full */
+/* queues an answer (tx_lock held): 0, or -EAGAIN if full; it goes out
+ * with the next frame or at the next pump */
 int  hca_tcp_job_push(hca_tcp_conn_t *conn, const hca_tcp_job_t *job);
 /* sends queued answers while the socket takes them (tx_lock held) */
 void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);

@@ -27,13 +27,6 @@
 #include <errno.h>
 #include <string.h>
 
-typedef enum {
-    HCA_TCP_RXK_NONE = 0,
-    HCA_TCP_RXK_STAGE,   /* a SEND fragment into conn->rx.stage */
-    HCA_TCP_RXK_REGION,  /* a WRITE into a pinned region */
-    HCA_TCP_RXK_READ     /* a READ_RESP into a waiting WQE's buffers */
-} hca_tcp_rx_kind_t;
-
 /* ---------------------------------------------------------------- helpers */
 
 static void hca_tcp_poison(hca_tcp_conn_t *conn, uint32_t src_qpn)
@@ -59,7 +52,7 @@ static int hca_tcp_poisoned(hca_tcp_conn_t *conn, uint32_t src_qpn,
     return 0;
 }
 
-/* Answers a request: ACK with its status (and fetched value). */
+/* Answers a request: queues an ACK with its status (and fetched value). */
 static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                            const hca_tcp_hdr_t *req, hca_wc_status_t status,
                            uint64_t value)
@@ -80,9 +73,10 @@ static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         HCA_TCP_COUNT(tcp, tcp_naks[status], 1);
         hca_tcp_poison(conn, req->src_qpn);
     }
+    /* sent when the reader has read what the socket had (hca_tcp_read),
+     * with the other answers and frames then queued: one sendmsg for all */
     pthread_mutex_lock(&conn->tx_lock);
     (void)hca_tcp_job_push(conn, &job); /* room: checked before reading */
-    hca_tcp_jobs_pump(tcp, conn);
     pthread_mutex_unlock(&conn->tx_lock);
 }
 

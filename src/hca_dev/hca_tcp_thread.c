@@ -174,18 +174,88 @@ static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
 /* ---------------------------------------------------------------- reading */
 
-/* Reads what the socket has for the frame being read.  0: wait for more
- * data (or room), -1: the connection died. */
-int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+/* The payload's next n bytes arrived: from src (the read buffer) into the
+ * iovecs, or (src NULL) already there by readv; the iovecs advance. */
+static void hca_tcp_iov_take(hca_tcp_rx_t *rx, const uint8_t *src, size_t n)
+{
+    rx->left -= n;
+    while ((n > 0) && (rx->iovcnt > 0)) {
+        size_t take = (n < rx->iov[0].iov_len) ? n : rx->iov[0].iov_len;
+        if (src != NULL) {
+            memcpy(rx->iov[0].iov_base, src, take);
+            src += take;
+        }
+        n -= take;
+        if (take < rx->iov[0].iov_len) {
+            rx->iov[0].iov_base = (uint8_t*)rx->iov[0].iov_base + take;
+            rx->iov[0].iov_len -= take;
+        } else {
+            memmove(&rx->iov[0], &rx->iov[1],
+                    (size_t)(rx->iovcnt - 1) * sizeof(rx->iov[0]));
+            rx->iovcnt--;
+        }
+    }
+}
+
+/* The header (or hello) being read is complete: 0 go on, -1 the
+ * connection died. */
+static int hca_tcp_rx_header(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     hca_tcp_rx_t *rx = &conn->rx;
 
+    if (rx->state == HCA_TCP_RX_HELLO) {
+        pthread_mutex_lock(&tcp->lock);
+        hca_tcp_hello_in(tcp, conn);
+        pthread_mutex_unlock(&tcp->lock);
+        return 0;
+    }
+    rx->got = 0;
+    HCA_TCP_COUNT(tcp, tcp_frames_rx, 1);
+    if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
+        hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
+                "connection closed", conn->peer.pid, conn->peer.ctx_id,
+                hca_tcp_hdr_err_name[hca_tcp_hdr_check(&rx->in.hdr)]);
+        HCA_TCP_COUNT(tcp, tcp_bad_frames, 1);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_OP_ERR);
+        return -1;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    hca_tcp_rx_frame(tcp, conn);
+    pthread_mutex_unlock(&tcp->lock);
+    return 0;
+}
+
+/* The payload being read is complete (or discarded). */
+static void hca_tcp_rx_end(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    pthread_mutex_lock(&tcp->lock);
+    hca_tcp_rx_done(tcp, conn);
+    pthread_mutex_unlock(&tcp->lock);
+}
+
+/* Reads what the socket has, frame by frame: headers and small payloads
+ * come in bulk into the read buffer (one recv for many frames), a payload
+ * the buffer does not hold goes straight to its memory (a readv that also
+ * takes what follows it into the buffer).  A recv that returned less than
+ * it asked for emptied the socket: no second one only to hear EAGAIN (the
+ * thread's epoll is level-triggered, a poll reads again).  0: wait for
+ * more data (or room), -1: the connection died. */
+static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_rx_t *rx = &conn->rx;
+    int drained      = 0;
+
     for (;;) {
+        size_t avail = rx->buf_tail - rx->buf_head, take, asked;
+        const uint8_t *from = rx->buf + rx->buf_head;
+        struct iovec iov[HCA_MAX_SGE + 1];
+        int iovcnt = 0;
         ssize_t n;
 
         if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
             return -1;
         }
+        /* first what the buffer holds */
         switch (rx->state) {
         case HCA_TCP_RX_HELLO:
         case HCA_TCP_RX_HDR:
@@ -199,10 +269,23 @@ int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                 pthread_mutex_unlock(&conn->tx_lock);
                 return 0;
             }
-            n = recv(conn->fd, rx->in.bytes + rx->got, rx->want - rx->got,
-                     MSG_DONTWAIT);
-            break;
+            if (avail == 0) {
+                break;
+            }
+            take = rx->want - rx->got;
+            take = (avail < take) ? avail : take;
+            memcpy(rx->in.bytes + rx->got, from, take);
+            rx->buf_head += (uint32_t)take;
+            rx->got      += take;
+            if ((rx->got == rx->want) && (hca_tcp_rx_header(tcp, conn) < 0)) {
+                return -1;
+            }
+            continue;
         case HCA_TCP_RX_PAYLOAD:
+            if (avail == 0) {
+                break;
+            }
+            take = (avail < rx->left) ? avail : rx->left;
             if (rx->pinned == NULL) {
                 /* into a QP's buffers or our stage: under the lock that
                  * quiesce and destroy take */
@@ -212,26 +295,70 @@ int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                     rx->state = HCA_TCP_RX_DISCARD;
                     continue;
                 }
-                n = readv(conn->fd, rx->iov, rx->iovcnt);
+                hca_tcp_iov_take(rx, from, take);
                 pthread_mutex_unlock(&tcp->lock);
             } else {
-                n = readv(conn->fd, rx->iov, rx->iovcnt);
+                hca_tcp_iov_take(rx, from, take);
             }
-            break;
+            rx->buf_head += (uint32_t)take;
+            if (rx->left == 0) {
+                hca_tcp_rx_end(tcp, conn);
+            }
+            continue;
         case HCA_TCP_RX_DISCARD:
-            n = recv(conn->fd, tcp->scratch,
-                     (rx->left < HCA_TCP_SEG_MAX) ? rx->left : HCA_TCP_SEG_MAX,
-                     MSG_DONTWAIT);
-            break;
+            if (avail == 0) {
+                break;
+            }
+            take = (avail < rx->left) ? avail : rx->left;
+            rx->buf_head += (uint32_t)take;
+            rx->left     -= take;
+            if (rx->left == 0) {
+                hca_tcp_rx_end(tcp, conn);
+            }
+            continue;
         case HCA_TCP_RX_PARKED:
         default:
-            /* no reading until its ring has room (hca_tcp_timers) */
+            /* no reading until its ring has room (hca_tcp_timers): what
+             * the buffer holds waits there */
             pthread_mutex_lock(&conn->tx_lock);
             conn->reading = 0;
             hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
             pthread_mutex_unlock(&conn->tx_lock);
             atomic_store(&tcp->parked, 1);
             return 0;
+        }
+
+        /* the buffer is used up: the socket */
+        if (drained) {
+            return 0;
+        }
+        rx->buf_head = rx->buf_tail = 0;
+        if (rx->state == HCA_TCP_RX_PAYLOAD) {
+            /* straight to its memory, then what follows into the buffer
+             * (a little behind a region's payload: the next header, not
+             * the next payload, which goes to its memory too) */
+            memcpy(iov, rx->iov, (size_t)rx->iovcnt * sizeof(iov[0]));
+            iovcnt              = rx->iovcnt;
+            iov[iovcnt].iov_base = rx->buf;
+            iov[iovcnt].iov_len  = (rx->kind == HCA_TCP_RXK_STAGE) ?
+                                   HCA_TCP_RXBUF : HCA_TCP_RX_TRAIL;
+            asked = rx->left + iov[iovcnt].iov_len;
+            iovcnt++;
+            if (rx->pinned == NULL) {
+                pthread_mutex_lock(&tcp->lock);
+                if (!hca_tcp_rx_target_ok(tcp, conn)) {
+                    pthread_mutex_unlock(&tcp->lock);
+                    rx->state = HCA_TCP_RX_DISCARD;
+                    continue;
+                }
+                n = readv(conn->fd, iov, iovcnt);
+                pthread_mutex_unlock(&tcp->lock);
+            } else {
+                n = readv(conn->fd, iov, iovcnt);
+            }
+        } else {
+            asked = HCA_TCP_RXBUF;
+            n     = recv(conn->fd, rx->buf, asked, MSG_DONTWAIT);
         }
 
         if (n == 0) {
@@ -251,63 +378,38 @@ int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         atomic_store_explicit(&conn->last_rx_ns, hca_now_ns(),
                               memory_order_relaxed);
         HCA_TCP_COUNT(tcp, tcp_bytes_rx, n);
-
-        switch (rx->state) {
-        case HCA_TCP_RX_HELLO:
-        case HCA_TCP_RX_HDR:
-            rx->got += (size_t)n;
-            if (rx->got < rx->want) {
-                continue;
+        drained = ((size_t)n < asked);
+        if (rx->state == HCA_TCP_RX_PAYLOAD) {
+            size_t direct = ((size_t)n < rx->left) ? (size_t)n : rx->left;
+            hca_tcp_iov_take(rx, NULL, direct);
+            rx->buf_tail = (uint32_t)((size_t)n - direct);
+            if (rx->left == 0) {
+                hca_tcp_rx_end(tcp, conn);
             }
-            if (rx->state == HCA_TCP_RX_HELLO) {
-                pthread_mutex_lock(&tcp->lock);
-                hca_tcp_hello_in(tcp, conn);
-                pthread_mutex_unlock(&tcp->lock);
-                continue;
-            }
-            rx->got = 0;
-            HCA_TCP_COUNT(tcp, tcp_frames_rx, 1);
-            if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
-                hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
-                        "connection closed", conn->peer.pid,
-                        conn->peer.ctx_id,
-                        hca_tcp_hdr_err_name[hca_tcp_hdr_check(&rx->in.hdr)]);
-                HCA_TCP_COUNT(tcp, tcp_bad_frames, 1);
-                hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_OP_ERR);
-                return -1;
-            }
-            pthread_mutex_lock(&tcp->lock);
-            hca_tcp_rx_frame(tcp, conn);
-            pthread_mutex_unlock(&tcp->lock);
-            break;
-        case HCA_TCP_RX_PAYLOAD:
-            rx->left -= (size_t)n;
-            while ((n > 0) && (rx->iovcnt > 0)) {
-                if ((size_t)n < rx->iov[0].iov_len) {
-                    rx->iov[0].iov_base = (uint8_t*)rx->iov[0].iov_base + n;
-                    rx->iov[0].iov_len -= (size_t)n;
-                    n = 0;
-                } else {
-                    n -= (ssize_t)rx->iov[0].iov_len;
-                    memmove(&rx->iov[0], &rx->iov[1],
-                            (size_t)(rx->iovcnt - 1) * sizeof(rx->iov[0]));
-                    rx->iovcnt--;
-                }
-            }
-            break;
-        case HCA_TCP_RX_DISCARD:
-            rx->left -= (size_t)n;
-            break;
-        default:
-            break;
-        }
-        if (((rx->state == HCA_TCP_RX_PAYLOAD) ||
-             (rx->state == HCA_TCP_RX_DISCARD)) && (rx->left == 0)) {
-            pthread_mutex_lock(&tcp->lock);
-            hca_tcp_rx_done(tcp, conn);
-            pthread_mutex_unlock(&tcp->lock);
+        } else {
+            rx->buf_tail = (uint32_t)n;
         }
     }
+}
+
+/* Sends the answers queued (tx_lock not held). */
+static void hca_tcp_answers_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    if (conn->jobs_tail != conn->jobs_head) {
+        pthread_mutex_lock(&conn->tx_lock);
+        hca_tcp_jobs_pump(tcp, conn);
+        pthread_mutex_unlock(&conn->tx_lock);
+    }
+}
+
+/* Reads the frames the socket has, then sends the answers they made, all
+ * in one sendmsg (or with a frame of ours that went first). */
+int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    int rc = hca_tcp_read_frames(tcp, conn);
+
+    hca_tcp_answers_out(tcp, conn);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -409,7 +511,8 @@ static inline uint64_t hca_tcp_age(uint64_t now, uint64_t t)
 static int hca_tcp_timers(hca_tcp_dev_t *tcp)
 {
     uint64_t now, limit = tcp->timeout_ms * 1000000ull;
-    int dead = 0, parked = 0;
+    int dead = 0, parked = 0, n_resumed = 0;
+    hca_tcp_conn_t *resumed[HCA_TCP_POLL_MAX];
 
     pthread_mutex_lock(&tcp->lock);
     now = hca_now_ns();
@@ -440,18 +543,31 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
             dead = 1;
             continue;
         }
-        if ((conn->rx.state == HCA_TCP_RX_PARKED) &&
-            (pthread_mutex_trylock(&conn->rx_lock) == 0)) {
-            int placed = hca_tcp_rx_unpark(tcp, conn);
-            pthread_mutex_unlock(&conn->rx_lock);
-            if (placed) {
-                pthread_mutex_lock(&conn->tx_lock);
-                conn->reading = 1;
-                hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
-                pthread_mutex_unlock(&conn->tx_lock);
-            } else {
-                parked = 1;
+        if (pthread_mutex_trylock(&conn->rx_lock) == 0) {
+            if (conn->rx.state == HCA_TCP_RX_PARKED) {
+                int placed = hca_tcp_rx_unpark(tcp, conn);
+                hca_tcp_answers_out(tcp, conn); /* its ACK, if the last */
+                if (placed) {
+                    pthread_mutex_lock(&conn->tx_lock);
+                    conn->reading = 1;
+                    hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+                    pthread_mutex_unlock(&conn->tx_lock);
+                } else {
+                    parked = 1;
+                }
             }
+            /* frames its read buffer holds since it stopped (parked, or
+             * out of room for answers) are read below: the socket may
+             * have nothing left to wake anyone for them */
+            if (conn->reading && (conn->rx.state != HCA_TCP_RX_PARKED) &&
+                (conn->rx.buf_tail != conn->rx.buf_head)) {
+                if (n_resumed < HCA_TCP_POLL_MAX) {
+                    resumed[n_resumed++] = conn;
+                } else {
+                    parked = 1; /* the next pass, in 1 ms */
+                }
+            }
+            pthread_mutex_unlock(&conn->rx_lock);
         }
         if (hca_tcp_age(now, atomic_load(&conn->last_tx_ns)) > limit / 4) {
             hca_tcp_job_t job;
@@ -470,6 +586,15 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
         }
     }
     pthread_mutex_unlock(&tcp->lock);
+    /* only this thread frees connections: those stay valid */
+    for (int i = 0; i < n_resumed; ++i) {
+        pthread_mutex_lock(&resumed[i]->rx_lock);
+        if (resumed[i]->reading &&
+            (resumed[i]->rx.buf_tail != resumed[i]->rx.buf_head)) {
+            dead |= (hca_tcp_read(tcp, resumed[i]) < 0);
+        }
+        pthread_mutex_unlock(&resumed[i]->rx_lock);
+    }
     if (tcp->listen_paused) {
         struct epoll_event ev = {.events   = EPOLLIN,
                                  .data.ptr = &hca_tcp_listen_tag};
