@@ -151,6 +151,12 @@ typedef struct hca_tcp_conn {
                                                     dropped */
     uint32_t             poison_next;
     int                  reading;   /* EPOLLIN armed */
+    int                  answer_now;  /* an answer queued that its peer
+                                         may be waiting for: sent when
+                                         the read ends (rx_lock) */
+    int                  answer_polls; /* user polls the queued answers
+                                          still wait for a frame of ours
+                                          to go with (rx_lock) */
 } hca_tcp_conn_t;
 
 /* The fabric's counters live in the context's responder-side counters
@@ -182,6 +188,9 @@ typedef struct hca_tcp_dev {
     _Atomic uint64_t     last_user_poll_ns; /* a user thread read them */
     _Atomic int          user_polls; /* the thread leaves reading to the
                                         polling process (hca_tcp_thread.c) */
+    _Atomic int          answers_held; /* a poll left answers queued: the
+                                          thread sends them at its next
+                                          wake (at most 1 ms) */
 } hca_tcp_dev_t;
 
 /* Per-QP state, in qp->fabric_priv. */

@@ -73,6 +73,14 @@ static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         HCA_TCP_COUNT(tcp, tcp_naks[status], 1);
         hca_tcp_poison(conn, req->src_qpn);
     }
+    /* the answer of a SEND may wait for a frame of ours to go with (a
+     * polling process that received a message often replies at once):
+     * its requester waits for the reply, not for it.  A WRITE's (a flush
+     * waits for it), an atomic's (its value) or a refusal are sent when
+     * the read ends. */
+    if ((req->opcode != HCA_TCP_OP_SEND) || (status != HCA_WC_SUCCESS)) {
+        conn->answer_now = 1;
+    }
     /* sent when the reader has read what the socket had (hca_tcp_read),
      * with the other answers and frames then queued: one sendmsg for all */
     pthread_mutex_lock(&conn->tx_lock);

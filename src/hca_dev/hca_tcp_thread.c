@@ -408,8 +408,72 @@ int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     int rc = hca_tcp_read_frames(tcp, conn);
 
+    conn->answer_now   = 0;
+    conn->answer_polls = 0;
     hca_tcp_answers_out(tcp, conn);
     return rc;
+}
+
+/* How many more polls the answers of SENDs wait for a frame of ours to
+ * carry them: a process replies to a message after the poll that gave it
+ * (UCT delivers it at its next progress, whose own poll comes before the
+ * reply), so two; then they go alone.  A process that stops polling has
+ * them sent by the thread within 1 ms, as its reading is taken over by
+ * the thread within 2 ms (HCA_TCP_POLLED_NS). */
+#define HCA_TCP_ANSWER_POLLS 2
+
+/* A user poll's read of conn (rx_lock held). */
+static void hca_tcp_poll_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    int had = (conn->jobs_tail != conn->jobs_head);
+
+    if (conn->reading) {
+        (void)hca_tcp_read_frames(tcp, conn);
+    }
+    if (conn->jobs_tail == conn->jobs_head) {
+        conn->answer_polls = 0; /* none, or a frame of ours took them */
+        conn->answer_now   = 0;
+        return;
+    }
+    if (!had) {
+        conn->answer_polls = HCA_TCP_ANSWER_POLLS;
+    }
+    if (!conn->answer_now &&
+        (conn->jobs[conn->jobs_tail % HCA_TCP_JOBS].hdr.opcode ==
+         HCA_TCP_OP_ACK) && (conn->answer_polls-- > 0)) {
+        /* held only while the thread wakes every 1 ms (user_polls): it
+         * stores user_polls, then loads answers_held; we the reverse
+         * (both seq_cst), so one of us sees the other */
+        atomic_store(&tcp->answers_held, 1);
+        if (atomic_load(&tcp->user_polls)) {
+            return;
+        }
+    }
+    conn->answer_now   = 0;
+    conn->answer_polls = 0;
+    if (pthread_mutex_trylock(&conn->tx_lock) == 0) {
+        hca_tcp_jobs_pump(tcp, conn);
+        pthread_mutex_unlock(&conn->tx_lock);
+    }
+}
+
+/* The thread's wake while a process polls: answers a poll held are sent. */
+static void hca_tcp_answers_held(hca_tcp_dev_t *tcp)
+{
+    if (!atomic_load(&tcp->answers_held) ||
+        !atomic_exchange(&tcp->answers_held, 0)) {
+        return;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((c->jobs_tail != c->jobs_head) &&
+            (atomic_load(&c->state) == HCA_TCP_CONN_UP)) {
+            pthread_mutex_lock(&c->tx_lock);
+            hca_tcp_jobs_pump(tcp, c);
+            pthread_mutex_unlock(&c->tx_lock);
+        }
+    }
+    pthread_mutex_unlock(&tcp->lock);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -717,6 +781,7 @@ static void *hca_tcp_thread(void *arg)
         }
         now = hca_now_ns();
         hca_tcp_poll_mode(tcp, now);
+        hca_tcp_answers_held(tcp); /* after: see hca_tcp_poll_read */
         if (atomic_load(&tcp->parked) || (now >= next_timer)) {
             /* cleared before the pass: a poll that parks meanwhile sets it
              * again */
@@ -758,16 +823,7 @@ int hca_tcp_poll(hca_device_t *dev)
         /* rx_lock held: reap cannot free it; -1 leaves it to the thread,
          * which sees its hangup */
         hca_tcp_conn_t *c = mine[i];
-        if (c->reading) {
-            (void)hca_tcp_read(tcp, c);
-        }
-        /* answers waiting for room (the rest of a READ): send them now
-         * rather than when the thread wakes */
-        if ((c->jobs_tail != c->jobs_head) &&
-            (pthread_mutex_trylock(&c->tx_lock) == 0)) {
-            hca_tcp_jobs_pump(tcp, c);
-            pthread_mutex_unlock(&c->tx_lock);
-        }
+        hca_tcp_poll_read(tcp, c);
         pthread_mutex_unlock(&c->rx_lock);
     }
     return n;
