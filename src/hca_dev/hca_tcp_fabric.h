@@ -119,6 +119,10 @@ typedef struct hca_tcp_rx {
     uint8_t         *buf;       /* HCA_TCP_RXBUF bytes */
     uint32_t         buf_head;  /* first unused byte */
     uint32_t         buf_tail;  /* end of the bytes read */
+    int              bulk;      /* the last header had a large payload:
+                                   the next header is read with a little
+                                   behind it, not a whole buffer of what
+                                   is likely more payload (a copy) */
 } hca_tcp_rx_t;
 
 typedef struct hca_tcp_conn {

@@ -209,7 +209,8 @@ static int hca_tcp_rx_header(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         pthread_mutex_unlock(&tcp->lock);
         return 0;
     }
-    rx->got = 0;
+    rx->got  = 0;
+    rx->bulk = (rx->in.hdr.length > HCA_TCP_RXBUF / 2);
     HCA_TCP_COUNT(tcp, tcp_frames_rx, 1);
     if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
         hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
@@ -233,6 +234,16 @@ static void hca_tcp_rx_end(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     pthread_mutex_unlock(&tcp->lock);
 }
 
+/* Sends the answers queued (tx_lock not held). */
+static void hca_tcp_answers_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    if (conn->jobs_tail != conn->jobs_head) {
+        pthread_mutex_lock(&conn->tx_lock);
+        hca_tcp_jobs_pump(tcp, conn);
+        pthread_mutex_unlock(&conn->tx_lock);
+    }
+}
+
 /* Reads what the socket has, frame by frame: headers and small payloads
  * come in bulk into the read buffer (one recv for many frames), a payload
  * the buffer does not hold goes straight to its memory (a readv that also
@@ -240,7 +251,8 @@ static void hca_tcp_rx_end(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
  * it asked for emptied the socket: no second one only to hear EAGAIN (the
  * thread's epoll is level-triggered, a poll reads again).  0: wait for
  * more data (or room), -1: the connection died. */
-static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                               int hold)
 {
     hca_tcp_rx_t *rx = &conn->rx;
     int drained      = 0;
@@ -328,7 +340,14 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             return 0;
         }
 
-        /* the buffer is used up: the socket */
+        /* the buffer is used up: the answers it made go first, in one
+         * sendmsg (a stream of frames must not hold them; a poll holds
+         * the SENDs' only, see hca_tcp_poll_read), then the socket */
+        if ((conn->jobs_tail != conn->jobs_head) &&
+            (!hold || conn->answer_now)) {
+            conn->answer_now = 0;
+            hca_tcp_answers_out(tcp, conn);
+        }
         if (drained) {
             return 0;
         }
@@ -357,7 +376,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                 n = readv(conn->fd, iov, iovcnt);
             }
         } else {
-            asked = HCA_TCP_RXBUF;
+            asked = rx->bulk ? HCA_TCP_RX_TRAIL : HCA_TCP_RXBUF;
             n     = recv(conn->fd, rx->buf, asked, MSG_DONTWAIT);
         }
 
@@ -378,7 +397,10 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         atomic_store_explicit(&conn->last_rx_ns, hca_now_ns(),
                               memory_order_relaxed);
         HCA_TCP_COUNT(tcp, tcp_bytes_rx, n);
-        drained = ((size_t)n < asked);
+        /* a short read of headers: the socket had no more.  A payload
+         * read on (until EAGAIN): the sender streams it, more has likely
+         * come meanwhile */
+        drained = ((size_t)n < asked) && (rx->state != HCA_TCP_RX_PAYLOAD);
         if (rx->state == HCA_TCP_RX_PAYLOAD) {
             size_t direct = ((size_t)n < rx->left) ? (size_t)n : rx->left;
             hca_tcp_iov_take(rx, NULL, direct);
@@ -392,21 +414,11 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
 }
 
-/* Sends the answers queued (tx_lock not held). */
-static void hca_tcp_answers_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    if (conn->jobs_tail != conn->jobs_head) {
-        pthread_mutex_lock(&conn->tx_lock);
-        hca_tcp_jobs_pump(tcp, conn);
-        pthread_mutex_unlock(&conn->tx_lock);
-    }
-}
-
 /* Reads the frames the socket has, then sends the answers they made, all
  * in one sendmsg (or with a frame of ours that went first). */
 int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
-    int rc = hca_tcp_read_frames(tcp, conn);
+    int rc = hca_tcp_read_frames(tcp, conn, 0);
 
     conn->answer_now   = 0;
     conn->answer_polls = 0;
@@ -428,7 +440,7 @@ static void hca_tcp_poll_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     int had = (conn->jobs_tail != conn->jobs_head);
 
     if (conn->reading) {
-        (void)hca_tcp_read_frames(tcp, conn);
+        (void)hca_tcp_read_frames(tcp, conn, tcp->user_polls);
     }
     if (conn->jobs_tail == conn->jobs_head) {
         conn->answer_polls = 0; /* none, or a frame of ours took them */
