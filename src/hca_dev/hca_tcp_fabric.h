@@ -37,9 +37,11 @@
                                          more the thread keeps reading */
 #define HCA_TCP_RXBUF         (16u * 1024) /* per-connection read buffer: one
                                          recv takes many small frames */
-#define HCA_TCP_RX_TRAIL      2048    /* read behind a payload that goes
-                                         straight to memory: the next
-                                         header, in the same readv */
+#define HCA_TCP_RX_TRAIL      sizeof(hca_tcp_hdr_t) /* read behind a
+                                         payload that goes straight to
+                                         memory: the next header, in the
+                                         same readv, and none of the
+                                         payload after it (a copy) */
 
 typedef enum {
     HCA_TCP_CONN_CONNECTING = 0, /* connect() in progress */

@@ -210,7 +210,7 @@ static int hca_tcp_rx_header(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         return 0;
     }
     rx->got  = 0;
-    rx->bulk = (rx->in.hdr.length > HCA_TCP_RXBUF / 2);
+    rx->bulk = (rx->in.hdr.length > HCA_TCP_RXBUF / 2); /* see rx.bulk */
     HCA_TCP_COUNT(tcp, tcp_frames_rx, 1);
     if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
         hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
@@ -354,8 +354,8 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         rx->buf_head = rx->buf_tail = 0;
         if (rx->state == HCA_TCP_RX_PAYLOAD) {
             /* straight to its memory, then what follows into the buffer
-             * (a little behind a region's payload: the next header, not
-             * the next payload, which goes to its memory too) */
+             * (behind a region's or a READ's payload only the next
+             * header: the next payload goes to its memory too) */
             memcpy(iov, rx->iov, (size_t)rx->iovcnt * sizeof(iov[0]));
             iovcnt              = rx->iovcnt;
             iov[iovcnt].iov_base = rx->buf;
