@@ -234,10 +234,14 @@ static void hca_tcp_rx_end(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     pthread_mutex_unlock(&tcp->lock);
 }
 
-/* Sends the answers queued (tx_lock not held). */
+/* Sends the answers queued (tx_lock not held).  Not the rest of a READ:
+ * it waits for room in the socket (EPOLLOUT, or a poll), and trying
+ * again before would only cost a sendmsg that says EAGAIN. */
 static void hca_tcp_answers_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
-    if (conn->jobs_tail != conn->jobs_head) {
+    if ((conn->jobs_tail != conn->jobs_head) &&
+        (conn->jobs[conn->jobs_tail % HCA_TCP_JOBS].hdr.opcode !=
+         HCA_TCP_OP_READ_RESP)) {
         pthread_mutex_lock(&conn->tx_lock);
         hca_tcp_jobs_pump(tcp, conn);
         pthread_mutex_unlock(&conn->tx_lock);
