@@ -22,6 +22,8 @@ from collections import OrderedDict, defaultdict
 LEVEL_TITLES = OrderedDict([
     ("uct", "UCT level: ucx_perftest -x hca -d hca0 vs posix/cma (-d memory)"),
     ("ucp", "UCP level: ucx_perftest, UCX_TLS=hca,self vs UCX_TLS=posix,cma,self"),
+    ("mid", "UCP at mid sizes (1-64 KiB): ucx_perftest, UCX_TLS=hca,self vs "
+     "UCX_TLS=posix,cma,self, UCP's automatic thresholds"),
     ("netpipe", "NetPIPE (NPopenmpi, OpenMPI pml ucx): hca,self vs posix,cma,self"),
     ("hosts", "Between hosts (two network namespaces; hca's tcp fabric vs UCX's "
      "tcp on the hosts' interface):\n  ucx_perftest, server on host a, client "
@@ -32,7 +34,7 @@ LEVEL_TITLES = OrderedDict([
     ("hosts-osc", "Between hosts: hca_osc_bench (MPI one-sided, osc ucx, "
      "one rank per host): hca,self vs tcp,self"),
 ])
-ORDER = ["uct", "ucp", "netpipe", "sweep", "hosts", "end"]
+ORDER = ["uct", "ucp", "mid", "netpipe", "sweep", "hosts", "end"]
 
 
 def read_tsv(path, ncols):
@@ -149,7 +151,7 @@ def transport_notes(outdir, what):
 
 
 def perftest_tables(outdir, rows, results, machine, skipped, summary,
-                    levels=("uct", "ucp")):
+                    levels=("uct", "ucp", "mid")):
     byrow = defaultdict(lambda: {"hca": [], "builtin": defaultdict(list),
                                  "fail": []})
     for level, row, kind, tl, rep, value, status, note in results:
@@ -579,31 +581,33 @@ def plots(outdir, curves, results, rows, hosts_curves=None, osc_curves=None):
     series = defaultdict(lambda: defaultdict(list))  # (label) -> tl -> pts
     info = {}
     for level, row, label, size, metric, target in rows:
-        if level == "sweep":
-            info[row] = (label, int(size), metric)
+        if level in ("sweep", "mid"):
+            info[row] = (level, label, int(size), metric)
     for level, row, kind, tl, rep, value, status, note in results:
         if row in info and status == "ok":
-            label, size, metric = info[row]
-            series[(label, metric)][(kind, tl)].append((size, float(value)))
-    for (label, metric), bytl in sorted(series.items()):
+            level, label, size, metric = info[row]
+            series[(level, label, metric)][(kind, tl)].append(
+                (size, float(value)))
+    for (level, label, metric), bytl in sorted(series.items()):
         lines = []
-        slug = label.replace(" ", "-").replace("[", "").replace("]", "")
+        slug = "%s-%s" % (level, label.replace(" ", "-").replace(
+            "[", "").replace("]", ""))
         for (kind, tl), pts in sorted(bytl.items()):
             by = defaultdict(list)
             for s, v in pts:
                 by[s].append(v)
             med = [(s, statistics.median(v)) for s, v in sorted(by.items())]
-            d = os.path.join(outdir, "sweep-%s-%s.dat" % (slug, kind))
+            d = os.path.join(outdir, "%s-%s.dat" % (slug, kind))
             write_dat(d, med)
             lines.append((d, tl))
         what = "UCP" if label.startswith(("tag_", "ucp_")) else \
             "UCT, default iface ALLOC (hca: device memory)"
         if metric == "lat":
-            charts.append(("sweep-%s.png" % slug, "ucx_perftest %s [%s]: "
+            charts.append(("%s.png" % slug, "ucx_perftest %s [%s]: "
                            "latency (50th percentile)" % (label, what),
                            "usec", lines, True))
         else:
-            charts.append(("sweep-%s.png" % slug, "ucx_perftest %s [%s]: "
+            charts.append(("%s.png" % slug, "ucx_perftest %s [%s]: "
                            "bandwidth (overall)" % (label, what), "MB/s",
                            lines, False))
     if not charts:

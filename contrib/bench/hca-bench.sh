@@ -11,8 +11,8 @@
 #   -o, --out DIR    output directory (default: ./bench-out)
 #   --build DIR      hca build directory (default: <repo>/build, or
 #                    $HCA_BUILD_DIR)
-#   --levels LIST    comma-separated subset of uct,ucp,netpipe,sweep,hosts
-#                    (default: all five; hosts only as root where network
+#   --levels LIST    comma-separated subset of uct,ucp,mid,netpipe,sweep,
+#                    hosts (default: all six; hosts only as root where network
 #                    namespaces can be made, else a "SKIPPED" line)
 #   --reps N         runs per target row (default 5, --long 7); the other
 #                    rows run once (--long: 3)
@@ -47,6 +47,11 @@
 #            the operation and size
 #   ucp      ucx_perftest UCP tests, UCX_TLS=hca,self against
 #            UCX_TLS=posix,cma,self
+#   mid      UCP at the mid sizes MPI users meet (1 KiB to 64 KiB, every
+#            power of 2): ucp_put_lat, ucp_get, ucp_put_bw, tag_bw,
+#            UCX_TLS=hca,self against posix,cma,self, UCP's automatic
+#            thresholds (where its zero-copy registration costs show);
+#            targets: latency <= 1.05, bandwidth >= 0.95; plots mid-*.png
 #   netpipe  NetPIPE (NPopenmpi) over OpenMPI's pml ucx with both sets
 #   sweep    size sweeps of UCP tag_lat/tag_bw and UCT put_bw zcopy (plots)
 #   hosts    between two hosts: two network namespaces on a bridge
@@ -87,7 +92,7 @@ benchdir=$topdir/contrib/bench
 builddir=${HCA_BUILD_DIR:-$topdir/build}
 outdir=$PWD/bench-out
 long=no
-levels=uct,ucp,netpipe,sweep,hosts
+levels=uct,ucp,mid,netpipe,sweep,hosts
 reps_target=
 do_install=yes
 pin=yes
@@ -116,7 +121,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 for l in ${levels//,/ }; do
-    case $l in uct|ucp|netpipe|sweep|hosts) ;; *) die "unknown level '$l'" ;; esac
+    case $l in uct|ucp|mid|netpipe|sweep|hosts) ;; *) die "unknown level '$l'" ;; esac
 done
 case $outdir in /*) ;; *) outdir=$PWD/$outdir ;; esac
 case $builddir in /*) ;; *) builddir=$PWD/$builddir ;; esac
@@ -682,6 +687,16 @@ if has_level ucp; then
     ucp_rows ucp ucp_put_bw  bw  0 "" "" -- "${sizes[@]}"
     ucp_rows ucp ucp_get     lat 0 "" "" -- "${sizes[@]}"
     ucp_rows ucp ucp_fadd    lat 0 "" "" -- 8
+fi
+
+if has_level mid; then
+    machine_state mid
+    mid_sizes=()
+    for ((s = KiB; s <= 64 * KiB; s *= 2)); do mid_sizes+=("$s"); done
+    ucp_rows mid ucp_put_lat lat 0 '<=1.05' "${mid_sizes[*]}" -- "${mid_sizes[@]}"
+    ucp_rows mid ucp_get     lat 0 '<=1.05' "${mid_sizes[*]}" -- "${mid_sizes[@]}"
+    ucp_rows mid ucp_put_bw  bw  0 "$B95" "${mid_sizes[*]}" -- "${mid_sizes[@]}"
+    ucp_rows mid tag_bw      bw  0 "$B95" "${mid_sizes[*]}" -- "${mid_sizes[@]}"
 fi
 
 # NetPIPE over OpenMPI pml ucx.

@@ -228,6 +228,15 @@ int  hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
 /* Invalidates the MPT entry, waits until no peer that passed the check is
  * still copying, then frees it: no byte lands after it returns. */
 int  hca_mr_dereg(hca_mr_t *mr);
+/* The first half of hca_mr_dereg: no access passes the key check any more
+ * and none that passed it is still copying (no byte lands after it
+ * returns), but the MR stays allocated until hca_mr_dereg.  Idempotent. */
+void hca_mr_invalidate(hca_mr_t *mr);
+/* Only the first step: no access passes the key check from now on (one
+ * atomic store; accesses already past the check may still land).  Takes no
+ * lock and allocates nothing, so a memory hook that runs inside munmap or
+ * the allocator may call it; hca_mr_invalidate or hca_mr_dereg finishes. */
+void hca_mr_revoke(hca_mr_t *mr);
 uint32_t hca_mr_lkey(const hca_mr_t *mr);
 uint32_t hca_mr_rkey(const hca_mr_t *mr);
 

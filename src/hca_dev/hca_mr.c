@@ -93,16 +93,22 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     return 0;
 }
 
-int hca_mr_dereg(hca_mr_t *mr)
+void hca_mr_revoke(hca_mr_t *mr)
+{
+    /* seq_cst: pairs with the accessors' announce-then-check
+     * (hca_shm_fence.c) */
+    atomic_store(&mr->pd->dev->mpt[mr->index].state, HCA_MPT_INVALID);
+}
+
+void hca_mr_invalidate(hca_mr_t *mr)
 {
     hca_device_t *dev      = mr->pd->dev;
     hca_mpt_entry_t *entry = &dev->mpt[mr->index];
     unsigned spins         = 0;
     uint32_t accessors;
 
-    /* 1. no new access passes the check (seq_cst: pairs with the
-     *    accessors' announce-then-check, hca_shm_fence.c) */
-    atomic_store(&entry->state, HCA_MPT_INVALID);
+    /* 1. no new access passes the check */
+    hca_mr_revoke(mr);
     /* 2. our own threads (responder, a QP to ourselves) that passed it */
     while (atomic_load(&entry->inflight) != 0) {
         if (++spins > 1000) {
@@ -121,6 +127,14 @@ int hca_mr_dereg(hca_mr_t *mr)
             }
         }
     }
+}
+
+int hca_mr_dereg(hca_mr_t *mr)
+{
+    hca_device_t *dev      = mr->pd->dev;
+    hca_mpt_entry_t *entry = &dev->mpt[mr->index];
+
+    hca_mr_invalidate(mr);
     pthread_mutex_lock(&dev->lock);
     atomic_store(&entry->key, 0);
     atomic_store(&entry->state, HCA_MPT_FREE);

@@ -564,6 +564,15 @@ ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
     sge.lkey   = op->lkey;
     wr.sg_list = &sge;
     wr.num_sge = 1;
+    if (uct_hca_ep_direct_ok(ep) &&
+        (ep->fast->write_direct(ep->qp, uct_hca_op_buffer(op), length,
+                                remote_addr, (uint32_t)rkey) == 0)) {
+        /* the peer's device memory, mapped here: written in the call, no
+         * WR to complete (as put_short) */
+        ep->send_flags = 0;
+        ucs_mpool_put_inline(op);
+        return (ssize_t)length;
+    }
     if (length <= iface->config.max_inline) {
         wr.send_flags = HCA_SEND_INLINE;
         status        = uct_hca_ep_post(ep, &wr);
@@ -572,6 +581,43 @@ ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
         status = uct_hca_ep_post_op(ep, &wr, op);
     }
     return UCS_STATUS_IS_ERR(status) ? (ssize_t)status : (ssize_t)length;
+}
+
+/* put_zcopy/get_zcopy on a peer's device memory that we map: the data
+ * moves in the call, as get_bcopy's does, and the operation is complete
+ * (no WR, no CQE: a zero-copy transfer of a few KiB then costs what a
+ * bcopy one does).  Every local SGE must carry a memh (an lkey), as the
+ * WR path requires.  1 when done, 0: post a WR. */
+static UCS_F_ALWAYS_INLINE int
+uct_hca_ep_rdma_direct(uct_hca_ep_t *ep, hca_wr_opcode_t opcode,
+                       const hca_sge_t *sge, int num_sge, size_t length,
+                       uint64_t remote_addr, uint32_t rkey)
+{
+    int write = (opcode == HCA_WR_RDMA_WRITE);
+    char *p;
+
+    for (int i = 0; i < num_sge; ++i) {
+        if (ucs_unlikely(sge[i].lkey == 0)) {
+            return 0;
+        }
+    }
+    p = ep->fast->direct_ptr(ep->qp, remote_addr, rkey, length,
+                             write ? HCA_ACCESS_REMOTE_WRITE :
+                                     HCA_ACCESS_REMOTE_READ);
+    if (p == NULL) {
+        return 0;
+    }
+    for (int i = 0; i < num_sge; ++i) {
+        if (write) {
+            memcpy(p, (const void*)(uintptr_t)sge[i].addr, sge[i].length);
+        } else {
+            memcpy((void*)(uintptr_t)sge[i].addr, p, sge[i].length);
+        }
+        p += sge[i].length;
+    }
+    ep->fast->direct_done(ep->qp);
+    ep->send_flags = 0; /* idle queue: the fence is satisfied */
+    return 1;
 }
 
 /* put_zcopy and get_zcopy: one RDMA WRITE/READ over the iov. */
@@ -596,6 +642,11 @@ uct_hca_ep_rdma_zcopy(uct_ep_h tl_ep, hca_wr_opcode_t opcode,
     /* the total, before a 32-bit SGE length could truncate an entry */
     UCT_CHECK_LENGTH(length, 0, uct_hca_ep_iface(ep)->config.max_zcopy,
                      "rdma_zcopy");
+    if (uct_hca_ep_direct_ok(ep) && (length != 0) &&
+        uct_hca_ep_rdma_direct(ep, opcode, sge, wr.num_sge, length,
+                               remote_addr, (uint32_t)rkey)) {
+        return UCS_OK;
+    }
     op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
     if (ucs_unlikely(op == NULL)) {
         return uct_hca_ep_no_op(ep);

@@ -4,7 +4,10 @@
  * rkey_ptr for device memory.
  *
  * Registration needs no pinning (requesters check the MPT, the kernel's
- * single copy faults pages in), so it costs a table insert: no rcache.
+ * single copy faults pages in), so it costs a table insert; but UCP
+ * registers and deregisters a user buffer around every zero-copy
+ * operation, and a deregistration fences peers' accesses: the md keeps
+ * registrations in a cache (hca_rcache.c).
  */
 #include "hca_uct.h"
 
@@ -58,6 +61,24 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
      "is declared dead: its endpoints fail.",
      ucs_offsetof(uct_hca_md_config_t, peer_timeout), UCS_CONFIG_TYPE_TIME},
 
+    {"RCACHE", "y",
+     "Keep registrations of user memory in a cache, as UCX's IB md does:\n"
+     "UCP registers a buffer around every zero-copy operation.  A cached\n"
+     "region stays registered (its rkey valid) after deregistration until it\n"
+     "is evicted, unmapped, or deregistered with the INVALIDATE flag.",
+     ucs_offsetof(uct_hca_md_config_t, rcache), UCS_CONFIG_TYPE_BOOL},
+
+    {"RCACHE_MAX_REGIONS", "4096",
+     "Most regions the registration cache holds (idle ones are evicted,\n"
+     "least recently used first).",
+     ucs_offsetof(uct_hca_md_config_t, rcache_max_regions),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"RCACHE_MAX_SIZE", "inf",
+     "Most bytes the registration cache's regions cover in all.",
+     ucs_offsetof(uct_hca_md_config_t, rcache_max_size),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
     {"STATS", "n",
      "Print this process's device counters (operations and bytes by opcode)\n"
      "to stderr when the memory domain closes: proof of which transport\n"
@@ -69,6 +90,8 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
 
 static ucs_status_t uct_hca_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
 {
+    uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
+
     /* No UCT_MD_FLAG_RKEY_PTR, although uct_rkey_ptr works for device
      * memory: UCP 1.13 takes REG|RKEY_PTR to mean "any registered memory
      * can be mapped" and then runs every rendezvous through rkey_ptr, which
@@ -84,7 +107,7 @@ static ucs_status_t uct_hca_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
     attr->cap.max_alloc        = 1ull << 36;
     attr->cap.max_reg          = SIZE_MAX;
     attr->rkey_packed_size     = sizeof(uct_hca_packed_rkey_t);
-    attr->reg_cost             = ucs_linear_func_make(200e-9, 0);
+    attr->reg_cost             = ucs_linear_func_make(md->reg_cost, 0);
     memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
     return UCS_OK;
 }
@@ -101,28 +124,44 @@ static ucs_status_t uct_hca_mem_reg(uct_md_h tl_md, void *address,
 {
     uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
     uct_hca_memh_t *memh;
+    ucs_status_t status;
     int rc;
 
+    if ((md->rcache != NULL) && (length != 0)) {
+        status = uct_hca_rcache_get(md->rcache, address, length, &memh, &rc);
+        if (status == UCS_OK) {
+            *memh_p = memh;
+            return UCS_OK;
+        }
+        if (status != UCS_ERR_NO_RESOURCE) {
+            goto err;
+        }
+        /* every cached region is in use: this one goes uncached */
+    }
     memh = ucs_calloc(1, sizeof(*memh), "hca_memh");
     if (memh == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
     rc = hca_mr_reg(md->pd, address, length, uct_hca_md_access(), &memh->mr);
     if (rc != 0) {
-        uct_md_log_mem_reg_error(flags, "hca: failed to register %p..%p: %s",
-                                 address, UCS_PTR_BYTE_OFFSET(address, length),
-                                 strerror(-rc));
         ucs_free(memh);
-        return UCS_ERR_IO_ERROR;
+        goto err;
     }
     memh->lkey = hca_mr_lkey(memh->mr);
     *memh_p    = memh;
     return UCS_OK;
+
+err:
+    uct_md_log_mem_reg_error(flags, "hca: failed to register %p..%p: %s",
+                             address, UCS_PTR_BYTE_OFFSET(address, length),
+                             strerror(-rc));
+    return UCS_ERR_IO_ERROR;
 }
 
 static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
                                       const uct_md_mem_dereg_params_t *params)
 {
+    uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
     uct_hca_memh_t *memh;
     unsigned flags;
 
@@ -132,10 +171,17 @@ static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
     if (memh->dm != NULL) {
         return UCS_ERR_INVALID_PARAM; /* allocated: use mem_free */
     }
-    /* hca_mr_dereg invalidates the key and waits for accesses in flight:
-     * once it returns, no peer can touch the memory */
-    hca_mr_dereg(memh->mr);
-    ucs_free(memh);
+    if (memh->entry != NULL) {
+        /* stays registered in the cache, unless invalidated: then it is
+         * fenced like hca_mr_dereg before the put returns */
+        uct_hca_rcache_put(md->rcache, memh,
+                           flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE);
+    } else {
+        /* hca_mr_dereg invalidates the key and waits for accesses in
+         * flight: once it returns, no peer can touch the memory */
+        hca_mr_dereg(memh->mr);
+        ucs_free(memh);
+    }
     if (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
         uct_invoke_completion(params->comp, UCS_OK);
     }
@@ -183,8 +229,14 @@ static ucs_status_t uct_hca_mem_alloc(uct_md_h tl_md, size_t *length_p,
 
 static ucs_status_t uct_hca_mem_free(uct_md_h tl_md, uct_mem_h tl_memh)
 {
+    uct_hca_md_t *md     = ucs_derived_of(tl_md, uct_hca_md_t);
     uct_hca_memh_t *memh = tl_memh;
 
+    if (md->rcache != NULL) {
+        /* registrations of user buffers inside it hold the device memory */
+        uct_hca_rcache_flush_range(md->rcache, hca_dm_addr(memh->dm),
+                                   hca_dm_length(memh->dm));
+    }
     hca_mr_dereg(memh->mr);
     hca_dm_free(memh->dm);
     ucs_free(memh);
@@ -364,6 +416,7 @@ static ucs_status_t uct_hca_rkey_release(uct_component_t *component,
 
 /* One line per memory domain:
  *   "hca: pid P ctx C host H: OP=ops/bytes ... responder_ops=N errors=N
+ *    rcache_hits=N rcache_misses=N rcache_evictions=N rcache_unmapped=N
  *    shm:OP=ops/bytes ... tcp:OP=ops/bytes ..."
  * the requester's WRs by opcode, then again by the fabric that carried
  * them (shm: this host; tcp: other hosts).  hca-run --verbose sums them. */
@@ -405,6 +458,18 @@ static void uct_hca_md_print_stats(uct_hca_md_t *md)
                                       cnt.errors[HCA_WC_REM_OP_ERR]));
         len += strlen(line + len);
     }
+    if ((md->rcache != NULL) && (len < sizeof(line))) {
+        uct_hca_rcache_stats_t rs;
+
+        uct_hca_rcache_get_stats(md->rcache, &rs);
+        snprintf(line + len, sizeof(line) - len,
+                 " rcache_hits=%llu rcache_misses=%llu rcache_evictions=%llu"
+                 " rcache_unmapped=%llu",
+                 (unsigned long long)rs.hits, (unsigned long long)rs.misses,
+                 (unsigned long long)rs.evictions,
+                 (unsigned long long)rs.unmapped);
+        len += strlen(line + len);
+    }
     for (int f = 0; f < HCA_FABRIC_LAST; ++f) {
         for (int op = 0; op < HCA_WR_OPCODE_LAST; ++op) {
             if ((cnt.fabric_tx_ops[f][op] == 0) || (len >= sizeof(line))) {
@@ -427,6 +492,9 @@ static void uct_hca_md_close(uct_md_h tl_md)
     if (md->stats) {
         uct_hca_md_print_stats(md);
     }
+    if (md->rcache != NULL) {
+        uct_hca_rcache_destroy(md->rcache);
+    }
     hca_pd_dealloc(md->pd);
     hca_device_close(md->dev);
     ucs_free(md);
@@ -445,6 +513,35 @@ static uct_md_ops_t uct_hca_md_ops = {
     .is_sockaddr_accessible = ucs_empty_function_return_zero_int,
     .detect_memory_type     = ucs_empty_function_return_unsupported,
 };
+
+/* The registration cost UCP's thresholds use (reg_cost): what a
+ * registration plus deregistration costs through this md, measured
+ * (docs/PERF.md "Registration cache"): a cache hit and put, or a device
+ * registration and a fenced deregistration. */
+#define UCT_HCA_REG_COST_CACHED   40e-9
+#define UCT_HCA_REG_COST_UNCACHED 200e-9
+
+static void uct_hca_md_rcache_init(uct_hca_md_t *md,
+                                   const uct_hca_md_config_t *config)
+{
+    ucs_status_t status;
+
+    md->reg_cost = UCT_HCA_REG_COST_UNCACHED;
+    if (!config->rcache) {
+        return;
+    }
+    status = uct_hca_rcache_create(md->pd, uct_hca_md_access(),
+                                   config->rcache_max_regions,
+                                   config->rcache_max_size, &md->rcache);
+    if (status != UCS_OK) {
+        /* without memory events a cached key could outlive its memory */
+        ucs_diag("hca: no registration cache (%s); UCX_HCA_RCACHE=n hides "
+                 "this", ucs_status_string(status));
+        md->rcache = NULL;
+        return;
+    }
+    md->reg_cost = UCT_HCA_REG_COST_CACHED;
+}
 
 static ucs_status_t uct_hca_md_open(uct_component_t *component,
                                     const char *md_name,
@@ -488,6 +585,7 @@ static ucs_status_t uct_hca_md_open(uct_component_t *component,
         return UCS_ERR_NO_RESOURCE;
     }
     hca_port_address(md->dev, &md->addr);
+    uct_hca_md_rcache_init(md, config);
     md->tcp_only        = (attr.fabric == HCA_FABRIC_MODE_TCP) ||
                           ((attr.fabric == HCA_FABRIC_MODE_AUTO) &&
                            (getenv("HCA_FABRIC") != NULL) &&

@@ -23,6 +23,7 @@
 #endif
 
 #include <hca_dev.h>
+#include "hca_rcache.h"
 
 #include <uct/base/uct_iface.h>
 #include <uct/base/uct_md.h>
@@ -50,6 +51,9 @@ typedef struct uct_hca_md_config {
     ucs_range_spec_t port_range;  /* tcp listener ports */
     double          peer_timeout; /* seconds: a silent tcp peer fails */
     int             stats;        /* print device counters at close */
+    int             rcache;       /* registration cache on */
+    unsigned        rcache_max_regions;
+    size_t          rcache_max_size;
 } uct_hca_md_config_t;
 
 typedef struct uct_hca_md {
@@ -61,6 +65,9 @@ typedef struct uct_hca_md {
     int            stats;
     int            tcp_only;     /* UCX_HCA_FABRIC=tcp: every peer is a
                                     network peer */
+    uct_hca_rcache_t *rcache;    /* NULL: every registration is made and
+                                    unmade around each use */
+    double         reg_cost;     /* seconds, for md_query's reg_cost */
 } uct_hca_md_t;
 
 /* A registration (or allocation) */
@@ -68,6 +75,7 @@ typedef struct uct_hca_memh {
     hca_mr_t *mr;
     hca_dm_t *dm;        /* set when allocated by mem_alloc */
     uint32_t  lkey;
+    struct uct_hca_rcache_entry *entry; /* set when it lives in the cache */
 } uct_hca_memh_t;
 
 /* Packed rkey: the key, and what a peer on this host needs to map device

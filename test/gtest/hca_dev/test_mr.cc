@@ -222,6 +222,63 @@ TEST_F(Mr, RkeyPtr)
     EXPECT_EQ(-EACCES, hca_qp_rkey_ptr(cn.qp, da + 1024, dkey, 4097, &p));
 }
 
+/* hca_mr_revoke (the registration cache's memory hook) and
+ * hca_mr_invalidate (its INVALIDATE deregistration): after either, a
+ * remote access with the key is refused and writes nothing, on the WR path
+ * and the direct one, while the MR stays allocated; hca_mr_dereg then
+ * frees it, and a new registration gets a new key. */
+TEST_F(Mr, RevokeAndInvalidateEndRemoteAccess)
+{
+    local_target t;
+    ASSERT_TRUE(t.open());
+    hca_pd_t *pd = c.new_pd();
+    ASSERT_NE(nullptr, pd);
+    int tpd = t.pd();
+    ASSERT_GE(tpd, 0);
+    uint8_t *lb = c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *lmr = c.reg(pd, lb, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, lmr);
+    fill_pattern(lb, 64, 5);
+    for (int kind : {MEM_MALLOC, MEM_DM}) {
+        for (int how = 0; how < 2; ++how) {
+            SCOPED_TRACE(std::string(kind == MEM_DM ? "dm, " : "malloc, ") +
+                         (how ? "invalidate" : "revoke"));
+            uint64_t ra = 0;
+            int rb = t.buf((mem_kind_t)kind, 4096, &ra);
+            ASSERT_GE(rb, 0);
+            uint32_t rkey = 0;
+            int m = t.mr(tpd, rb, 0, 4096, ACCESS_ALL, &rkey);
+            ASSERT_GE(m, 0);
+            ASSERT_EQ(0, t.fill(rb, 0, 4096, BYTE(SENTINEL)));
+            conn direct, wrc;
+            ASSERT_TRUE(make_conn(c, t, &direct, tpd, REMOTE_ALL, pd));
+            ASSERT_TRUE(make_conn(c, t, &wrc, tpd, REMOTE_ALL, pd));
+            if (kind == MEM_DM) { /* the direct path works before */
+                ASSERT_EQ(0, hca_write_direct(direct.qp, lb, 8, ra, rkey));
+                ASSERT_EQ(0, t.fill(rb, 0, 4096, BYTE(SENTINEL)));
+            }
+            if (how) {
+                hca_mr_invalidate(t.mrs[m]);
+                hca_mr_invalidate(t.mrs[m]); /* idempotent */
+            } else {
+                hca_mr_revoke(t.mrs[m]);
+            }
+            EXPECT_NE(0, hca_write_direct(direct.qp, lb, 64, ra, rkey));
+            hca_sge_t s      = mk_sge(lb, 64, hca_mr_lkey(lmr));
+            hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &s, 1,
+                                     HCA_SEND_SIGNALED, 1, ra, rkey);
+            ASSERT_EQ(0, post_retry(wrc.qp, &wr));
+            ASSERT_TRUE(wait_status(wrc.scq, 1, HCA_WC_REM_ACCESS_ERR));
+            EXPECT_EQ(-1, t.check(rb, 0, 4096, BYTE(SENTINEL)));
+            ASSERT_EQ(0, t.dereg(m));
+            uint32_t nkey = 0;
+            ASSERT_GE(t.mr(tpd, rb, 0, 4096, ACCESS_ALL, &nkey), 0);
+            EXPECT_NE(rkey, nkey);
+        }
+    }
+}
+
 /* The MPT checks against a target in this process (and in another one, on
  * every fabric) are Ops/Mpt.Check in test_ops.cc. */
 

@@ -145,7 +145,7 @@ protected:
     {
         topo = std::get<0>(GetParam());
         kind = std::get<1>(GetParam());
-        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt, entity_config(),
+        ASSERT_NO_FATAL_FAILURE(make_target(topo, &tgt, target_config(),
                                             GetFabric()));
         ASSERT_NO_FATAL_FAILURE(
                 sender.open(topology_config(topo, GetFabric())));
@@ -156,6 +156,8 @@ protected:
         ASSERT_NO_FATAL_FAILURE(local.alloc(sender, MEM_PLAIN, 1 << 16));
         pat_fill(local.data(), 1 << 16, 99);
     }
+
+    virtual entity_config target_config() const { return entity_config(); }
 
     void TearDown() override
     {
@@ -249,7 +251,22 @@ TEST_P(UctErrors, GarbageRkeyFailsAndWritesNothing)
     tgt->free(r.id);
 }
 
-TEST_P(UctErrors, StaleRkeyOfFreedMemoryFails)
+/* The target's md without its registration cache (UCX_HCA_RCACHE=n),
+ * where uct_md_mem_dereg of plain memory ends the key.  With the cache, as
+ * with UCX's IB md, uct_md_mem_dereg leaves the region registered until
+ * a real deregistration (INVALIDATE, unmap, eviction): UctRcache.* test
+ * those.  Device memory is deregistered by uct_mem_free either way. */
+class UctErrorsUncached : public UctErrors {
+protected:
+    entity_config target_config() const override
+    {
+        entity_config c;
+        c.md_cfg.push_back({"RCACHE", "n"});
+        return c;
+    }
+};
+
+TEST_P(UctErrorsUncached, StaleRkeyOfFreedMemoryFails)
 {
     const size_t len = 4096;
     /* the live region, to see that nothing lands anywhere */
@@ -341,6 +358,14 @@ std::string err_param_name(const ::testing::TestParamInfo<err_param> &i)
 
 INSTANTIATE_TEST_SUITE_P(
     hca, UctErrors,
+    on_fabrics(::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
+                                                    TOPO_REMOTE_NO_CMA),
+                                  ::testing::Values(MEM_IFACE_ALLOC,
+                                                    MEM_PLAIN))),
+    fabric_param_name<err_param>(err_param_name));
+
+INSTANTIATE_TEST_SUITE_P(
+    hca, UctErrorsUncached,
     on_fabrics(::testing::Combine(::testing::Values(TOPO_LOCAL, TOPO_REMOTE,
                                                     TOPO_REMOTE_NO_CMA),
                                   ::testing::Values(MEM_IFACE_ALLOC,

@@ -45,6 +45,25 @@
 #include <utility>
 #include <vector>
 
+/* uct_md_mem_dereg_v2 is exported by libuct, but Debian does not install
+ * uct/api/v2/uct_v2.h: its 1.13.1 declarations, as published there */
+extern "C" {
+typedef struct hcat_md_mem_dereg_params {
+    uint64_t          field_mask;
+    unsigned          flags;
+    uct_mem_h         memh;
+    uct_completion_t *comp;
+} hcat_md_mem_dereg_params_t;
+enum {
+    HCAT_MD_MEM_DEREG_FIELD_MEMH       = UCS_BIT(0),
+    HCAT_MD_MEM_DEREG_FIELD_FLAGS      = UCS_BIT(1),
+    HCAT_MD_MEM_DEREG_FIELD_COMPLETION = UCS_BIT(2),
+    HCAT_MD_MEM_DEREG_FLAG_INVALIDATE  = UCS_BIT(0)
+};
+ucs_status_t uct_md_mem_dereg_v2(uct_md_h md,
+                                 const hcat_md_mem_dereg_params_t *params);
+}
+
 /* googletest prints ucs_status_t by name */
 inline std::ostream &operator<<(std::ostream &os, ucs_status_t s)
 {

@@ -1,0 +1,407 @@
+/*
+ * test_uct_rcache.cc - the md's registration cache (UCX_HCA_RCACHE), with
+ * the semantics of UCX's IB md and its rcache:
+ *   - registering the same buffer again is a hit: the same key;
+ *   - uct_md_mem_dereg keeps a cached region registered (its rkey works);
+ *   - a real deregistration ends it: UCT_MD_MEM_DEREG_FLAG_INVALIDATE, an
+ *     munmap or free() that unmaps the memory, eviction over the limits,
+ *     uct_mem_free of device memory holding a cached sub-registration;
+ *     after it no remote access passes with the old key and nothing lands;
+ *   - memory reused at new (or the same) addresses moves correct data;
+ *   - every entry in use: registrations go on uncached.
+ * The target side is a second worker in this process (the cache and its
+ * memory hook live there), on each fabric.
+ */
+#include "uct_test_common.h"
+
+#include <stdlib.h>
+#include <algorithm>
+#include <sys/mman.h>
+
+using namespace hcat;
+
+namespace {
+
+class UctRcache : public uct_test_base, public with_fabric<int> {
+protected:
+    void SetUp() override
+    {
+        open_with(cfg_list());
+    }
+
+    void open_with(const cfg_list &rcache_cfg)
+    {
+        entity_config tc = fabric_config(GetFabric());
+        for (auto &kv : rcache_cfg) {
+            tc.md_cfg.push_back(kv);
+        }
+        ASSERT_NO_FATAL_FAILURE(tgt.open(tc));
+        ASSERT_NO_FATAL_FAILURE(snd.open(fabric_config(GetFabric())));
+        ents = {&snd, &tgt};
+        ASSERT_NO_FATAL_FAILURE(local.alloc(snd, MEM_PLAIN, 1 << 16));
+    }
+
+    void TearDown() override
+    {
+        reopen();
+        uct_test_base::TearDown();
+    }
+
+    /* closes both sides, for open_with() with other settings */
+    void reopen()
+    {
+        local.free();
+        snd.close();
+        tgt.close();
+    }
+
+    uct_mem_h reg(void *p, size_t len)
+    {
+        uct_mem_h memh = UCT_MEM_HANDLE_NULL;
+        EXPECT_EQ(UCS_OK, uct_md_mem_reg(tgt.md, p, len,
+                                         UCT_MD_MEM_ACCESS_ALL, &memh));
+        return memh;
+    }
+
+    std::string pack(uct_mem_h memh)
+    {
+        std::string key(tgt.md_attr.rkey_packed_size, '\0');
+        EXPECT_EQ(UCS_OK, uct_md_mkey_pack(tgt.md, memh, &key[0]));
+        return key;
+    }
+
+    /* A get of len bytes at raddr with the packed key, on a fresh ep,
+     * into local: UCS_OK when it worked (and the data is in local), else
+     * the error it produced (return, completion or error handler). */
+    ucs_status_t remote_get(uint64_t raddr, const std::string &key,
+                            size_t len)
+    {
+        rkey_holder rk;
+        test_comp comp;
+        ucs_status_t st;
+
+        EXPECT_EQ(UCS_OK, rk.unpack(snd.component, key));
+        uct_ep_h ep = snd.connect_to(tgt);
+        EXPECT_NE(nullptr, ep);
+        uct_iov_t iov = {local.data(), len, local.memh, 0, 1};
+        memset(local.data(), 0, len);
+        st = retry_send([&] {
+            comp.reset();
+            return uct_ep_get_zcopy(ep, &iov, 1, raddr, rk.rkey(), &comp.uct);
+        }, ents);
+        st = complete_op(st, comp, ents);
+        if (st == UCS_OK) {
+            st = flush_ep(ep, ents);
+        }
+        if ((st == UCS_OK) && (snd.errors_for(ep) > 0)) {
+            st = snd.last_error_for(ep);
+        }
+        snd.destroy_ep(ep);
+        return st;
+    }
+
+    /* A put of len bytes of pattern seed to raddr, as remote_get. */
+    ucs_status_t remote_put(uint64_t raddr, const std::string &key,
+                            size_t len, uint64_t seed)
+    {
+        rkey_holder rk;
+        test_comp comp;
+        ucs_status_t st;
+
+        EXPECT_EQ(UCS_OK, rk.unpack(snd.component, key));
+        uct_ep_h ep = snd.connect_to(tgt);
+        EXPECT_NE(nullptr, ep);
+        pat_fill(local.data(), len, seed);
+        uct_iov_t iov = {local.data(), len, local.memh, 0, 1};
+        st = retry_send([&] {
+            comp.reset();
+            return uct_ep_put_zcopy(ep, &iov, 1, raddr, rk.rkey(), &comp.uct);
+        }, ents);
+        st = complete_op(st, comp, ents);
+        if (st == UCS_OK) {
+            st = flush_ep(ep, ents);
+        }
+        if ((st == UCS_OK) && (snd.errors_for(ep) > 0)) {
+            st = snd.last_error_for(ep);
+        }
+        snd.destroy_ep(ep);
+        return st;
+    }
+
+    void dereg(uct_mem_h memh) { EXPECT_EQ(UCS_OK, uct_md_mem_dereg(tgt.md, memh)); }
+
+    entity               tgt, snd;
+    buffer               local;
+    std::vector<entity*> ents;
+};
+
+const size_t PG = 4096;
+
+TEST_P(UctRcache, SameBufferIsAHit)
+{
+    std::vector<char> buf(4 * PG);
+    uct_mem_h m1 = reg(buf.data(), PG);
+    std::string k1 = pack(m1);
+    dereg(m1);
+    uct_mem_h m2 = reg(buf.data(), PG);
+    EXPECT_EQ(k1, pack(m2)) << "the second registration made a new key";
+    /* a shorter range at the same start is covered by the cached region */
+    uct_mem_h m3 = reg(buf.data(), 64);
+    EXPECT_EQ(k1, pack(m3));
+    dereg(m3);
+    dereg(m2);
+    /* a longer one is not: a new region */
+    uct_mem_h m4 = reg(buf.data(), 2 * PG);
+    EXPECT_NE(k1, pack(m4));
+    dereg(m4);
+}
+
+TEST_P(UctRcache, WithoutTheCacheEveryRegistrationIsNew)
+{
+    reopen();
+    ASSERT_NO_FATAL_FAILURE(open_with({{"RCACHE", "n"}}));
+    std::vector<char> buf(PG);
+    uct_mem_h m1 = reg(buf.data(), PG);
+    std::string k1 = pack(m1);
+    dereg(m1);
+    ASSERT_NE(UCS_OK, remote_get((uintptr_t)buf.data(), k1, 64))
+        << "an uncached deregistration must end the key";
+    uct_mem_h m2 = reg(buf.data(), PG);
+    EXPECT_NE(k1, pack(m2));
+    dereg(m2);
+}
+
+TEST_P(UctRcache, CachedKeyWorksAfterDeregUntilInvalidated)
+{
+    std::vector<char> buf(PG);
+    pat_fill(buf.data(), PG, 5);
+    uct_mem_h m = reg(buf.data(), PG);
+    std::string k = pack(m);
+    dereg(m);
+    /* as with UCX's IB md and its rcache: the region stays registered */
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)buf.data(), k, PG));
+    EXPECT_EQ(-1, pat_check(local.data(), PG, 5));
+
+    /* a deregistration with INVALIDATE is a real one: the completion
+     * comes, then the key fails and nothing lands */
+    m = reg(buf.data(), PG);
+    EXPECT_EQ(k, pack(m));
+    test_comp comp;
+    hcat_md_mem_dereg_params_t p;
+    p.field_mask = HCAT_MD_MEM_DEREG_FIELD_MEMH | HCAT_MD_MEM_DEREG_FIELD_FLAGS |
+                   HCAT_MD_MEM_DEREG_FIELD_COMPLETION;
+    p.memh  = m;
+    p.flags = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
+    p.comp  = &comp.uct;
+    ASSERT_EQ(UCS_OK, uct_md_mem_dereg_v2(tgt.md, &p));
+    EXPECT_EQ(1, comp.calls);
+    EXPECT_EQ(UCS_OK, comp.status);
+    EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 6))
+        << "the key of an invalidated region still worked";
+    EXPECT_EQ(-1, pat_check(buf.data(), PG, 5)) << "a byte landed";
+    /* registering again makes a new region with a new key */
+    m = reg(buf.data(), PG);
+    EXPECT_NE(k, pack(m));
+    dereg(m);
+}
+
+TEST_P(UctRcache, InvalidateWhileAnotherHolderKeepsIt)
+{
+    std::vector<char> buf(PG);
+    pat_fill(buf.data(), PG, 7);
+    uct_mem_h a = reg(buf.data(), PG);
+    uct_mem_h b = reg(buf.data(), PG); /* the same region, twice held */
+    std::string k = pack(a);
+    EXPECT_EQ(k, pack(b));
+    test_comp comp;
+    hcat_md_mem_dereg_params_t p;
+    p.field_mask = HCAT_MD_MEM_DEREG_FIELD_MEMH | HCAT_MD_MEM_DEREG_FIELD_FLAGS |
+                   HCAT_MD_MEM_DEREG_FIELD_COMPLETION;
+    p.memh  = a;
+    p.flags = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
+    p.comp  = &comp.uct;
+    ASSERT_EQ(UCS_OK, uct_md_mem_dereg_v2(tgt.md, &p));
+    EXPECT_EQ(1, comp.calls);
+    /* invalidated for every holder (the memory key is gone, as on IB) */
+    EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 8));
+    EXPECT_EQ(-1, pat_check(buf.data(), PG, 7));
+    dereg(b);
+    uct_mem_h c = reg(buf.data(), PG);
+    EXPECT_NE(k, pack(c));
+    dereg(c);
+}
+
+TEST_P(UctRcache, MunmapRevokesTheKey)
+{
+    const size_t len = 16 * PG;
+    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(MAP_FAILED, p);
+    pat_fill(p, len, 11);
+    uct_mem_h m = reg((char*)p + PG, 4 * PG);
+    std::string k = pack(m);
+    dereg(m);
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)p + PG, k, 64)) << "cached";
+    /* unmapping a part of the region revokes it */
+    ASSERT_EQ(0, munmap((char*)p + 2 * PG, PG));
+    EXPECT_NE(UCS_OK, remote_get((uintptr_t)p + PG, k, 64))
+        << "the key of a region whose memory was unmapped still worked";
+    ASSERT_EQ(0, munmap(p, len));
+
+    /* new memory at the same address: a new key; the old one fails there
+     * and writes nothing */
+    void *q = mmap(p, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    ASSERT_EQ(p, q);
+    pat_fill(q, len, 12);
+    EXPECT_NE(UCS_OK, remote_put((uintptr_t)q + PG, k, 64, 13));
+    EXPECT_EQ(-1, pat_check(q, len, 12)) << "a byte landed with the old key";
+    m = reg((char*)q + PG, 4 * PG);
+    std::string k2 = pack(m);
+    EXPECT_NE(k, k2);
+    ASSERT_EQ(UCS_OK, remote_put((uintptr_t)q + PG, k2, 64, 14));
+    EXPECT_EQ(-1, pat_check((char*)q + PG, 64, 14));
+    dereg(m);
+    ASSERT_EQ(0, munmap(q, len));
+}
+
+TEST_P(UctRcache, FreeThatUnmapsRevokesTheKey)
+{
+    /* above glibc's largest mmap threshold (32 MiB): malloc maps it and
+     * free unmaps it */
+    const size_t len = 40ul << 20;
+    char *p = (char*)malloc(len);
+    ASSERT_NE(nullptr, p);
+    /* a page of it, so that new memory can be mapped right there */
+    uint64_t addr = ((uintptr_t)p + PG - 1) & ~(uint64_t)(PG - 1);
+    memset((void*)(uintptr_t)addr, 1, PG);
+    uct_mem_h m = reg((void*)(uintptr_t)addr, PG);
+    std::string k = pack(m);
+    dereg(m);
+    ASSERT_EQ(UCS_OK, remote_get(addr, k, 64));
+    free(p);
+    /* new memory where it was (an access to a hole would fail anyway):
+     * the old key must not reach it */
+    void *q = mmap((void*)(uintptr_t)addr, 4 * PG, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    ASSERT_EQ((void*)(uintptr_t)addr, q) << "the freed range was taken";
+    pat_fill(q, 4 * PG, 41);
+    EXPECT_NE(UCS_OK, remote_put(addr, k, 64, 42))
+        << "the key of freed (unmapped) memory still worked";
+    EXPECT_EQ(-1, pat_check(q, 4 * PG, 41)) << "a byte landed";
+    EXPECT_NE(UCS_OK, remote_get(addr, k, 64));
+    munmap(q, 4 * PG);
+}
+
+TEST_P(UctRcache, ReusedBuffersMoveCorrectData)
+{
+    /* buffers freed and allocated again, at old and new addresses, of
+     * changing lengths: every transfer with the current key is right */
+    for (int i = 0; i < 200; ++i) {
+        size_t len = PG / 2 + (size_t)(i * 997) % (12 * PG);
+        char *p    = (char*)malloc(len);
+        ASSERT_NE(nullptr, p);
+        memset(p, 0, len);
+        uct_mem_h m = reg(p, len);
+        std::string k = pack(m);
+        size_t n = std::min(len, (size_t)(1 << 16));
+        ASSERT_EQ(UCS_OK, remote_put((uintptr_t)p, k, n, 100 + i)) << i;
+        ASSERT_EQ(-1, pat_check(p, n, 100 + i)) << "iteration " << i;
+        pat_fill(p, n, 500 + i);
+        ASSERT_EQ(UCS_OK, remote_get((uintptr_t)p, k, n)) << i;
+        ASSERT_EQ(-1, pat_check(local.data(), n, 500 + i)) << i;
+        dereg(m);
+        free(p);
+    }
+}
+
+TEST_P(UctRcache, EvictionOverTheLimitEndsTheOldestKeys)
+{
+    reopen();
+    ASSERT_NO_FATAL_FAILURE(open_with({{"RCACHE_MAX_REGIONS", "4"}}));
+    std::vector<char> buf(16 * PG);
+    std::vector<std::string> keys;
+    for (int i = 0; i < 8; ++i) {
+        uct_mem_h m = reg(&buf[i * PG], PG);
+        keys.push_back(pack(m));
+        dereg(m);
+    }
+    /* the 4 newest stay cached, the 4 oldest were deregistered */
+    for (int i = 0; i < 8; ++i) {
+        ucs_status_t st = remote_get((uintptr_t)&buf[i * PG], keys[i], 64);
+        if (i < 4) {
+            EXPECT_NE(UCS_OK, st) << "evicted region " << i << " still works";
+        } else {
+            EXPECT_EQ(UCS_OK, st) << "cached region " << i;
+        }
+    }
+    /* the size limit evicts too */
+    reopen();
+    ASSERT_NO_FATAL_FAILURE(open_with({{"RCACHE_MAX_SIZE", "8k"}}));
+    keys.clear();
+    for (int i = 0; i < 4; ++i) {
+        uct_mem_h m = reg(&buf[i * 4 * PG], 4 * PG);
+        keys.push_back(pack(m));
+        dereg(m);
+    }
+    EXPECT_NE(UCS_OK, remote_get((uintptr_t)&buf[0], keys[0], 64));
+    EXPECT_EQ(UCS_OK, remote_get((uintptr_t)&buf[12 * PG], keys[3], 64));
+}
+
+TEST_P(UctRcache, EveryEntryInUseRegistersUncached)
+{
+    reopen();
+    ASSERT_NO_FATAL_FAILURE(open_with({{"RCACHE_MAX_REGIONS", "2"}}));
+    std::vector<char> buf(8 * PG);
+    pat_fill(buf.data(), buf.size(), 21);
+    std::vector<uct_mem_h> mh;
+    std::vector<std::string> keys;
+    for (int i = 0; i < 5; ++i) {
+        mh.push_back(reg(&buf[i * PG], PG));
+        keys.push_back(pack(mh.back()));
+    }
+    for (int i = 0; i < 5; ++i) {
+        ASSERT_EQ(UCS_OK, remote_get((uintptr_t)&buf[i * PG], keys[i], PG))
+            << i;
+        EXPECT_EQ(-1, pat_check(local.data(), PG, 21, i * PG)) << i;
+    }
+    for (uct_mem_h m : mh) {
+        dereg(m);
+    }
+    /* the uncached ones were really deregistered */
+    EXPECT_NE(UCS_OK, remote_get((uintptr_t)&buf[4 * PG], keys[4], 64));
+}
+
+TEST_P(UctRcache, MemFreeEndsCachedRegistrationsInside)
+{
+    uct_allocated_memory_t mem;
+    uct_alloc_method_t method = UCT_ALLOC_METHOD_MD;
+    uct_mem_alloc_params_t ap;
+    memset(&ap, 0, sizeof(ap));
+    ap.field_mask = UCT_MEM_ALLOC_PARAM_FIELD_FLAGS |
+                    UCT_MEM_ALLOC_PARAM_FIELD_MDS |
+                    UCT_MEM_ALLOC_PARAM_FIELD_NAME;
+    ap.flags      = UCT_MD_MEM_ACCESS_ALL;
+    ap.mds.mds    = &tgt.md;
+    ap.mds.count  = 1;
+    ap.name       = "rcache test";
+    ASSERT_EQ(UCS_OK, uct_mem_alloc(16 * PG, &method, 1, &ap, &mem));
+    char *p = (char*)mem.address;
+    pat_fill(p, 16 * PG, 31);
+    uct_mem_h m = reg(p + 2 * PG, 2 * PG); /* a buffer inside device memory */
+    std::string k = pack(m);
+    dereg(m);
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)p + 2 * PG, k, PG));
+    EXPECT_EQ(-1, pat_check(local.data(), PG, 31, 2 * PG));
+    /* the cached sub-registration must not keep the device memory */
+    ASSERT_EQ(UCS_OK, uct_mem_free(&mem));
+    EXPECT_NE(UCS_OK, remote_get((uintptr_t)p + 2 * PG, k, 64));
+}
+
+INSTANTIATE_TEST_SUITE_P(hca, UctRcache, on_fabrics(::testing::Values(0)),
+                         fabric_param_name<int>(
+                                 [](const ::testing::TestParamInfo<int> &) {
+                                     return std::string("local");
+                                 }));
+
+} /* namespace */
