@@ -3,7 +3,11 @@
 # hca-setup.sh - install dependencies, fetch the UCX source, build and test hca.
 #
 # usage: contrib/hca-setup.sh [deps|build|demo|test]     (default: build)
+#        contrib/hca-setup.sh ucx SUITE|VERSION
 #
+#   ucx    build a UCX version from Debian's source package into
+#          <build>/ucx-<version>/prefix (e.g. "ucx trixie" for 1.18.1), with
+#          apt state of its own; cached: see contrib/ucx-debian.sh
 #   deps   install the Debian packages hca needs (only what is missing) and
 #          the UCX source tree of the installed UCX version
 #   build  deps + autogen + configure (in build/) + make
@@ -527,7 +531,10 @@ deps)  do_deps ;;
 build) do_deps; do_build ;;
 test)  do_deps; do_build; do_test; do_test_asan ;;
 demo)  do_deps; do_build; do_demo ;;
+ucx)   [ $# -eq 2 ] || die "usage: $0 ucx SUITE|VERSION"
+       HCA_BUILD_DIR=$builddir HCA_MAKE_JOBS=$jobs \
+           exec "$topdir/contrib/ucx-debian.sh" build "$2" ;;
 -h|--help|help)
     sed -n '3,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
-*)     die "unknown command '$cmd' (use deps, build, demo or test)" ;;
+*)     die "unknown command '$cmd' (use deps, build, demo, test or ucx)" ;;
 esac
