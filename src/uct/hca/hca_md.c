@@ -518,7 +518,7 @@ static uct_md_ops_t uct_hca_md_ops = {
  * registration plus deregistration costs through this md, measured
  * (docs/PERF.md "Registration cache"): a cache hit and put, or a device
  * registration and a fenced deregistration. */
-#define UCT_HCA_REG_COST_CACHED   40e-9
+#define UCT_HCA_REG_COST_CACHED   25e-9
 #define UCT_HCA_REG_COST_UNCACHED 200e-9
 
 static void uct_hca_md_rcache_init(uct_hca_md_t *md,
