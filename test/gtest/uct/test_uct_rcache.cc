@@ -73,11 +73,11 @@ protected:
         return key;
     }
 
-    /* A get of len bytes at raddr with the packed key, on a fresh ep,
-     * into local: UCS_OK when it worked (and the data is in local), else
-     * the error it produced (return, completion or error handler). */
-    ucs_status_t remote_get(uint64_t raddr, const std::string &key,
-                            size_t len)
+    /* A get (put: of pattern seed) of len bytes at raddr with the packed
+     * key, on a fresh ep, from/into local: UCS_OK when it worked, else the
+     * error it produced (return, completion or error handler). */
+    ucs_status_t remote_op(bool put, uint64_t raddr, const std::string &key,
+                           size_t len, uint64_t seed)
     {
         rkey_holder rk;
         test_comp comp;
@@ -86,11 +86,18 @@ protected:
         EXPECT_EQ(UCS_OK, rk.unpack(snd.component, key));
         uct_ep_h ep = snd.connect_to(tgt);
         EXPECT_NE(nullptr, ep);
+        if (put) {
+            pat_fill(local.data(), len, seed);
+        } else {
+            memset(local.data(), 0, len);
+        }
         uct_iov_t iov = {local.data(), len, local.memh, 0, 1};
-        memset(local.data(), 0, len);
         st = retry_send([&] {
             comp.reset();
-            return uct_ep_get_zcopy(ep, &iov, 1, raddr, rk.rkey(), &comp.uct);
+            return put ? uct_ep_put_zcopy(ep, &iov, 1, raddr, rk.rkey(),
+                                          &comp.uct) :
+                         uct_ep_get_zcopy(ep, &iov, 1, raddr, rk.rkey(),
+                                          &comp.uct);
         }, ents);
         st = complete_op(st, comp, ents);
         if (st == UCS_OK) {
@@ -103,32 +110,16 @@ protected:
         return st;
     }
 
-    /* A put of len bytes of pattern seed to raddr, as remote_get. */
+    ucs_status_t remote_get(uint64_t raddr, const std::string &key,
+                            size_t len)
+    {
+        return remote_op(false, raddr, key, len, 0);
+    }
+
     ucs_status_t remote_put(uint64_t raddr, const std::string &key,
                             size_t len, uint64_t seed)
     {
-        rkey_holder rk;
-        test_comp comp;
-        ucs_status_t st;
-
-        EXPECT_EQ(UCS_OK, rk.unpack(snd.component, key));
-        uct_ep_h ep = snd.connect_to(tgt);
-        EXPECT_NE(nullptr, ep);
-        pat_fill(local.data(), len, seed);
-        uct_iov_t iov = {local.data(), len, local.memh, 0, 1};
-        st = retry_send([&] {
-            comp.reset();
-            return uct_ep_put_zcopy(ep, &iov, 1, raddr, rk.rkey(), &comp.uct);
-        }, ents);
-        st = complete_op(st, comp, ents);
-        if (st == UCS_OK) {
-            st = flush_ep(ep, ents);
-        }
-        if ((st == UCS_OK) && (snd.errors_for(ep) > 0)) {
-            st = snd.last_error_for(ep);
-        }
-        snd.destroy_ep(ep);
-        return st;
+        return remote_op(true, raddr, key, len, seed);
     }
 
     void dereg(uct_mem_h memh) { EXPECT_EQ(UCS_OK, uct_md_mem_dereg(tgt.md, memh)); }
