@@ -100,6 +100,7 @@ port=${HCA_BENCH_PORT:-23000}
 ab_old=            # A/B mode: the old build directory
 ab_old_label=
 levels_given=no
+build_given=no     # --build: measure that build as it is, never build it
 
 log() { echo "hca-bench: $*" >&2; }
 die() { echo "hca-bench: error: $*" >&2; exit 2; }
@@ -108,7 +109,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --long)        long=yes ;;
     -o|--out)      outdir=${2:?}; shift ;;
-    --build)       builddir=${2:?}; shift ;;
+    --build)       builddir=${2:?}; build_given=yes; shift ;;
     --levels)      levels=${2:?}; levels_given=yes; shift ;;
     --reps)        reps_target=${2:?}; shift ;;
     --no-install)  do_install=no ;;
@@ -232,6 +233,10 @@ if has_level netpipe || has_level hosts; then
 fi
 
 if [ ! -f "$module" ]; then
+    # a directory given with --build is measured as it is: building this
+    # tree's sources into it would measure other code than the caller meant
+    [ "$build_given" = no ] ||
+        die "--build $builddir: no $module (not an hca build directory?)"
     log "$module missing: building (contrib/hca-setup.sh build)"
     HCA_BUILD_DIR=$builddir "$topdir/contrib/hca-setup.sh" build >&2 ||
         die "build failed"
