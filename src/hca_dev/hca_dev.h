@@ -232,10 +232,12 @@ int  hca_mr_dereg(hca_mr_t *mr);
  * and none that passed it is still copying (no byte lands after it
  * returns), but the MR stays allocated until hca_mr_dereg.  Idempotent. */
 void hca_mr_invalidate(hca_mr_t *mr);
-/* Only the first step: no access passes the key check from now on (one
- * atomic store; accesses already past the check may still land).  Takes no
- * lock and allocates nothing, so a memory hook that runs inside munmap or
- * the allocator may call it; hca_mr_invalidate or hca_mr_dereg finishes. */
+/* The steps within this process: no access passes the key check from now
+ * on, and this process's own threads that passed it (responder, fabric
+ * thread) have finished copying; accesses of other processes that passed
+ * it may still land (their fence is hca_mr_invalidate's).  Takes no lock
+ * and allocates nothing (it spins), so a memory hook that runs inside
+ * munmap or the allocator may call it. */
 void hca_mr_revoke(hca_mr_t *mr);
 uint32_t hca_mr_lkey(const hca_mr_t *mr);
 uint32_t hca_mr_rkey(const hca_mr_t *mr);

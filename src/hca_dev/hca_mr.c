@@ -95,26 +95,29 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
 
 void hca_mr_revoke(hca_mr_t *mr)
 {
-    /* seq_cst: pairs with the accessors' announce-then-check
-     * (hca_shm_fence.c) */
-    atomic_store(&mr->pd->dev->mpt[mr->index].state, HCA_MPT_INVALID);
+    hca_mpt_entry_t *entry = &mr->pd->dev->mpt[mr->index];
+    unsigned spins         = 0;
+
+    /* 1. no new access passes the check (seq_cst: pairs with the
+     *    accessors' announce-then-check, hca_shm_fence.c) */
+    atomic_store(&entry->state, HCA_MPT_INVALID);
+    /* 2. our own threads (responder, tcp fabric thread, a QP to
+     *    ourselves) that passed it: they copy into this process's memory,
+     *    which the caller may be about to unmap */
+    while (atomic_load(&entry->inflight) != 0) {
+        if (++spins > 1000) {
+            sched_yield();
+        }
+    }
 }
 
 void hca_mr_invalidate(hca_mr_t *mr)
 {
     hca_device_t *dev      = mr->pd->dev;
     hca_mpt_entry_t *entry = &dev->mpt[mr->index];
-    unsigned spins         = 0;
     uint32_t accessors;
 
-    /* 1. no new access passes the check */
     hca_mr_revoke(mr);
-    /* 2. our own threads (responder, a QP to ourselves) that passed it */
-    while (atomic_load(&entry->inflight) != 0) {
-        if (++spins > 1000) {
-            sched_yield();
-        }
-    }
     /* 3. other processes that accessed it: each is waited for while it
      *    lives (a killed one is not).  An entry that no other process
      *    accessed skips this. */

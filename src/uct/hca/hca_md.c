@@ -155,7 +155,7 @@ err:
     uct_md_log_mem_reg_error(flags, "hca: failed to register %p..%p: %s",
                              address, UCS_PTR_BYTE_OFFSET(address, length),
                              strerror(-rc));
-    return UCS_ERR_IO_ERROR;
+    return (rc == -ENOMEM) ? UCS_ERR_NO_MEMORY : UCS_ERR_IO_ERROR;
 }
 
 static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
@@ -172,16 +172,18 @@ static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
         return UCS_ERR_INVALID_PARAM; /* allocated: use mem_free */
     }
     if (memh->entry != NULL) {
-        /* stays registered in the cache, unless invalidated: then it is
-         * fenced like hca_mr_dereg before the put returns */
+        /* stays registered in the cache; invalidated, it is deregistered
+         * at its last put, which invokes the completion */
         uct_hca_rcache_put(md->rcache, memh,
-                           flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE);
-    } else {
-        /* hca_mr_dereg invalidates the key and waits for accesses in
-         * flight: once it returns, no peer can touch the memory */
-        hca_mr_dereg(memh->mr);
-        ucs_free(memh);
+                           flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE,
+                           (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) ?
+                           params->comp : NULL);
+        return UCS_OK;
     }
+    /* hca_mr_dereg invalidates the key and waits for accesses in flight:
+     * once it returns, no peer can touch the memory */
+    hca_mr_dereg(memh->mr);
+    ucs_free(memh);
     if (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
         uct_invoke_completion(params->comp, UCS_OK);
     }
@@ -238,7 +240,12 @@ static ucs_status_t uct_hca_mem_free(uct_md_h tl_md, uct_mem_h tl_memh)
                                    hca_dm_length(memh->dm));
     }
     hca_mr_dereg(memh->mr);
-    hca_dm_free(memh->dm);
+    if (hca_dm_free(memh->dm) != 0) {
+        /* a registration inside it is still held (by the user): the
+         * device memory stays until the process ends */
+        ucs_warn("hca: device memory %p freed while a registration inside "
+                 "it is still held: it is kept", hca_dm_addr(memh->dm));
+    }
     ucs_free(memh);
     return UCS_OK;
 }
@@ -464,10 +471,11 @@ static void uct_hca_md_print_stats(uct_hca_md_t *md)
         uct_hca_rcache_get_stats(md->rcache, &rs);
         snprintf(line + len, sizeof(line) - len,
                  " rcache_hits=%llu rcache_misses=%llu rcache_evictions=%llu"
-                 " rcache_unmapped=%llu",
+                 " rcache_unmapped=%llu rcache_full=%llu",
                  (unsigned long long)rs.hits, (unsigned long long)rs.misses,
                  (unsigned long long)rs.evictions,
-                 (unsigned long long)rs.unmapped);
+                 (unsigned long long)rs.unmapped,
+                 (unsigned long long)rs.full);
         len += strlen(line + len);
     }
     for (int f = 0; f < HCA_FABRIC_LAST; ++f) {

@@ -41,7 +41,16 @@ struct uct_hca_rcache_entry {
     int                     state;
     uct_hca_rcache_entry_t *next;   /* hash chain, or free/reap list */
     ucs_list_link_t         list;   /* LRU or dead list, while idle */
+    struct uct_hca_rcache_comp *comps; /* INVALIDATE completions, invoked
+                                          once the region is deregistered */
 };
+
+/* A completion of a deregistration with UCT_MD_MEM_DEREG_FLAG_INVALIDATE
+ * whose region other users still hold (as ucs_rcache's comp_list). */
+typedef struct uct_hca_rcache_comp {
+    struct uct_hca_rcache_comp *next;
+    uct_completion_t           *comp;
+} uct_hca_rcache_comp_t;
 
 struct uct_hca_rcache {
     pthread_spinlock_t       lock;
@@ -164,6 +173,14 @@ static void uct_hca_rcache_reap(uct_hca_rcache_t *rc,
         e->memh.mr = NULL;
         bytes     += e->end - e->start;
         ++n;
+        /* the region is gone: its INVALIDATE completions are due */
+        while (e->comps != NULL) {
+            uct_hca_rcache_comp_t *c = e->comps;
+
+            e->comps = c->next;
+            uct_invoke_completion(c->comp, UCS_OK);
+            ucs_free(c);
+        }
     }
     pthread_spin_lock(&rc->lock);
     for (e = reap; e != NULL; e = next) {
@@ -224,8 +241,8 @@ ucs_status_t uct_hca_rcache_create(hca_pd_t *pd, unsigned access,
     unsigned hash_size;
     ucs_status_t status;
 
-    if (max_regions == 0) {
-        return UCS_ERR_INVALID_PARAM;
+    if ((max_regions == 0) || (max_regions > (1u << 22))) {
+        return UCS_ERR_INVALID_PARAM; /* the hash takes 24 bits */
     }
     rc = ucs_calloc(1, sizeof(*rc), "hca_rcache");
     if (rc == NULL) {
@@ -256,7 +273,10 @@ ucs_status_t uct_hca_rcache_create(hca_pd_t *pd, unsigned access,
     rc->hi = 0;
     pthread_once(&uct_hca_rcache_atfork_once, uct_hca_rcache_atfork_init);
     rc->fork_gen = atomic_load(&uct_hca_rcache_forks);
-    pthread_spin_init(&rc->lock, PTHREAD_PROCESS_PRIVATE);
+    if (pthread_spin_init(&rc->lock, PTHREAD_PROCESS_PRIVATE) != 0) {
+        status = UCS_ERR_NO_RESOURCE;
+        goto err_free;
+    }
     status = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED,
                                    UCT_HCA_RCACHE_EVENT_PRIO,
                                    uct_hca_rcache_unmapped, rc);
@@ -281,6 +301,11 @@ void uct_hca_rcache_destroy(uct_hca_rcache_t *rc)
 
     ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, uct_hca_rcache_unmapped,
                             rc);
+    if (rc->fork_gen != atomic_load(&uct_hca_rcache_forks)) {
+        /* a forked child closing the md it inherited: the MRs are the
+         * parent's (its MPT is shared memory), only our copy goes */
+        goto out_free;
+    }
     pthread_spin_lock(&rc->lock);
     for (unsigned i = 0; i < rc->max_regions; ++i) {
         e = &rc->entries[i];
@@ -297,11 +322,12 @@ void uct_hca_rcache_destroy(uct_hca_rcache_t *rc)
     }
     pthread_spin_unlock(&rc->lock);
     if (leaked != 0) {
-        ucs_debug("hca: %u cached registration(s) still in use at md close",
-                  leaked);
+        ucs_warn("hca: %u cached registration(s) still in use at md close",
+                 leaked);
     }
     uct_hca_rcache_reap(rc, reap);
     pthread_spin_destroy(&rc->lock);
+out_free:
     ucs_free(rc->hash);
     ucs_free(rc->entries);
     ucs_free(rc);
@@ -409,31 +435,44 @@ ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rc, void *address,
 }
 
 void uct_hca_rcache_put(uct_hca_rcache_t *rc, uct_hca_memh_t *memh,
-                        int invalidate)
+                        int invalidate, uct_completion_t *comp)
 {
     uct_hca_rcache_entry_t *e    = memh->entry;
     uct_hca_rcache_entry_t *reap = NULL;
+    uct_hca_rcache_comp_t *c     = NULL;
 
+    if (invalidate && (comp != NULL)) {
+        c = ucs_malloc(sizeof(*c), "hca_rcache_comp");
+        if (c == NULL) {
+            /* no room to wait for the other holders: fence the key for
+             * all of them now, as the completion must not lie */
+            hca_mr_invalidate(e->memh.mr);
+            uct_invoke_completion(comp, UCS_OK);
+        } else {
+            c->comp = comp;
+        }
+    }
     pthread_spin_lock(&rc->lock);
     if (invalidate && (e->state == UCT_HCA_RCACHE_LIVE)) {
+        /* no new hits; the users holding it keep its key, as with
+         * ucs_rcache: the region is deregistered at the last put */
         uct_hca_rcache_unhash(rc, e);
         e->state = UCT_HCA_RCACHE_REVOKED;
     }
-    if (invalidate && (e->refs > 1)) {
-        /* others hold it: fence its key now, keeping our reference so
-         * that their last put cannot free the MR meanwhile */
-        pthread_spin_unlock(&rc->lock);
-        hca_mr_invalidate(e->memh.mr);
-        pthread_spin_lock(&rc->lock);
+    if (c != NULL) {
+        c->next  = e->comps;
+        e->comps = c;
     }
     if (--e->refs == 0) {
         if (e->state == UCT_HCA_RCACHE_LIVE) {
             ucs_list_add_tail(&rc->lru, &e->list);
+            uct_hca_rcache_evict(rc, &reap);
         } else {
             ucs_list_add_tail(&rc->dead, &e->list);
-            uct_hca_rcache_detach(rc, e, &reap);
         }
     }
+    /* dead regions go now: a hit-only workload must not keep them */
+    uct_hca_rcache_take_dead(rc, &reap);
     pthread_spin_unlock(&rc->lock);
     uct_hca_rcache_reap(rc, reap);
 }

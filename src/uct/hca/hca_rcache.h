@@ -20,17 +20,18 @@
  *     before the memory leaves the address space; accesses that passed the
  *     check just before may still finish while munmap runs, and the full
  *     fence (hca_mr_dereg) runs at the cache's next call.
- *   - UCT_MD_MEM_DEREG_FLAG_INVALIDATE: the region leaves the cache, its
- *     key is invalidated and fenced, then the completion is invoked; other
- *     holders of the same registration lose remote and local access too
- *     (as on InfiniBand, where the memory key is destroyed).
+ *   - UCT_MD_MEM_DEREG_FLAG_INVALIDATE: the region leaves the cache (no
+ *     new hits); users that still hold the same registration keep its key
+ *     until their own deregistration; at the last one the region is
+ *     deregistered (fenced) and the completion invoked - as ucs_rcache's
+ *     region invalidation does for UCX's IB md.
  */
 #ifndef UCT_HCA_RCACHE_H
 #define UCT_HCA_RCACHE_H
 
 #include <hca_dev.h>
 
-#include <ucs/type/status.h>
+#include <uct/api/uct.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -69,11 +70,12 @@ ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rcache, void *address,
                                 size_t length, struct uct_hca_memh **memh_p,
                                 int *rc_p);
 
-/* Gives back a registration from uct_hca_rcache_get.  invalidate: the
- * region leaves the cache and its key is invalidated and fenced before
- * this returns. */
+/* Gives back a registration from uct_hca_rcache_get.  invalidate
+ * (UCT_MD_MEM_DEREG_FLAG_INVALIDATE): the region leaves the cache (no new
+ * hits); it is deregistered - its key fenced - at its last put, and comp
+ * (if not NULL) is invoked then, maybe in this call. */
 void uct_hca_rcache_put(uct_hca_rcache_t *rcache, struct uct_hca_memh *memh,
-                        int invalidate);
+                        int invalidate, uct_completion_t *comp);
 
 /* Deregisters the cached regions that overlap [address, address + length)
  * (uct_md_mem_free of device memory: its MRs must go first).  Regions in

@@ -3,8 +3,9 @@
  * the semantics of UCX's IB md and its rcache:
  *   - registering the same buffer again is a hit: the same key;
  *   - uct_md_mem_dereg keeps a cached region registered (its rkey works);
- *   - a real deregistration ends it: UCT_MD_MEM_DEREG_FLAG_INVALIDATE, an
- *     munmap or free() that unmaps the memory, eviction over the limits,
+ *   - a real deregistration ends it: UCT_MD_MEM_DEREG_FLAG_INVALIDATE (at
+ *     the last holder's deregistration), an munmap or free() that unmaps
+ *     the memory, eviction over the limits,
  *     uct_mem_free of device memory holding a cached sub-registration;
  *     after it no remote access passes with the old key and nothing lands;
  *   - memory reused at new (or the same) addresses moves correct data;
@@ -226,6 +227,10 @@ TEST_P(UctRcache, CachedKeyWorksAfterDeregUntilInvalidated)
     dereg(m);
 }
 
+/* As ucs_rcache's region invalidation for UCX's IB md: the invalidated
+ * region takes no new hits, but a user still holding the same registration
+ * keeps its key; the region is deregistered, and the completion invoked,
+ * at that user's deregistration. */
 TEST_P(UctRcache, InvalidateWhileAnotherHolderKeepsIt)
 {
     std::vector<char> buf(PG);
@@ -242,14 +247,51 @@ TEST_P(UctRcache, InvalidateWhileAnotherHolderKeepsIt)
     p.flags = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
     p.comp  = &comp.uct;
     ASSERT_EQ(UCS_OK, uct_md_mem_dereg_v2(tgt.md, &p));
-    EXPECT_EQ(1, comp.calls);
-    /* invalidated for every holder (the memory key is gone, as on IB) */
-    EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 8));
-    EXPECT_EQ(-1, pat_check(buf.data(), PG, 7));
-    dereg(b);
+    EXPECT_EQ(0, comp.calls) << "completed while b still holds the region";
+    /* b's key still works ... */
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)buf.data(), k, PG));
+    EXPECT_EQ(-1, pat_check(local.data(), PG, 7));
+    /* ... but the region takes no new hits */
     uct_mem_h c = reg(buf.data(), PG);
-    EXPECT_NE(k, pack(c));
+    std::string k2 = pack(c);
+    EXPECT_NE(k, k2);
+    /* b's deregistration is the last: the region goes, the completion
+     * comes, and the old key fails without writing */
+    dereg(b);
+    EXPECT_EQ(1, comp.calls);
+    EXPECT_EQ(UCS_OK, comp.status);
+    EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 8));
+    EXPECT_EQ(-1, pat_check(buf.data(), PG, 7)) << "a byte landed";
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)buf.data(), k2, 64)) << "c's key";
     dereg(c);
+}
+
+/* A region unmapped while a user holds its registration: the key ends at
+ * once; the holder's deregistration afterwards frees it (no crash, no
+ * second deregistration). */
+TEST_P(UctRcache, MunmapWhileHeldEndsTheKey)
+{
+    const size_t len = 4 * PG;
+    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(MAP_FAILED, p);
+    uct_mem_h m = reg(p, len);
+    std::string k = pack(m);
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)p, k, 64));
+    ASSERT_EQ(0, munmap(p, len));
+    void *q = mmap(p, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    ASSERT_EQ(p, q);
+    pat_fill(q, len, 51);
+    EXPECT_NE(UCS_OK, remote_put((uintptr_t)q, k, 64, 52));
+    EXPECT_EQ(-1, pat_check(q, len, 51)) << "a byte landed";
+    dereg(m);
+    uct_mem_h m2 = reg(q, len);
+    EXPECT_NE(k, pack(m2));
+    ASSERT_EQ(UCS_OK, remote_put((uintptr_t)q, pack(m2), 64, 53));
+    EXPECT_EQ(-1, pat_check(q, 64, 53));
+    dereg(m2);
+    ASSERT_EQ(0, munmap(q, len));
 }
 
 TEST_P(UctRcache, MunmapRevokesTheKey)
@@ -348,13 +390,24 @@ TEST_P(UctRcache, EvictionOverTheLimitEndsTheOldestKeys)
     reopen();
     ASSERT_NO_FATAL_FAILURE(open_with({{"RCACHE_MAX_SIZE", "8k"}}));
     keys.clear();
-    for (int i = 0; i < 4; ++i) {
-        uct_mem_h m = reg(&buf[i * 4 * PG], 4 * PG);
+    for (int i = 0; i < 4; ++i) {   /* 4 idle regions of 4 KiB: 2 fit */
+        uct_mem_h m = reg(&buf[i * PG], PG);
         keys.push_back(pack(m));
         dereg(m);
     }
-    EXPECT_NE(UCS_OK, remote_get((uintptr_t)&buf[0], keys[0], 64));
-    EXPECT_EQ(UCS_OK, remote_get((uintptr_t)&buf[12 * PG], keys[3], 64));
+    for (int i = 0; i < 4; ++i) {
+        ucs_status_t st = remote_get((uintptr_t)&buf[i * PG], keys[i], 64);
+        if (i < 2) {
+            EXPECT_NE(UCS_OK, st) << "region " << i << " over the size limit";
+        } else {
+            EXPECT_EQ(UCS_OK, st) << "cached region " << i;
+        }
+    }
+    /* a region larger than the limit is not kept once idle */
+    uct_mem_h big = reg(&buf[8 * PG], 4 * PG);
+    std::string bk = pack(big);
+    dereg(big);
+    EXPECT_NE(UCS_OK, remote_get((uintptr_t)&buf[8 * PG], bk, 64));
 }
 
 TEST_P(UctRcache, EveryEntryInUseRegistersUncached)
