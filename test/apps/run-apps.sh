@@ -349,10 +349,12 @@ for c in "${cases[@]}"; do
                 hlog=$log
                 log=$clog
                 # the control is stock UCX; when it fails before its own
-                # data checks (seen: posix's rkey unpack "Shared memory
-                # error" in MPI_Put, 2 of 13 runs) it is no reference: it
-                # runs again, at most 3 times in all.  The hca run is not
-                # repeated.
+                # data checks it is no reference: it runs again, at most 3
+                # times in all (the hca run is not repeated).  Seen: posix's
+                # rkey unpack opening "<garbage>/ucx_shm_posix_..." in
+                # MPI_Put - the directory comes from the packed rkey, which
+                # osc ucx fetched stale for the dynamic window (the same
+                # stock bug as the crash in MPI_Win_free).
                 for try in 1 2 3; do
                     UCX_TLS=$ctl_tls run_case "$launcher" "$np" "$c"
                     grep -q 'data verified, detached; calling MPI_Win_free' \
