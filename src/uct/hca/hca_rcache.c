@@ -41,16 +41,7 @@ struct uct_hca_rcache_entry {
     int                     state;
     uct_hca_rcache_entry_t *next;   /* hash chain, or free/reap list */
     ucs_list_link_t         list;   /* LRU or dead list, while idle */
-    struct uct_hca_rcache_comp *comps; /* INVALIDATE completions, invoked
-                                          once the region is deregistered */
 };
-
-/* A completion of a deregistration with UCT_MD_MEM_DEREG_FLAG_INVALIDATE
- * whose region other users still hold (as ucs_rcache's comp_list). */
-typedef struct uct_hca_rcache_comp {
-    struct uct_hca_rcache_comp *next;
-    uct_completion_t           *comp;
-} uct_hca_rcache_comp_t;
 
 struct uct_hca_rcache {
     pthread_spinlock_t       lock;
@@ -173,14 +164,6 @@ static void uct_hca_rcache_reap(uct_hca_rcache_t *rc,
         e->memh.mr = NULL;
         bytes     += e->end - e->start;
         ++n;
-        /* the region is gone: its INVALIDATE completions are due */
-        while (e->comps != NULL) {
-            uct_hca_rcache_comp_t *c = e->comps;
-
-            e->comps = c->next;
-            uct_invoke_completion(c->comp, UCS_OK);
-            ucs_free(c);
-        }
     }
     pthread_spin_lock(&rc->lock);
     for (e = reap; e != NULL; e = next) {
@@ -439,30 +422,23 @@ void uct_hca_rcache_put(uct_hca_rcache_t *rc, uct_hca_memh_t *memh,
 {
     uct_hca_rcache_entry_t *e    = memh->entry;
     uct_hca_rcache_entry_t *reap = NULL;
-    uct_hca_rcache_comp_t *c     = NULL;
 
-    if (invalidate && (comp != NULL)) {
-        c = ucs_malloc(sizeof(*c), "hca_rcache_comp");
-        if (c == NULL) {
-            /* no room to wait for the other holders: fence the key for
-             * all of them now, as the completion must not lie */
-            hca_mr_invalidate(e->memh.mr);
-            uct_invoke_completion(comp, UCS_OK);
-        } else {
-            c->comp = comp;
+    if (invalidate) {
+        /* no new hits, and the key fenced now for every holder (our
+         * reference keeps the MR alive meanwhile).  Not deferred to the
+         * last holder as ucs_rcache does: UCP invalidates while purging a
+         * failed endpoint, one request after another, and a completion
+         * that waits for the other requests' registrations never came
+         * (test/reliability peer-death am/tag hung). */
+        pthread_spin_lock(&rc->lock);
+        if (e->state == UCT_HCA_RCACHE_LIVE) {
+            uct_hca_rcache_unhash(rc, e);
+            e->state = UCT_HCA_RCACHE_REVOKED;
         }
+        pthread_spin_unlock(&rc->lock);
+        hca_mr_invalidate(e->memh.mr);
     }
     pthread_spin_lock(&rc->lock);
-    if (invalidate && (e->state == UCT_HCA_RCACHE_LIVE)) {
-        /* no new hits; the users holding it keep its key, as with
-         * ucs_rcache: the region is deregistered at the last put */
-        uct_hca_rcache_unhash(rc, e);
-        e->state = UCT_HCA_RCACHE_REVOKED;
-    }
-    if (c != NULL) {
-        c->next  = e->comps;
-        e->comps = c;
-    }
     if (--e->refs == 0) {
         if (e->state == UCT_HCA_RCACHE_LIVE) {
             ucs_list_add_tail(&rc->lru, &e->list);
@@ -475,6 +451,9 @@ void uct_hca_rcache_put(uct_hca_rcache_t *rc, uct_hca_memh_t *memh,
     uct_hca_rcache_take_dead(rc, &reap);
     pthread_spin_unlock(&rc->lock);
     uct_hca_rcache_reap(rc, reap);
+    if (invalidate && (comp != NULL)) {
+        uct_invoke_completion(comp, UCS_OK);
+    }
 }
 
 void uct_hca_rcache_flush_range(uct_hca_rcache_t *rc, void *address,

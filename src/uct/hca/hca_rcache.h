@@ -20,11 +20,11 @@
  *     before the memory leaves the address space; accesses that passed the
  *     check just before may still finish while munmap runs, and the full
  *     fence (hca_mr_dereg) runs at the cache's next call.
- *   - UCT_MD_MEM_DEREG_FLAG_INVALIDATE: the region leaves the cache (no
- *     new hits); users that still hold the same registration keep its key
- *     until their own deregistration; at the last one the region is
- *     deregistered (fenced) and the completion invoked - as ucs_rcache's
- *     region invalidation does for UCX's IB md.
+ *   - UCT_MD_MEM_DEREG_FLAG_INVALIDATE: the region leaves the cache, its
+ *     key is fenced for every holder (hca_mr_invalidate), then the
+ *     completion is invoked, in the call.  ucs_rcache defers it to the last
+ *     holder's put; here that hung UCP's purge of a failed endpoint, which
+ *     invalidates its requests one after another (uct_hca_rcache_put).
  */
 #ifndef UCT_HCA_RCACHE_H
 #define UCT_HCA_RCACHE_H
@@ -71,9 +71,8 @@ ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rcache, void *address,
                                 int *rc_p);
 
 /* Gives back a registration from uct_hca_rcache_get.  invalidate
- * (UCT_MD_MEM_DEREG_FLAG_INVALIDATE): the region leaves the cache (no new
- * hits); it is deregistered - its key fenced - at its last put, and comp
- * (if not NULL) is invoked then, maybe in this call. */
+ * (UCT_MD_MEM_DEREG_FLAG_INVALIDATE): the region leaves the cache and its
+ * key is fenced for every holder; then comp (if not NULL) is invoked. */
 void uct_hca_rcache_put(uct_hca_rcache_t *rcache, struct uct_hca_memh *memh,
                         int invalidate, uct_completion_t *comp);
 
