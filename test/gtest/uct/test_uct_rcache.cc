@@ -125,6 +125,20 @@ protected:
 
     void dereg(uct_mem_h memh) { EXPECT_EQ(UCS_OK, uct_md_mem_dereg(tgt.md, memh)); }
 
+    /* uct_md_mem_dereg_v2 with UCT_MD_MEM_DEREG_FLAG_INVALIDATE */
+    ucs_status_t dereg_invalidate(uct_mem_h memh, test_comp &comp)
+    {
+        hcat_md_mem_dereg_params_t p;
+
+        p.field_mask = HCAT_MD_MEM_DEREG_FIELD_MEMH |
+                       HCAT_MD_MEM_DEREG_FIELD_FLAGS |
+                       HCAT_MD_MEM_DEREG_FIELD_COMPLETION;
+        p.memh       = memh;
+        p.flags      = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
+        p.comp       = &comp.uct;
+        return uct_md_mem_dereg_v2(tgt.md, &p);
+    }
+
     /* malloc maps a 4 MiB buffer and free unmaps it (threshold 256 KiB):
      * the cached key of a page of it must end, even for new memory mapped
      * at the same address, where nothing may land */
@@ -217,13 +231,7 @@ TEST_P(UctRcache, CachedKeyWorksAfterDeregUntilInvalidated)
     m = reg(buf.data(), PG);
     EXPECT_EQ(k, pack(m));
     test_comp comp;
-    hcat_md_mem_dereg_params_t p;
-    p.field_mask = HCAT_MD_MEM_DEREG_FIELD_MEMH | HCAT_MD_MEM_DEREG_FIELD_FLAGS |
-                   HCAT_MD_MEM_DEREG_FIELD_COMPLETION;
-    p.memh  = m;
-    p.flags = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
-    p.comp  = &comp.uct;
-    ASSERT_EQ(UCS_OK, uct_md_mem_dereg_v2(tgt.md, &p));
+    ASSERT_EQ(UCS_OK, dereg_invalidate(m, comp));
     EXPECT_EQ(1, comp.calls);
     EXPECT_EQ(UCS_OK, comp.status);
     EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 6))
@@ -248,13 +256,7 @@ TEST_P(UctRcache, InvalidateWhileAnotherHolderKeepsIt)
     std::string k = pack(a);
     EXPECT_EQ(k, pack(b));
     test_comp comp;
-    hcat_md_mem_dereg_params_t p;
-    p.field_mask = HCAT_MD_MEM_DEREG_FIELD_MEMH | HCAT_MD_MEM_DEREG_FIELD_FLAGS |
-                   HCAT_MD_MEM_DEREG_FIELD_COMPLETION;
-    p.memh  = a;
-    p.flags = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
-    p.comp  = &comp.uct;
-    ASSERT_EQ(UCS_OK, uct_md_mem_dereg_v2(tgt.md, &p));
+    ASSERT_EQ(UCS_OK, dereg_invalidate(a, comp));
     EXPECT_EQ(1, comp.calls);
     EXPECT_EQ(UCS_OK, comp.status);
     EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 8));
