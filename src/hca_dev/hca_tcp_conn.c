@@ -61,8 +61,26 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
     free(conn);
 }
 
+int hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret)
+{
+    if (atomic_load(&conn->proven)) {
+        return 1;
+    }
+    if (conn->outbound ||
+        (atomic_load(&conn->state) != HCA_TCP_CONN_UP) ||
+        !hca_tcp_mac_equal(conn->proof, hca_tcp_mac(secret,
+                                                     HCA_TCP_MAC_IDENTITY,
+                                                     &conn->hs))) {
+        return 0;
+    }
+    atomic_store(&conn->proven, 1);
+    return 1;
+}
+
 /* A connection to the peer's context (tcp->lock held): the one we have,
- * or a new one, connecting (the thread completes it). */
+ * or a new one, connecting (the thread completes it).  An inbound one
+ * carries our requests only if it proves it is that peer (its claim in
+ * the hello alone is anyone's: docs/TCP-WIRE.md, "Connection set-up"). */
 hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
 {
     struct sockaddr_storage ss;
@@ -74,7 +92,8 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
         if ((atomic_load(&conn->state) != HCA_TCP_CONN_DEAD) &&
             (conn->peer.host == peer->host) && (conn->peer.pid == peer->pid) &&
             (conn->peer.ctx_id == peer->ctx_id) &&
-            (conn->outbound || (atomic_load(&conn->state) == HCA_TCP_CONN_UP))) {
+            (conn->outbound ? (conn->peer.secret == peer->secret) :
+                              hca_tcp_conn_proves(conn, peer->secret))) {
             return conn;
         }
     }

@@ -26,6 +26,7 @@
 
 #include "hca_priv.h"
 #include "hca_tcp_wire.h"
+#include "hca_tcp_auth.h"
 
 #include <sys/uio.h>
 
@@ -33,6 +34,14 @@
 #define HCA_TCP_POISON        16      /* refused requester QPs remembered */
 #define HCA_TCP_TIMEOUT_MS    10000   /* default silent-peer limit */
 #define HCA_TCP_CONNECT_MS    5000    /* connect + handshake limit */
+#define HCA_TCP_HALF_OPEN_MAX 256     /* inbound connections whose handshake
+                                         is not done, per listener (and at
+                                         most a quarter of RLIMIT_NOFILE:
+                                         the rest is headroom for the
+                                         connections that completed it) */
+#define HCA_TCP_HALF_OPEN_SRC 64      /* ... of them from one address */
+#define HCA_TCP_LOG_NS        1000000000ull /* refusals: a log line at most
+                                         this often */
 #define HCA_TCP_POLL_MAX      64      /* connections a user poll reads; with
                                          more the thread keeps reading */
 #define HCA_TCP_RXBUF         (16u * 1024) /* per-connection read buffer: one
@@ -135,7 +144,19 @@ typedef struct hca_tcp_conn {
     _Atomic int          fail;      /* DEAD: what its QPs report
                                        (hca_wc_status_t; the first
                                        killer's, set before the state) */
-    hca_port_addr_t      peer;      /* host, pid, ctx, listener */
+    hca_port_addr_t      peer;      /* host, pid, ctx, listener; inbound:
+                                       the identity its hello claimed */
+    /* the handshake (the thread; read-only once UP) */
+    int                  hs_step;   /* the last message sent (0: none) */
+    hca_tcp_transcript_t hs;        /* its nonces and identities */
+    uint64_t             proof;     /* inbound: MAC(the claimed peer's
+                                       secret; IDENTITY, hs) */
+    _Atomic int          proven;    /* the peer is who conn->peer says: we
+                                       dialled its listener with its secret
+                                       and it proved it knows it; or
+                                       (inbound) its proof verified with the
+                                       secret of that peer's address */
+    uint8_t              src_ip[16]; /* inbound: where from (IPv4 mapped) */
     uint32_t             qp_refs;   /* our QPs connected through it
                                        (tcp->lock) */
     uint64_t             start_ns;  /* connect began */
@@ -197,6 +218,10 @@ typedef struct hca_tcp_dev {
     _Atomic int          answers_held; /* a poll left answers queued: the
                                           thread sends them at its next
                                           wake (at most 1 ms) */
+    uint32_t             half_open_max; /* HCA_TCP_HALF_OPEN_MAX, or less
+                                           under a low RLIMIT_NOFILE */
+    uint64_t             log_ns;     /* the last refusal logged (thread) */
+    uint32_t             log_held;   /* refusals not logged since */
 } hca_tcp_dev_t;
 
 /* Per-QP state, in qp->fabric_priv. */
@@ -254,6 +279,11 @@ int  hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len);
 
 /* hca_tcp_conn.c */
 hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
+/* Does the connection prove it is the context whose secret is secret
+ * (conn->peer's identity)?  Outbound: we dialled it and it proved it
+ * knows its secret; inbound: the proof in its hello verifies.  The answer
+ * yes is remembered (tcp->lock held). */
+int  hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret);
 hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound);
 void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           hca_wc_status_t why, const char *where);

@@ -143,5 +143,7 @@ int hca_tcp_hello_check(const hca_tcp_hello_t *hello)
 {
     return (hello->magic == HCA_TCP_MAGIC) &&
            (hello->version == HCA_TCP_VERSION) &&
-           (hello->status < HCA_TCP_HELLO_LAST);
+           (hello->status < HCA_TCP_HELLO_LAST) &&
+           (hello->step >= HCA_TCP_STEP_HELLO) &&
+           (hello->step < HCA_TCP_STEP_LAST);
 }

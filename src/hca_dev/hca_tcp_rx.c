@@ -90,7 +90,7 @@ static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 
 /* The target QP of a request from this connection's peer. */
 static hca_wc_status_t hca_tcp_target(hca_tcp_dev_t *tcp,
-                                      const hca_tcp_conn_t *conn,
+                                      hca_tcp_conn_t *conn,
                                       const hca_tcp_hdr_t *hdr,
                                       unsigned access, hca_qp_pub_t **pub_p)
 {
@@ -110,6 +110,19 @@ static hca_wc_status_t hca_tcp_target(hca_tcp_dev_t *tcp,
                               hdr->src_qpn);
     if (status != HCA_WC_SUCCESS) {
         return status;
+    }
+    /* a QP connected to one peer serves only a connection that proved it
+     * is that peer (the identity in a hello is anyone's claim); a QP that
+     * accepts any source, any connection that passed the handshake */
+    if (HCA_UNLIKELY(!atomic_load_explicit(&conn->proven,
+                                           memory_order_relaxed)) &&
+        (atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed) !=
+         HCA_QPN_ANY)) {
+        hca_qp_t *qp = __atomic_load_n(&dev->qps[idx], __ATOMIC_ACQUIRE);
+        if ((qp == NULL) || (qp->qpn != hdr->dst_qpn) ||
+            !hca_tcp_conn_proves(conn, qp->dest.secret)) {
+            return HCA_WC_REM_INV_REQ_ERR;
+        }
     }
     if ((pub->access & access) != access) {
         return HCA_WC_REM_ACCESS_ERR;

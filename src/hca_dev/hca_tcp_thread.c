@@ -8,12 +8,16 @@
 #include "hca_tcp_fabric.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 static char hca_tcp_listen_tag, hca_tcp_wake_tag;
@@ -64,7 +68,7 @@ static int hca_tcp_send_all(int fd, const void *buf, size_t len)
             if ((n < 0) && (errno == EINTR)) {
                 continue;
             }
-            return -1; /* a fresh socket takes 48 bytes, or is broken */
+            return -1; /* a fresh socket takes 64 bytes, or is broken */
         }
         p   += n;
         len -= (size_t)n;
@@ -72,17 +76,49 @@ static int hca_tcp_send_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-static void hca_tcp_hello_fill(hca_tcp_dev_t *tcp, hca_tcp_hello_t *h)
+/* A refusal, logged at most once per HCA_TCP_LOG_NS with the count of
+ * those not logged since (the thread: a flood of bad hellos or
+ * connections must not become a flood of lines). */
+static void hca_tcp_refusal(hca_tcp_dev_t *tcp, const char *fmt, ...)
 {
-    memset(h, 0, sizeof(*h));
-    h->magic    = HCA_TCP_MAGIC;
-    h->version  = HCA_TCP_VERSION;
-    h->src_host = tcp->dev->host_key;
-    h->src_pid  = tcp->dev->pid;
-    h->src_ctx  = tcp->dev->ctx_id;
+    uint64_t now = hca_now_ns();
+    char line[256];
+    va_list ap;
+
+    if ((tcp->log_ns != 0) && (now - tcp->log_ns < HCA_TCP_LOG_NS)) {
+        tcp->log_held++;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (tcp->log_held > 0) {
+        hca_log("tcp fabric: %s (and %u refusals not logged)", line,
+                tcp->log_held);
+    } else {
+        hca_log("tcp fabric: %s", line);
+    }
+    tcp->log_ns   = now;
+    tcp->log_held = 0;
 }
 
-/* Our connect finished: says who we want, with its secret. */
+/* A handshake message; with our identity unless `anonymous` (a refusal
+ * names nobody). */
+static void hca_tcp_hello_fill(hca_tcp_dev_t *tcp, hca_tcp_hello_t *h,
+                               hca_tcp_step_t step, int anonymous)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic   = HCA_TCP_MAGIC;
+    h->version = HCA_TCP_VERSION;
+    h->step    = (uint8_t)step;
+    if (!anonymous) {
+        h->src_host = tcp->dev->host_key;
+        h->src_pid  = tcp->dev->pid;
+        h->src_ctx  = tcp->dev->ctx_id;
+    }
+}
+
+/* Our connect finished: says who we are and who we want, with a nonce. */
 static void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     hca_tcp_hello_t h;
@@ -98,11 +134,18 @@ static void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
         return;
     }
-    hca_tcp_hello_fill(tcp, &h);
+    conn->hs.nonce_c   = hca_tcp_nonce();
+    conn->hs.conn_host = tcp->dev->host_key;
+    conn->hs.conn_pid  = tcp->dev->pid;
+    conn->hs.conn_ctx  = tcp->dev->ctx_id;
+    conn->hs.acc_host  = conn->peer.host;
+    conn->hs.acc_pid   = conn->peer.pid;
+    conn->hs.acc_ctx   = conn->peer.ctx_id;
+    hca_tcp_hello_fill(tcp, &h, HCA_TCP_STEP_HELLO, 0);
     h.dst_host = conn->peer.host;
     h.dst_pid  = conn->peer.pid;
     h.dst_ctx  = conn->peer.ctx_id;
-    h.secret   = conn->peer.secret;
+    h.nonce    = conn->hs.nonce_c;
     if (hca_tcp_send_all(conn->fd, &h, sizeof(h)) != 0) {
         if (tcp->dev->trace) {
             hca_log("tcp fabric: hello to pid %u ctx %u: %s",
@@ -111,6 +154,7 @@ static void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
         return;
     }
+    conn->hs_step = HCA_TCP_STEP_HELLO;
     atomic_store(&conn->state, HCA_TCP_CONN_HELLO);
     pthread_mutex_lock(&conn->tx_lock);
     conn->want_out = 0;
@@ -118,48 +162,127 @@ static void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     pthread_mutex_unlock(&conn->tx_lock);
 }
 
-/* The other side's hello is in conn->rx.in.hello. */
+/* The connector's side of the handshake: the acceptor's CHALLENGE, then
+ * its VERDICT.  0 go on, -1 the connection died. */
+static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                                   const hca_tcp_hello_t *in)
+{
+    hca_tcp_hello_t out;
+    int ok = hca_tcp_hello_check(in) && (in->step == conn->hs_step + 1);
+
+    if (!ok || (in->status != HCA_TCP_HELLO_OK)) {
+        hca_tcp_refusal(tcp, "pid %u ctx %u refused our connection "
+                        "(status %u)", conn->peer.pid, conn->peer.ctx_id,
+                        ok ? in->status : 0xffffu);
+        hca_tcp_conn_kill(tcp, conn,
+                          (ok && (in->status == HCA_TCP_HELLO_BAD_SECRET)) ?
+                          HCA_WC_REM_ACCESS_ERR : HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    if (in->step == HCA_TCP_STEP_VERDICT) {
+        atomic_store(&conn->proven, 1); /* it proved it in its CHALLENGE */
+        return 0;
+    }
+    /* the CHALLENGE: the context we wanted, and it knows its secret */
+    conn->hs.nonce_a = in->nonce;
+    if ((in->src_host != conn->peer.host) || (in->src_pid != conn->peer.pid) ||
+        (in->src_ctx != conn->peer.ctx_id) ||
+        !hca_tcp_mac_equal(in->mac, hca_tcp_mac(conn->peer.secret,
+                                                HCA_TCP_MAC_ACCEPTOR,
+                                                &conn->hs))) {
+        hca_tcp_refusal(tcp, "the listener of pid %u ctx %u did not prove "
+                        "it is that context: connection closed",
+                        conn->peer.pid, conn->peer.ctx_id);
+        HCA_TCP_COUNT(tcp, tcp_refused, 1);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+        return -1;
+    }
+    hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_PROOF, 0);
+    out.mac   = hca_tcp_mac(conn->peer.secret, HCA_TCP_MAC_CONNECTOR,
+                            &conn->hs);
+    out.proof = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_IDENTITY, &conn->hs);
+    if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    conn->hs_step = HCA_TCP_STEP_PROOF;
+    return 1; /* more to read */
+}
+
+/* The acceptor's side: the connector's HELLO, then its PROOF. */
+static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                                  const hca_tcp_hello_t *in)
+{
+    hca_device_t *dev = tcp->dev;
+    hca_tcp_hello_t out;
+    int status        = HCA_TCP_HELLO_OK;
+
+    if (!hca_tcp_hello_check(in) || (in->step != conn->hs_step + 1)) {
+        status = HCA_TCP_HELLO_BAD_VERSION;
+    } else if (in->step == HCA_TCP_STEP_HELLO) {
+        if (in->dst_host != dev->host_key) {
+            status = HCA_TCP_HELLO_WRONG_HOST;
+        } else if ((in->dst_pid != dev->pid) ||
+                   (in->dst_ctx != dev->ctx_id)) {
+            status = HCA_TCP_HELLO_NO_CONTEXT;
+        }
+    } else if (!hca_tcp_mac_equal(in->mac, hca_tcp_mac(tcp->secret,
+                                                       HCA_TCP_MAC_CONNECTOR,
+                                                       &conn->hs))) {
+        status = HCA_TCP_HELLO_BAD_SECRET; /* not given our address */
+    }
+    if (status != HCA_TCP_HELLO_OK) {
+        /* names nobody: whoever asked learns no identity of ours */
+        hca_tcp_hello_fill(tcp, &out, (conn->hs_step == 0) ?
+                           HCA_TCP_STEP_CHALLENGE : HCA_TCP_STEP_VERDICT, 1);
+        out.status = (uint8_t)status;
+        (void)hca_tcp_send_all(conn->fd, &out, sizeof(out));
+        hca_tcp_refusal(tcp, "refused a connection (status %d, step %d)",
+                        status, conn->hs_step + 1);
+        HCA_TCP_COUNT(tcp, tcp_refused, 1);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+        return -1;
+    }
+    if (in->step == HCA_TCP_STEP_HELLO) {
+        /* who it claims to be: proven only by in->proof, later */
+        conn->peer.host    = in->src_host;
+        conn->peer.pid     = in->src_pid;
+        conn->peer.ctx_id  = in->src_ctx;
+        conn->hs.nonce_c   = in->nonce;
+        conn->hs.nonce_a   = hca_tcp_nonce();
+        conn->hs.conn_host = in->src_host;
+        conn->hs.conn_pid  = in->src_pid;
+        conn->hs.conn_ctx  = in->src_ctx;
+        conn->hs.acc_host  = dev->host_key;
+        conn->hs.acc_pid   = dev->pid;
+        conn->hs.acc_ctx   = dev->ctx_id;
+        hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_CHALLENGE, 0);
+        out.nonce = conn->hs.nonce_a;
+        out.mac   = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_ACCEPTOR, &conn->hs);
+        conn->hs_step = HCA_TCP_STEP_CHALLENGE;
+    } else {
+        conn->proof = in->proof;
+        hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_VERDICT, 0);
+        conn->hs_step = HCA_TCP_STEP_VERDICT;
+    }
+    if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    return (conn->hs_step == HCA_TCP_STEP_VERDICT) ? 0 : 1;
+}
+
+/* A handshake message of the other side is in conn->rx.in.hello. */
 static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     const hca_tcp_hello_t *in = &conn->rx.in.hello;
     hca_device_t *dev         = tcp->dev;
-    hca_tcp_hello_t out;
+    int rc = conn->outbound ? hca_tcp_hello_connector(tcp, conn, in) :
+                              hca_tcp_hello_acceptor(tcp, conn, in);
 
-    if (conn->outbound) {
-        /* the acceptor's answer */
-        if (!hca_tcp_hello_check(in) || (in->status != HCA_TCP_HELLO_OK) ||
-            (in->src_host != conn->peer.host) ||
-            (in->src_pid != conn->peer.pid) ||
-            (in->src_ctx != conn->peer.ctx_id)) {
-            hca_log("tcp fabric: pid %u ctx %u refused our connection "
-                    "(status %u)", conn->peer.pid, conn->peer.ctx_id,
-                    hca_tcp_hello_check(in) ? in->status : 0xffffu);
-            hca_tcp_conn_kill(tcp, conn,
-                              (hca_tcp_hello_check(in) &&
-                               (in->status == HCA_TCP_HELLO_BAD_SECRET)) ?
-                              HCA_WC_REM_ACCESS_ERR : HCA_WC_RETRY_EXC_ERR);
-            return;
-        }
-    } else {
-        hca_tcp_hello_fill(tcp, &out);
-        if (!hca_tcp_hello_check(in)) {
-            out.status = HCA_TCP_HELLO_BAD_VERSION;
-        } else if (in->dst_host != dev->host_key) {
-            out.status = HCA_TCP_HELLO_WRONG_HOST;
-        } else if ((in->dst_pid != dev->pid) || (in->dst_ctx != dev->ctx_id)) {
-            out.status = HCA_TCP_HELLO_NO_CONTEXT;
-        } else if (in->secret != tcp->secret) {
-            out.status = HCA_TCP_HELLO_BAD_SECRET;
-        }
-        (void)hca_tcp_send_all(conn->fd, &out, sizeof(out));
-        if (out.status != HCA_TCP_HELLO_OK) {
-            HCA_TCP_COUNT(tcp, tcp_refused, 1);
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
-            return;
-        }
-        conn->peer.host   = in->src_host;
-        conn->peer.pid    = in->src_pid;
-        conn->peer.ctx_id = in->src_ctx;
+    conn->rx.got = 0;
+    if (rc != 0) {
+        return; /* dead, or the next message of the handshake to read */
     }
     HCA_TCP_COUNT(tcp, tcp_conns, 1);
     if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
@@ -494,13 +617,107 @@ static void hca_tcp_answers_held(hca_tcp_dev_t *tcp)
 
 /* ---------------------------------------------------------------- events */
 
+/* Closes the socket of a dead connection (tcp->lock held, the thread);
+ * the connection is freed by hca_tcp_reap once no QP uses it.  0, or -1
+ * if a poll reads it now (the next pass closes it). */
+static int hca_tcp_close_fd(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    if (pthread_mutex_trylock(&conn->rx_lock) != 0) {
+        return -1;
+    }
+    if (conn->fd >= 0) {
+        /* closed under both locks: a sender (tx_lock) or a poll
+         * (rx_lock) never uses the number after another file got it */
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+        pthread_mutex_lock(&conn->tx_lock);
+        hca_tcp_rx_abort(conn);
+        close(conn->fd);
+        conn->fd = -1;
+        pthread_mutex_unlock(&conn->tx_lock);
+    }
+    pthread_mutex_unlock(&conn->rx_lock);
+    return 0;
+}
+
+/* Where an accepted connection comes from, as 16 bytes (IPv4 mapped). */
+static void hca_tcp_src_ip(const struct sockaddr_storage *ss, uint8_t ip[16])
+{
+    memset(ip, 0, 16);
+    if (ss->ss_family == AF_INET) {
+        ip[10] = ip[11] = 0xff;
+        memcpy(ip + 12, &((const struct sockaddr_in*)ss)->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        memcpy(ip, &((const struct sockaddr_in6*)ss)->sin6_addr, 16);
+    }
+}
+
+/* Makes room for one more half-open connection (inbound, handshake not
+ * done; tcp->lock held): over the cap of the listener, or of the source
+ * ip (NULL: any), the oldest one goes first - an attacker's flood ages
+ * out behind the peers that come after it.  `force`: one goes even under
+ * the caps (out of file descriptors).  1 if one was closed. */
+static int hca_tcp_half_open_trim(hca_tcp_dev_t *tcp, const uint8_t *ip,
+                                  int force)
+{
+    hca_tcp_conn_t *oldest = NULL, *oldest_src = NULL, *victim;
+    uint32_t n = 0, n_src = 0;
+
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if (c->outbound || (c->fd < 0) ||
+            (atomic_load(&c->state) != HCA_TCP_CONN_HELLO)) {
+            continue;
+        }
+        n++;
+        if ((oldest == NULL) || (c->start_ns <= oldest->start_ns)) {
+            oldest = c;
+        }
+        if ((ip != NULL) && (memcmp(c->src_ip, ip, 16) == 0)) {
+            n_src++;
+            if ((oldest_src == NULL) ||
+                (c->start_ns <= oldest_src->start_ns)) {
+                oldest_src = c;
+            }
+        }
+    }
+    if (n_src >= HCA_TCP_HALF_OPEN_SRC) {
+        victim = oldest_src;
+    } else if ((n >= tcp->half_open_max) || force) {
+        victim = oldest;
+    } else {
+        return 0;
+    }
+    if (victim == NULL) {
+        return 0;
+    }
+    hca_tcp_refusal(tcp, "%u connections wait for their handshake (%u from "
+                    "one address): the oldest closed", n, n_src);
+    HCA_TCP_COUNT(tcp, tcp_refused, 1);
+    hca_tcp_conn_kill(tcp, victim, HCA_WC_RETRY_EXC_ERR);
+    return hca_tcp_close_fd(tcp, victim) == 0;
+}
+
 static void hca_tcp_accept(hca_tcp_dev_t *tcp)
 {
     for (;;) {
         hca_tcp_conn_t *conn;
-        int fd = accept4(tcp->listen_fd, NULL, NULL,
+        struct sockaddr_storage ss;
+        socklen_t sslen = sizeof(ss);
+        uint8_t ip[16];
+        int fd = accept4(tcp->listen_fd, (struct sockaddr*)&ss, &sslen,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
+            if ((errno == EMFILE) || (errno == ENFILE)) {
+                int freed;
+                /* out of fds: a half-open connection gives its one to
+                 * whoever waits (the connections that completed a
+                 * handshake keep theirs) */
+                pthread_mutex_lock(&tcp->lock);
+                freed = hca_tcp_half_open_trim(tcp, NULL, 1);
+                pthread_mutex_unlock(&tcp->lock);
+                if (freed) {
+                    continue;
+                }
+            }
             if ((errno == EMFILE) || (errno == ENFILE) || (errno == ENOMEM) ||
                 (errno == ENOBUFS)) {
                 /* the pending connection stays: stop watching the
@@ -511,11 +728,14 @@ static void hca_tcp_accept(hca_tcp_dev_t *tcp)
             }
             return;
         }
+        hca_tcp_src_ip(&ss, ip);
         pthread_mutex_lock(&tcp->lock);
+        (void)hca_tcp_half_open_trim(tcp, ip, 0);
         conn = hca_tcp_conn_new(tcp, fd, 0);
         if (conn == NULL) {
             close(fd);
         } else {
+            memcpy(conn->src_ip, ip, 16);
             atomic_store(&conn->state, HCA_TCP_CONN_HELLO);
             hca_tcp_watch(tcp, conn);
         }
@@ -555,21 +775,10 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
             pp = &conn->next;
             continue;
         }
-        if (pthread_mutex_trylock(&conn->rx_lock) != 0) {
+        if (hca_tcp_close_fd(tcp, conn) != 0) {
             pp = &conn->next; /* a poll reads it: the next pass frees it */
             continue;
         }
-        if (conn->fd >= 0) {
-            /* closed under both locks: a sender (tx_lock) or a poll
-             * (rx_lock) never uses the number after another file got it */
-            (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
-            pthread_mutex_lock(&conn->tx_lock);
-            hca_tcp_rx_abort(conn);
-            close(conn->fd);
-            conn->fd = -1;
-            pthread_mutex_unlock(&conn->tx_lock);
-        }
-        pthread_mutex_unlock(&conn->rx_lock);
         if (conn->qp_refs == 0) {
             *pp = conn->next;
             hca_tcp_conn_free(conn);
@@ -848,8 +1057,17 @@ int hca_tcp_poll(hca_device_t *dev)
 int hca_tcp_thread_start(hca_tcp_dev_t *tcp)
 {
     struct epoll_event ev = {.events = EPOLLIN};
+    struct rlimit rl;
     int rc;
 
+    /* half-open connections take at most a quarter of the fds: the rest
+     * is for the connections that completed a handshake */
+    tcp->half_open_max = HCA_TCP_HALF_OPEN_MAX;
+    if ((getrlimit(RLIMIT_NOFILE, &rl) == 0) && (rl.rlim_cur != RLIM_INFINITY) &&
+        (rl.rlim_cur / 4 < tcp->half_open_max)) {
+        tcp->half_open_max = (rl.rlim_cur / 4 > 4) ? (uint32_t)(rl.rlim_cur / 4) :
+                             4;
+    }
     tcp->epfd    = epoll_create1(EPOLL_CLOEXEC);
     tcp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if ((tcp->epfd < 0) || (tcp->wake_fd < 0)) {

@@ -22,7 +22,8 @@
 #endif
 
 #define HCA_TCP_MAGIC    0x50544348u       /* "HCTP" */
-#define HCA_TCP_VERSION  1
+#define HCA_TCP_VERSION  2                 /* 2: the challenge-response
+                                              handshake */
 #define HCA_TCP_SEG_MAX  (64u * 1024)      /* payload of a WRITE or
                                               READ_RESP frame: a large
                                               transfer is cut into these,
@@ -42,20 +43,37 @@ typedef enum {
     HCA_TCP_HELLO_LAST
 } hca_tcp_hello_status_t;
 
-/* Sent by the connector, answered by the acceptor with its own identity
- * and a status (then it closes if the status is not OK). */
+/* The handshake's messages, in order (hca_tcp_hello_t.step). */
+typedef enum {
+    HCA_TCP_STEP_HELLO = 1, /* connector: who it is, who it wants, nonce_c */
+    HCA_TCP_STEP_CHALLENGE, /* acceptor: status; if OK its identity, nonce_a
+                               and mac = MAC(its secret; ACCEPTOR) */
+    HCA_TCP_STEP_PROOF,     /* connector: mac = MAC(acceptor's secret;
+                               CONNECTOR), proof = MAC(its own secret;
+                               IDENTITY) */
+    HCA_TCP_STEP_VERDICT,   /* acceptor: status OK or BAD_SECRET */
+    HCA_TCP_STEP_LAST
+} hca_tcp_step_t;
+
+/* Every handshake message (docs/TCP-WIRE.md, "Connection set-up").  A
+ * refusal carries the status only: no identity of the refuser, all other
+ * fields 0.  No secret is ever sent: only MACs keyed by one
+ * (hca_tcp_auth.h) over both nonces and both identities. */
 typedef struct hca_tcp_hello {
     uint32_t magic;
     uint16_t version;
-    uint16_t status;      /* answer: hca_tcp_hello_status_t */
+    uint8_t  step;        /* hca_tcp_step_t */
+    uint8_t  status;      /* answers: hca_tcp_hello_status_t */
     uint64_t src_host;    /* hca_host_key() of the sender */
     uint32_t src_pid;
     uint32_t src_ctx;
-    uint64_t dst_host;    /* who the connector wants (from the address) */
+    uint64_t dst_host;    /* HELLO: who the connector wants (from the
+                             address); else 0 */
     uint32_t dst_pid;
     uint32_t dst_ctx;
-    uint64_t secret;      /* connector: the acceptor's secret, from its
-                             address; answer: 0 */
+    uint64_t nonce;       /* HELLO: nonce_c; CHALLENGE: nonce_a */
+    uint64_t mac;         /* CHALLENGE: mac_a; PROOF: mac_c */
+    uint64_t proof;       /* PROOF: proof of the connector's identity */
 } hca_tcp_hello_t;
 
 /* ------------------------------------------------------------ frames */
@@ -108,7 +126,12 @@ typedef struct hca_tcp_hdr {
     uint64_t swap;        /* ATOMIC CMP_SWP: the new value */
 } hca_tcp_hdr_t;
 
-_Static_assert(sizeof(hca_tcp_hello_t) == 48, "tcp hello layout");
+_Static_assert(sizeof(hca_tcp_hello_t) == 64, "tcp hello layout");
+_Static_assert(__builtin_offsetof(hca_tcp_hello_t, src_host) == 8 &&
+               __builtin_offsetof(hca_tcp_hello_t, dst_host) == 24 &&
+               __builtin_offsetof(hca_tcp_hello_t, nonce) == 40 &&
+               __builtin_offsetof(hca_tcp_hello_t, proof) == 56,
+               "tcp hello layout");
 _Static_assert(sizeof(hca_tcp_hdr_t) == 72, "tcp frame header layout");
 
 /* Why a header was refused (0: it is well formed). */

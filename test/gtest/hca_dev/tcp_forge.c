@@ -6,6 +6,7 @@
 #include "tcp_forge.h"
 
 #include "hca_tcp_wire.h"
+#include "hca_priv.h"
 
 #include <string.h>
 
@@ -13,6 +14,7 @@
  * the test compiles the library's own source of them, so that a case is
  * judged by exactly the code the context runs. */
 #include "hca_tcp_frame.c"
+#include "hca_tcp_auth.c"
 
 _Static_assert(TCPF_HELLO_LEN == sizeof(hca_tcp_hello_t), "hello size");
 _Static_assert(TCPF_HDR_LEN == sizeof(hca_tcp_hdr_t), "header size");
@@ -21,6 +23,14 @@ _Static_assert((int)TCPF_HELLO_BAD_VERSION == (int)HCA_TCP_HELLO_BAD_VERSION &&
                (int)TCPF_HELLO_NO_CONTEXT == (int)HCA_TCP_HELLO_NO_CONTEXT &&
                (int)TCPF_HELLO_BAD_SECRET == (int)HCA_TCP_HELLO_BAD_SECRET,
                "hello statuses");
+_Static_assert((int)TCPF_STEP_HELLO == (int)HCA_TCP_STEP_HELLO &&
+               (int)TCPF_STEP_CHALLENGE == (int)HCA_TCP_STEP_CHALLENGE &&
+               (int)TCPF_STEP_PROOF == (int)HCA_TCP_STEP_PROOF &&
+               (int)TCPF_STEP_VERDICT == (int)HCA_TCP_STEP_VERDICT &&
+               (int)TCPF_MAC_ACCEPTOR == (int)HCA_TCP_MAC_ACCEPTOR &&
+               (int)TCPF_MAC_CONNECTOR == (int)HCA_TCP_MAC_CONNECTOR &&
+               (int)TCPF_MAC_IDENTITY == (int)HCA_TCP_MAC_IDENTITY,
+               "handshake steps and MACs");
 _Static_assert((int)TCPF_OP_SEND == (int)HCA_TCP_OP_SEND &&
                (int)TCPF_OP_WRITE == (int)HCA_TCP_OP_WRITE &&
                (int)TCPF_OP_READ == (int)HCA_TCP_OP_READ &&
@@ -44,6 +54,7 @@ void tcpf_hello_encode(const tcpf_hello_t *h, uint8_t *out)
     memset(&w, 0, sizeof(w));
     w.magic    = h->magic ? h->magic : HCA_TCP_MAGIC;
     w.version  = h->version ? h->version : HCA_TCP_VERSION;
+    w.step     = h->step ? h->step : HCA_TCP_STEP_HELLO;
     w.status   = h->status;
     w.src_host = h->src_host;
     w.src_pid  = h->src_pid;
@@ -51,7 +62,9 @@ void tcpf_hello_encode(const tcpf_hello_t *h, uint8_t *out)
     w.dst_host = h->dst_host;
     w.dst_pid  = h->dst_pid;
     w.dst_ctx  = h->dst_ctx;
-    w.secret   = h->secret;
+    w.nonce    = h->nonce;
+    w.mac      = h->mac;
+    w.proof    = h->proof;
     memcpy(out, &w, sizeof(w));
 }
 
@@ -62,6 +75,7 @@ void tcpf_hello_decode(const uint8_t *in, tcpf_hello_t *h)
     memcpy(&w, in, sizeof(w));
     h->magic    = w.magic;
     h->version  = w.version;
+    h->step     = w.step;
     h->status   = w.status;
     h->src_host = w.src_host;
     h->src_pid  = w.src_pid;
@@ -69,7 +83,25 @@ void tcpf_hello_decode(const uint8_t *in, tcpf_hello_t *h)
     h->dst_host = w.dst_host;
     h->dst_pid  = w.dst_pid;
     h->dst_ctx  = w.dst_ctx;
-    h->secret   = w.secret;
+    h->nonce    = w.nonce;
+    h->mac      = w.mac;
+    h->proof    = w.proof;
+}
+
+uint64_t tcpf_mac(uint64_t secret, int kind, const tcpf_transcript_t *t)
+{
+    hca_tcp_transcript_t w = {
+        .nonce_c   = t->nonce_c,   .nonce_a  = t->nonce_a,
+        .conn_host = t->conn_host, .conn_pid = t->conn_pid,
+        .conn_ctx  = t->conn_ctx,  .acc_host = t->acc_host,
+        .acc_pid   = t->acc_pid,   .acc_ctx  = t->acc_ctx
+    };
+    return hca_tcp_mac(secret, (hca_tcp_mac_kind_t)kind, &w);
+}
+
+uint64_t tcpf_siphash24(const uint8_t k[16], const void *msg, size_t len)
+{
+    return hca_siphash24(k, msg, len);
 }
 
 void tcpf_hdr_encode(const tcpf_hdr_t *h, uint8_t *out)
@@ -137,4 +169,9 @@ int tcpf_hello_check(const uint8_t *in)
 
     memcpy(&w, in, sizeof(w));
     return hca_tcp_hello_check(&w);
+}
+
+void tcpf_claim_ctx(struct hca_device *dev, uint32_t ctx_id)
+{
+    dev->ctx_id = ctx_id;
 }

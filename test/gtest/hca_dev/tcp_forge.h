@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 enum {
-    TCPF_HELLO_LEN = 48,
+    TCPF_HELLO_LEN = 64,
     TCPF_HDR_LEN   = 72,
 
     TCPF_HELLO_OK = 0,
@@ -24,6 +24,15 @@ enum {
     TCPF_HELLO_WRONG_HOST,
     TCPF_HELLO_NO_CONTEXT,
     TCPF_HELLO_BAD_SECRET,
+
+    TCPF_STEP_HELLO = 1,   /* the handshake's messages */
+    TCPF_STEP_CHALLENGE,
+    TCPF_STEP_PROOF,
+    TCPF_STEP_VERDICT,
+
+    TCPF_MAC_ACCEPTOR = 1, /* what a MAC proves (hca_tcp_auth.h) */
+    TCPF_MAC_CONNECTOR,
+    TCPF_MAC_IDENTITY,
 
     TCPF_OP_SEND = 1,
     TCPF_OP_WRITE,
@@ -48,13 +57,27 @@ extern const uint32_t tcpf_send_max;  /* HCA_TCP_SEND_MAX */
 typedef struct tcpf_hello {
     uint32_t magic;   /* 0: HCA_TCP_MAGIC */
     uint16_t version; /* 0: HCA_TCP_VERSION */
-    uint16_t status;
+    uint8_t  step;    /* TCPF_STEP_* */
+    uint8_t  status;
     uint64_t src_host;
     uint32_t src_pid, src_ctx;
     uint64_t dst_host;
     uint32_t dst_pid, dst_ctx;
-    uint64_t secret;
+    uint64_t nonce, mac, proof;
 } tcpf_hello_t;
+
+/* hca_tcp_transcript_t's fields */
+typedef struct tcpf_transcript {
+    uint64_t nonce_c, nonce_a;
+    uint64_t conn_host;
+    uint32_t conn_pid, conn_ctx;
+    uint64_t acc_host;
+    uint32_t acc_pid, acc_ctx;
+} tcpf_transcript_t;
+
+/* hca_tcp_mac and hca_siphash24 (the library's own code) */
+uint64_t tcpf_mac(uint64_t secret, int kind, const tcpf_transcript_t *t);
+uint64_t tcpf_siphash24(const uint8_t k[16], const void *msg, size_t len);
 
 /* hca_tcp_hdr_t's fields */
 typedef struct tcpf_hdr {
@@ -65,6 +88,11 @@ typedef struct tcpf_hdr {
     uint8_t  atomic_op;
     uint64_t operand, swap;
 } tcpf_hdr_t;
+
+/* The test's attacker: the context claims identity ctx_id (on its host and
+ * pid) from now on, in the hellos it sends - what a forged hello says. */
+struct hca_device;
+void tcpf_claim_ctx(struct hca_device *dev, uint32_t ctx_id);
 
 /* To and from the wire: TCPF_HELLO_LEN / TCPF_HDR_LEN bytes. */
 void tcpf_hello_encode(const tcpf_hello_t *h, uint8_t *out);

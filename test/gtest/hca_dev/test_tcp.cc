@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 namespace hcat {
@@ -31,11 +32,15 @@ const size_t   MR_LEN    = 128 * 1024; /* over HCA_TCP_SEG_MAX: a frame over
 const size_t   PAD       = 4096;       /* bytes either side, not registered */
 const uint32_t CLIENT_CTX = 0xc1;      /* what the raw client claims to be */
 const int      SHORT_MS  = 2000;       /* a frame expected now */
+const uint64_t CLIENT_SECRET = 0x0123456789abcdefull; /* the raw client's
+                                          own listener secret: what proves
+                                          it is CLIENT_CTX */
 
 /* A raw TCP client of a context's listener. */
 class raw_client {
 public:
     int fd = -1;
+    std::vector<uint8_t> wire; /* the handshake's bytes, both ways */
 
     raw_client() = default;
     raw_client(const raw_client&) = delete;
@@ -54,8 +59,8 @@ public:
         }
     }
 
-    /* Connects to the listener of the context at a (bounded). */
-    ::testing::AssertionResult connect_to(const hca_port_addr_t &a)
+    /* Starts connecting to the listener of the context at a. */
+    ::testing::AssertionResult start_connect(const hca_port_addr_t &a)
     {
         struct sockaddr_storage ss;
         socklen_t len;
@@ -89,6 +94,16 @@ public:
             (errno != EINPROGRESS)) {
             return ::testing::AssertionFailure() << "connect: "
                                                  << strerror(errno);
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* Connects to the listener of the context at a (bounded). */
+    ::testing::AssertionResult connect_to(const hca_port_addr_t &a)
+    {
+        auto r = start_connect(a);
+        if (!r) {
+            return r;
         }
         struct pollfd pfd = {fd, POLLOUT, 0};
         int err           = 0;
@@ -215,10 +230,14 @@ public:
         uint8_t raw[TCPF_HELLO_LEN];
 
         tcpf_hello_encode(&h, raw);
+        wire.insert(wire.end(), raw, raw + sizeof(raw));
         if (!send_all(raw, sizeof(raw))) {
             return ::testing::AssertionFailure() << "cannot send the hello";
         }
         int rc = recv_exact(raw, sizeof(raw), TIMEOUT_MS);
+        if (rc == 1) {
+            wire.insert(wire.end(), raw, raw + sizeof(raw));
+        }
         if (rc != 1) {
             return ::testing::AssertionFailure()
                    << "no hello answer (" << (rc ? "timeout" : "closed")
@@ -285,19 +304,64 @@ protected:
     {
         tcpf_hello_t h;
         memset(&h, 0, sizeof(h));
+        h.step     = TCPF_STEP_HELLO;
         h.src_host = 0x5eed5eedull;
         h.src_pid  = (uint32_t)getpid();
         h.src_ctx  = CLIENT_CTX;
         h.dst_host = c.addr.host;
         h.dst_pid  = c.addr.pid;
         h.dst_ctx  = c.addr.ctx_id;
-        h.secret   = c.addr.secret;
+        h.nonce    = 0x6e6f6e6365000000ull ^ (uint64_t)now_ms();
         return h;
     }
 
+    /* The connector's side of the handshake, on a connected cl: hello h,
+     * then (if its CHALLENGE is OK and proves the context knows its
+     * secret) the PROOF with the MAC keyed by acc_secret and the identity
+     * proof keyed by own_secret.  *ans: the answer that ended it (a
+     * refused CHALLENGE, or the VERDICT). */
+    ::testing::AssertionResult shake(raw_client &cl, const tcpf_hello_t &h,
+                                     uint64_t acc_secret, uint64_t own_secret,
+                                     tcpf_hello_t *ans)
+    {
+        auto r = cl.hello(h, ans);
+        if (!r || (ans->status != TCPF_HELLO_OK)) {
+            return r;
+        }
+        if ((ans->step != TCPF_STEP_CHALLENGE) ||
+            (ans->src_pid != c.addr.pid) || (ans->src_ctx != c.addr.ctx_id) ||
+            (ans->src_host != c.addr.host)) {
+            return ::testing::AssertionFailure()
+                   << "challenge: step " << (int)ans->step << " from pid "
+                   << ans->src_pid << " ctx " << ans->src_ctx;
+        }
+        tcpf_transcript_t t = {h.nonce,    ans->nonce,   h.src_host,
+                               h.src_pid,  h.src_ctx,    c.addr.host,
+                               c.addr.pid, c.addr.ctx_id};
+        if (ans->mac != tcpf_mac(c.addr.secret, TCPF_MAC_ACCEPTOR, &t)) {
+            return ::testing::AssertionFailure()
+                   << "the challenge does not prove the context's secret";
+        }
+        tcpf_hello_t p;
+        memset(&p, 0, sizeof(p));
+        p.step     = TCPF_STEP_PROOF;
+        p.src_host = h.src_host;
+        p.src_pid  = h.src_pid;
+        p.src_ctx  = h.src_ctx;
+        p.mac      = tcpf_mac(acc_secret, TCPF_MAC_CONNECTOR, &t);
+        p.proof    = tcpf_mac(own_secret, TCPF_MAC_IDENTITY, &t);
+        r = cl.hello(p, ans);
+        if (r && (ans->step != TCPF_STEP_VERDICT)) {
+            return ::testing::AssertionFailure()
+                   << "answer to the proof: step " << (int)ans->step;
+        }
+        return r;
+    }
+
     /* Connects cl and completes the handshake (as a client of host
-     * src_host if not 0). */
-    ::testing::AssertionResult handshake(raw_client &cl, uint64_t src_host = 0)
+     * src_host if not 0; proving its identity with own_secret). */
+    ::testing::AssertionResult handshake(raw_client &cl, uint64_t src_host = 0,
+                                         uint64_t own_secret = CLIENT_SECRET)
     {
         tcpf_hello_t ans, h = good_hello();
         auto r = cl.connect_to(c.addr);
@@ -307,15 +371,29 @@ protected:
         if (src_host != 0) {
             h.src_host = src_host;
         }
-        r = cl.hello(h, &ans);
+        r = shake(cl, h, c.addr.secret, own_secret, &ans);
         if (!r) {
             return r;
         }
         if ((ans.status != TCPF_HELLO_OK) || (ans.src_pid != c.addr.pid) ||
             (ans.src_ctx != c.addr.ctx_id) || (ans.src_host != c.addr.host)) {
             return ::testing::AssertionFailure()
-                   << "hello answer: status " << ans.status << " from pid "
-                   << ans.src_pid << " ctx " << ans.src_ctx;
+                   << "hello answer: status " << (int)ans.status
+                   << " from pid " << ans.src_pid << " ctx " << ans.src_ctx;
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* A refusal names nobody: no identity, nonce or MAC of the context. */
+    static ::testing::AssertionResult anonymous(const tcpf_hello_t &ans)
+    {
+        if ((ans.src_host != 0) || (ans.src_pid != 0) || (ans.src_ctx != 0) ||
+            (ans.dst_host != 0) || (ans.dst_pid != 0) || (ans.dst_ctx != 0) ||
+            (ans.nonce != 0) || (ans.mac != 0) || (ans.proof != 0)) {
+            return ::testing::AssertionFailure()
+                   << "the refusal names host " << std::hex << ans.src_host
+                   << std::dec << " pid " << ans.src_pid << " ctx "
+                   << ans.src_ctx;
         }
         return ::testing::AssertionSuccess();
     }
@@ -417,13 +495,14 @@ protected:
 TEST_F(TcpWire, HelloBadSecretRefused)
 {
     raw_client cl;
-    tcpf_hello_t h = good_hello(), ans;
+    tcpf_hello_t ans;
 
     ASSERT_TRUE(cl.connect_to(c.addr));
-    h.secret ^= 1;
-    ASSERT_TRUE(cl.hello(h, &ans));
+    ASSERT_TRUE(shake(cl, good_hello(), c.addr.secret ^ 1, CLIENT_SECRET,
+                      &ans));
+    EXPECT_EQ(TCPF_STEP_VERDICT, ans.step);
     EXPECT_EQ(TCPF_HELLO_BAD_SECRET, ans.status);
-    EXPECT_EQ(0u, ans.secret); /* the answer never carries one */
+    EXPECT_TRUE(anonymous(ans)); /* the answer never carries one */
     EXPECT_TRUE(cl.expect_closed());
     ASSERT_NO_FATAL_FAILURE(good_write(0, 64, 1));
 }
@@ -442,6 +521,7 @@ TEST_F(TcpWire, HelloWrongContextRefused)
         }
         ASSERT_TRUE(cl.hello(h, &ans)) << (which ? "pid" : "ctx");
         EXPECT_EQ(TCPF_HELLO_NO_CONTEXT, ans.status) << (which ? "pid" : "ctx");
+        EXPECT_TRUE(anonymous(ans)) << (which ? "pid" : "ctx");
         EXPECT_TRUE(cl.expect_closed()) << (which ? "pid" : "ctx");
     }
     ASSERT_NO_FATAL_FAILURE(good_write(0, 64, 2));
@@ -462,8 +542,80 @@ TEST_F(TcpWire, HelloWrongHostOrVersionRefused)
         ASSERT_TRUE(cl.hello(h, &ans));
         EXPECT_EQ(which ? TCPF_HELLO_BAD_VERSION : TCPF_HELLO_WRONG_HOST,
                   ans.status);
+        EXPECT_TRUE(anonymous(ans));
         EXPECT_TRUE(cl.expect_closed());
     }
+}
+
+/* The handshake proves knowledge of secrets with MACs: neither the
+ * context's secret nor the client's ever crosses the wire. */
+TEST_F(TcpWire, NoSecretOnWire)
+{
+    raw_client cl;
+    ASSERT_TRUE(handshake(cl));
+    ASSERT_NO_FATAL_FAILURE(good_write(0, 64, 3)); /* the handshake serves */
+    for (uint64_t secret : {c.addr.secret, CLIENT_SECRET}) {
+        uint8_t le[8];
+        for (int i = 0; i < 8; ++i) {
+            le[i] = (uint8_t)(secret >> (8 * i));
+        }
+        EXPECT_EQ(cl.wire.end(),
+                  std::search(cl.wire.begin(), cl.wire.end(), le, le + 8))
+            << "secret " << std::hex << secret << " on the wire";
+    }
+    EXPECT_EQ((size_t)4 * TCPF_HELLO_LEN, cl.wire.size());
+}
+
+/* A connected QP serves only a connection that proved it is its peer:
+ * a client that claims the peer's identity (host, pid, ctx) and knows the
+ * context's address, but not the peer's secret, is refused. */
+TEST_F(TcpWire, ConnectedQpRefusesUnprovenClaim)
+{
+    const uint32_t src = next_src++;
+    std::vector<uint8_t> data(256);
+    raw_client impostor, real;
+
+    fill_pattern(data.data(), data.size(), 8);
+    ASSERT_TRUE(handshake(impostor, 0, CLIENT_SECRET ^ 0x42));
+    ASSERT_TRUE(handshake(real));
+
+    hca_qp_t *conn_qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, conn_qp);
+    hca_port_addr_t peer = c.addr;
+    peer.host   = good_hello().src_host;
+    peer.pid    = (uint32_t)getpid();
+    peer.ctx_id = CLIENT_CTX;
+    peer.secret = CLIENT_SECRET;
+    ASSERT_EQ(0, qp_to_init(conn_qp, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(conn_qp, peer, src));
+
+    tcpf_hdr_t h = write_hdr(src, addr_of(0), 256, rkey);
+    h.dst_qpn    = hca_qp_num(conn_qp);
+    ASSERT_TRUE(impostor.send_frame(h, data.data(), data.size()));
+    EXPECT_TRUE(expect_ack(impostor, h, HCA_WC_REM_INV_REQ_ERR));
+    EXPECT_TRUE(untouched());
+
+    h.resp_idx++;
+    ASSERT_TRUE(real.send_frame(h, data.data(), data.size()));
+    EXPECT_TRUE(expect_ack(real, h, HCA_WC_SUCCESS));
+    EXPECT_EQ(-1, check_pattern(mem, 256, 8));
+}
+
+/* SipHash-2-4 against its published vectors (key 00..0f, message 00..
+ * of the given length: the paper's appendix, and the reference
+ * implementation's vectors.h). */
+TEST(TcpAuth, SipHashVectors)
+{
+    uint8_t key[16], msg[64];
+    for (int i = 0; i < 16; ++i) {
+        key[i] = (uint8_t)i;
+    }
+    for (int i = 0; i < 64; ++i) {
+        msg[i] = (uint8_t)i;
+    }
+    EXPECT_EQ(0x726fdb47dd0e0e31ull, tcpf_siphash24(key, msg, 0));
+    EXPECT_EQ(0x93f5f5799a932462ull, tcpf_siphash24(key, msg, 8));
+    EXPECT_EQ(0xa129ca6149be45e5ull, tcpf_siphash24(key, msg, 15));
 }
 
 /* ------------------------------------------------------------ refusals */
@@ -595,7 +747,7 @@ TEST_F(TcpWire, ConnectedQpRefusesOtherHost)
     peer.host   = host;
     peer.pid    = (uint32_t)getpid();
     peer.ctx_id = CLIENT_CTX;
-    peer.secret = 0;
+    peer.secret = CLIENT_SECRET; /* what `right` proves it knows */
     ASSERT_EQ(0, qp_to_init(conn_qp, REMOTE_ALL));
     ASSERT_EQ(0, qp_to_rtr(conn_qp, peer, src));
 
@@ -932,6 +1084,195 @@ TEST(TcpQp, ResetQpServedAfterRefusal)
     ASSERT_EQ(0, post_retry(p.q1, &wr));
     ASSERT_TRUE(wait_ok(p.s1, 2, HCA_WC_RDMA_WRITE, &wc));
     EXPECT_EQ(-1, check_pattern(dst, 256, 5));
+}
+
+/* ------------------------------------------------------------ identity */
+
+/* Issue 23, item 1: a context that knows the target's address claims the
+ * identity of a real peer of the target in its hello.  The target's next
+ * QP to that peer must not send over the impostor's connection: its WRITE
+ * lands at the real peer, its READ returns the real peer's bytes, and the
+ * impostor's own memory gets none of it. */
+TEST(TcpIdentity, ClaimedIdentityNotReused)
+{
+    const size_t LEN = 4096;
+    ctx t, p, a;
+    ASSERT_TRUE(t.open(0, HCA_FABRIC_TCP));
+    ASSERT_TRUE(p.open(0, HCA_FABRIC_TCP));
+    ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
+    ASSERT_EQ(t.addr.pid, p.addr.pid);
+
+    /* the target: an any-source QP (whom the impostor talks to) */
+    hca_pd_t *tpd = t.new_pd();
+    cqw *tcq      = t.new_cq(64);
+    ASSERT_NE(nullptr, tcq);
+    hca_qp_t *tany = t.new_qp(tpd, tcq, tcq);
+    ASSERT_NE(nullptr, tany);
+    ASSERT_EQ(0, qp_to_init(tany, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(tany, t.addr, HCA_QPN_ANY));
+    uint8_t *tmem = t.alloc(MEM_MALLOC, 3 * LEN);
+    hca_mr_t *tmr = t.reg(tpd, tmem, 3 * LEN, ACCESS_ALL);
+    ASSERT_NE(nullptr, tmr);
+    memset(tmem, SENTINEL, 3 * LEN);
+
+    /* the impostor: the real peer's context id on the same host and pid,
+     * then a WRITE to the target's any-source QP - its hello names p */
+    tcpf_claim_ctx(a.dev, p.addr.ctx_id);
+    hca_pd_t *apd = a.new_pd();
+    cqw *acq      = a.new_cq(64);
+    ASSERT_NE(nullptr, acq);
+    hca_qp_t *aqp = a.new_qp(apd, acq, acq);
+    ASSERT_NE(nullptr, aqp);
+    uint8_t *amem = a.alloc(MEM_MALLOC, LEN);
+    hca_mr_t *amr = a.reg(apd, amem, LEN, ACCESS_ALL);
+    ASSERT_NE(nullptr, amr);
+    memset(amem, 0xa7, LEN);
+    ASSERT_EQ(0, connect_qp(aqp, t.addr, hca_qp_num(tany)));
+    hca_sge_t asg     = mk_sge(amem, 64, hca_mr_lkey(amr));
+    hca_send_wr_t awr = mk_wr(HCA_WR_RDMA_WRITE, &asg, 1, HCA_SEND_SIGNALED,
+                              1, (uint64_t)(uintptr_t)(tmem + 2 * LEN),
+                              hca_mr_rkey(tmr));
+    ASSERT_EQ(0, post_retry(aqp, &awr));
+    ASSERT_TRUE(wait_ok(acq, 1, HCA_WC_RDMA_WRITE)); /* its connection is up */
+
+    /* the real peer and the target's QP to it */
+    hca_pd_t *ppd = p.new_pd();
+    cqw *pcq      = p.new_cq(64);
+    ASSERT_NE(nullptr, pcq);
+    hca_qp_t *pqp = p.new_qp(ppd, pcq, pcq);
+    hca_qp_t *tqp = t.new_qp(tpd, tcq, tcq);
+    ASSERT_NE(nullptr, pqp);
+    ASSERT_NE(nullptr, tqp);
+    uint8_t *pmem = p.alloc(MEM_MALLOC, 2 * LEN);
+    hca_mr_t *pmr = p.reg(ppd, pmem, 2 * LEN, ACCESS_ALL);
+    ASSERT_NE(nullptr, pmr);
+    memset(pmem, SENTINEL, LEN);
+    fill_pattern(pmem + LEN, LEN, 22); /* what a READ of p returns */
+    ASSERT_EQ(0, connect_qp(pqp, t.addr, hca_qp_num(tqp)));
+    ASSERT_EQ(0, connect_qp(tqp, p.addr, hca_qp_num(pqp)));
+
+    fill_pattern(tmem, LEN, 21);
+    hca_sge_t sg     = mk_sge(tmem, LEN, hca_mr_lkey(tmr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 2,
+                             (uint64_t)(uintptr_t)pmem, hca_mr_rkey(pmr));
+    ASSERT_EQ(0, post_retry(tqp, &wr));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_wc(tcq, &wc));
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    EXPECT_EQ(-1, check_pattern(pmem, LEN, 21)) << "the WRITE did not land "
+                                                   "at the real peer";
+
+    hca_sge_t rsg     = mk_sge(tmem + LEN, LEN, hca_mr_lkey(tmr));
+    hca_send_wr_t rwr = mk_wr(HCA_WR_RDMA_READ, &rsg, 1, HCA_SEND_SIGNALED, 3,
+                              (uint64_t)(uintptr_t)(pmem + LEN),
+                              hca_mr_rkey(pmr));
+    if (wc.status == HCA_WC_SUCCESS) {
+        ASSERT_EQ(0, post_retry(tqp, &rwr));
+        ASSERT_TRUE(wait_ok(tcq, 3, HCA_WC_RDMA_READ));
+        EXPECT_EQ(-1, check_pattern(tmem + LEN, LEN, 22))
+            << "the READ did not return the real peer's bytes";
+    }
+    EXPECT_EQ(-1, check_byte(amem, LEN, 0xa7)) << "the impostor got bytes";
+}
+
+/* ------------------------------------------------------------ admission */
+
+/* Issue 23, item 5: connections that never say hello, more than the
+ * target has file descriptors (RLIMIT_NOFILE 256 in the target's
+ * process), must not keep a legitimate peer out: its QP's WRITE and READ
+ * complete. */
+TEST(TcpAdmission, HalfOpenFloodUnderFdLimit)
+{
+    struct target_info {
+        hca_port_addr_t addr;
+        uint32_t        qpn, rkey;
+        uint64_t        base;
+    };
+    const size_t LEN  = 4096;
+    const int    N    = 600;
+    child_t *child = fork_child([&](int rfd, int wfd) {
+        struct rlimit rl;
+        ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &rl));
+        rl.rlim_cur = 256;
+        ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &rl));
+        ctx t;
+        ASSERT_TRUE(t.open(0, HCA_FABRIC_TCP));
+        hca_pd_t *pd = t.new_pd();
+        cqw *cq      = t.new_cq(64);
+        ASSERT_NE(nullptr, cq);
+        hca_qp_t *qp = t.new_qp(pd, cq, cq);
+        ASSERT_NE(nullptr, qp);
+        ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+        ASSERT_EQ(0, qp_to_rtr(qp, t.addr, HCA_QPN_ANY));
+        uint8_t *mem = t.alloc(MEM_MALLOC, LEN);
+        hca_mr_t *mr = t.reg(pd, mem, LEN, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        target_info info = {t.addr, hca_qp_num(qp), hca_mr_rkey(mr),
+                            (uint64_t)(uintptr_t)mem};
+        ASSERT_TRUE(send_msg(wfd, info));
+        /* the fabric's thread serves; the parent says when it is done */
+        EXPECT_TRUE(expect_token(rfd, 1, 60000));
+    }, 90);
+    ASSERT_NE(nullptr, child);
+    target_info info;
+    ASSERT_TRUE(recv_msg(child->rfd, &info));
+
+    /* the flood: connections that say nothing, kept open */
+    std::vector<std::unique_ptr<raw_client>> flood;
+    for (int k = 0; k < N; ++k) {
+        flood.emplace_back(new raw_client);
+        ASSERT_TRUE(flood.back()->start_connect(info.addr));
+    }
+    /* until the target took them (bounded: unfixed, it cannot) */
+    for (double end = now_ms() + 4000; now_ms() < end;) {
+        int pending = 0;
+        for (auto &cl : flood) {
+            struct pollfd pfd = {cl->fd, POLLOUT, 0};
+            pending += (poll(&pfd, 1, 0) == 0);
+        }
+        if (pending == 0) {
+            break;
+        }
+        sleep_ms(50);
+    }
+    sleep_ms(200);
+
+    /* a legitimate peer */
+    ctx p;
+    ASSERT_TRUE(p.open(0, HCA_FABRIC_TCP));
+    hca_pd_t *pd = p.new_pd();
+    cqw *cq      = p.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = p.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    uint8_t *mem = p.alloc(MEM_MALLOC, 2 * LEN);
+    hca_mr_t *mr = p.reg(pd, mem, 2 * LEN, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    fill_pattern(mem, LEN, 31);
+    memset(mem + LEN, SENTINEL, LEN);
+    ASSERT_EQ(0, connect_qp(qp, info.addr, info.qpn));
+    double t0        = now_ms();
+    hca_sge_t sg     = mk_sge(mem, LEN, hca_mr_lkey(mr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 1,
+                             info.base, info.rkey);
+    ASSERT_EQ(0, post_retry(qp, &wr));
+    hca_wc_t wc;
+    ASSERT_TRUE(wait_wc(cq, &wc));
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc) << " after "
+                                         << (now_ms() - t0) << " ms";
+    if (wc.status == HCA_WC_SUCCESS) {
+        hca_sge_t rsg     = mk_sge(mem + LEN, LEN, hca_mr_lkey(mr));
+        hca_send_wr_t rwr = mk_wr(HCA_WR_RDMA_READ, &rsg, 1,
+                                  HCA_SEND_SIGNALED, 2, info.base, info.rkey);
+        ASSERT_EQ(0, post_retry(qp, &rwr));
+        ASSERT_TRUE(wait_ok(cq, 2, HCA_WC_RDMA_READ));
+        EXPECT_EQ(-1, check_pattern(mem + LEN, LEN, 31));
+    }
+    printf("[ figures  ] legitimate WRITE (and READ) done %.0f ms after its "
+           "connect, behind %d half-open connections\n", now_ms() - t0, N);
+    flood.clear();
+    EXPECT_TRUE(send_token(child->wfd, 1));
+    EXPECT_TRUE(wait_child(child, 30000));
 }
 
 } // namespace
