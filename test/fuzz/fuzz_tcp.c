@@ -9,18 +9,23 @@
  * accepts any source (receives posted, for SENDs and WRITE_IMM), a QP in
  * RTS connected to it (what ACK and READ_RESP frames may name), and an MR
  * of FZ_TCP_MR bytes inside a buffer whose FZ_TCP_PAD bytes either side
- * must never change.  The client completes the handshake with the victim's
- * secret and keeps its connection across inputs; when the victim closes it
- * (a malformed header), the next input reconnects.
+ * must never change.  The client completes the handshake (its four
+ * messages, the MACs keyed by the victim's secret) and keeps its
+ * connection across inputs; when the victim closes it (a malformed
+ * header), the next input reconnects.
  *
  * Input (little-endian; what runs short reads zeros):
  *
  *   u8 mode   bit 0: "shaped": every frame is made mostly well formed (see
  *             below); else the frames are raw bytes
- *             bit 1: the hello of a new connection comes from the input
- *             (48 raw bytes; with bit 2 its magic, version, destination
- *             and secret are fixed but for u8 sel: bit 0 keeps the raw
- *             secret)
+ *             bit 1: the HELLO of a new connection comes from the input
+ *             (64 raw bytes; with bit 2 its magic, version, step and
+ *             destination are fixed), then u8 sel for the PROOF: bit 0
+ *             its MAC from the input (u64: not the victim's secret's),
+ *             bit 1 its identity proof from the input (u64), bit 2 the
+ *             HELLO claims the victim's own identity - the peer of its
+ *             RTS QP, whose requests pass the identity check only with
+ *             a valid proof (src_qpn selector 2 names that peer's QPN)
  *   frames, up to FZ_TCP_FRAMES:
  *     raw:    72 header bytes; then, if the header passes
  *             hca_tcp_hdr_check, `length` payload bytes (the input's,
@@ -31,7 +36,8 @@
  *             length clamped to the opcode's limit (8 KiB unless sel2 bit
  *             0), offset/total made to agree (sel bit 6), dst_qpn by sel
  *             bits 0-1 (0,1 the target, 2 the RTS QP, 3 raw), src_qpn by
- *             bits 2-3 (0-2 a small requester QPN, 3 raw), the MR's rkey
+ *             bits 2-3 (0-1 a small requester QPN, 2 the target's QPN: the
+ *             RTS QP's peer, 3 raw), the MR's rkey
  *             unless bit 4, an address in or near the MR unless bit 5
  *             (8-aligned with sel2 bit 1), a valid atomic op unless sel2
  *             bit 2
@@ -41,7 +47,10 @@
  * promise.  Checked after each input (a violation aborts with "==FUZZ==
  * invariant broken"): the bytes around the MR are unchanged; every frame
  * the victim sends passes hca_tcp_hdr_check; a hello is answered with a
- * status that matches what was wrong with it, and refused ones are closed;
+ * status that matches what was wrong with it, a refusal names nobody (no
+ * identity, nonce or MAC) and closes, an accepted one proves the victim
+ * knows its secret; the RTS QP never answers SUCCESS to a connection
+ * whose identity is not proven;
  * the victim answers a probe (a zero-length WRITE from a fresh requester
  * QPN, sent after the input's frames) within FZ_TCP_WAIT_MS, i.e. it has
  * consumed everything - or it closed the connection after a bad header.
@@ -82,6 +91,8 @@ static struct {
     uint32_t        posted;     /* receives outstanding */
     int             fd;         /* the client, -1: reconnect */
     uint32_t        probe;      /* probes sent */
+    int             proven;     /* the connection proved it is the victim's
+                                   RTS QP's peer (the victim itself) */
     /* the victim's frames, as they come: header, then its payload */
     uint8_t         out_hdr[sizeof(hca_tcp_hdr_t)];
     size_t          out_got;
@@ -313,6 +324,12 @@ static int fz_drain_out(uint32_t probe_qpn, int *answered)
                     (h.dst_qpn == probe_qpn)) {
                     *answered = 1;
                 }
+                if ((h.opcode == HCA_TCP_OP_ACK) &&
+                    (h.syndrome == HCA_WC_SUCCESS) &&
+                    (h.src_qpn == hca_qp_num(fz.req)) && !fz.proven) {
+                    fz_fail("the connected QP served a connection that did "
+                            "not prove it is its peer");
+                }
                 fz.out_got  = 0;
                 fz.out_skip = h.length;
             }
@@ -372,33 +389,15 @@ static void fz_wait_closed(const char *why)
     fz_close();
 }
 
-/* The hello h goes out; the answer must say what is wrong with it (or
- * OK).  1 if the connection is up. */
-static int fz_hello(const hca_tcp_hello_t *h)
+/* Reads one handshake message of the victim into *ans. */
+static void fz_hello_recv(hca_tcp_hello_t *ans, unsigned expect)
 {
-    hca_tcp_hello_t ans;
-    uint16_t expect;
     size_t got = 0;
     double end = fz_now_ms() + FZ_TCP_WAIT_MS;
 
-    if (!hca_tcp_hello_check(h)) {
-        expect = HCA_TCP_HELLO_BAD_VERSION;
-    } else if (h->dst_host != fz.addr.host) {
-        expect = HCA_TCP_HELLO_WRONG_HOST;
-    } else if ((h->dst_pid != fz.addr.pid) ||
-               (h->dst_ctx != fz.addr.ctx_id)) {
-        expect = HCA_TCP_HELLO_NO_CONTEXT;
-    } else if (h->secret != fz.addr.secret) {
-        expect = HCA_TCP_HELLO_BAD_SECRET;
-    } else {
-        expect = HCA_TCP_HELLO_OK;
-    }
-    if (fz_send(h, sizeof(*h)) != 0) {
-        fz_fail("the victim closed before the hello's answer");
-    }
-    while (got < sizeof(ans)) {
+    while (got < sizeof(*ans)) {
         struct pollfd pfd = {.fd = fz.fd, .events = POLLIN};
-        ssize_t n = recv(fz.fd, (uint8_t*)&ans + got, sizeof(ans) - got,
+        ssize_t n = recv(fz.fd, (uint8_t*)ans + got, sizeof(*ans) - got,
                          MSG_DONTWAIT);
         if (n > 0) {
             got += (size_t)n;
@@ -413,16 +412,98 @@ static int fz_hello(const hca_tcp_hello_t *h)
         }
         (void)poll(&pfd, 1, 10);
     }
-    if (!hca_tcp_hello_check(&ans) || (ans.status != expect) ||
-        (ans.secret != 0) || (ans.src_pid != fz.addr.pid) ||
-        (ans.src_ctx != fz.addr.ctx_id)) {
-        fz_fail("hello answer: status %u (expected %u), secret %llx",
-                ans.status, expect, (unsigned long long)ans.secret);
+}
+
+/* The victim's answer: the expected status, and a refusal names nobody. */
+static void fz_hello_answer(const hca_tcp_hello_t *ans, unsigned expect,
+                            unsigned step)
+{
+    if (!hca_tcp_hello_check(ans) || (ans->status != expect) ||
+        (ans->step != step)) {
+        fz_fail("hello answer: status %u step %u (expected %u, %u)",
+                ans->status, ans->step, expect, step);
     }
+    if ((expect != HCA_TCP_HELLO_OK) &&
+        ((ans->src_host | ans->src_pid | ans->src_ctx | ans->dst_host |
+          ans->dst_pid | ans->dst_ctx | ans->nonce | ans->mac |
+          ans->proof) != 0)) {
+        fz_fail("a refusal names pid %u ctx %u", ans->src_pid, ans->src_ctx);
+    }
+}
+
+/* The handshake: HELLO h goes out, the CHALLENGE must say what is wrong
+ * with it (or OK, proving the victim knows its secret); then the PROOF
+ * (its MAC right unless raw_mac, its identity proof right unless
+ * raw_proof), whose VERDICT must match.  1 if the connection is up. */
+static int fz_hello(const hca_tcp_hello_t *h, int raw_mac, uint64_t mac,
+                    int raw_proof, uint64_t proof)
+{
+    hca_tcp_hello_t ans, p;
+    hca_tcp_transcript_t t;
+    unsigned expect;
+
+    fz.proven = 0;
+    if (!hca_tcp_hello_check(h) || (h->step != HCA_TCP_STEP_HELLO)) {
+        expect = HCA_TCP_HELLO_BAD_VERSION;
+    } else if (h->dst_host != fz.addr.host) {
+        expect = HCA_TCP_HELLO_WRONG_HOST;
+    } else if ((h->dst_pid != fz.addr.pid) ||
+               (h->dst_ctx != fz.addr.ctx_id)) {
+        expect = HCA_TCP_HELLO_NO_CONTEXT;
+    } else {
+        expect = HCA_TCP_HELLO_OK;
+    }
+    if (fz_send(h, sizeof(*h)) != 0) {
+        fz_fail("the victim closed before the hello's answer");
+    }
+    fz_hello_recv(&ans, expect);
+    fz_hello_answer(&ans, expect, HCA_TCP_STEP_CHALLENGE);
     if (expect != HCA_TCP_HELLO_OK) {
         fz_wait_closed("a refused hello");
         return 0;
     }
+    memset(&t, 0, sizeof(t));
+    t.nonce_c   = h->nonce;
+    t.nonce_a   = ans.nonce;
+    t.conn_host = h->src_host;
+    t.conn_pid  = h->src_pid;
+    t.conn_ctx  = h->src_ctx;
+    t.acc_host  = fz.addr.host;
+    t.acc_pid   = fz.addr.pid;
+    t.acc_ctx   = fz.addr.ctx_id;
+    if ((ans.src_host != fz.addr.host) || (ans.src_pid != fz.addr.pid) ||
+        (ans.src_ctx != fz.addr.ctx_id) ||
+        (ans.mac != hca_tcp_mac(fz.addr.secret, HCA_TCP_MAC_ACCEPTOR, &t))) {
+        fz_fail("the challenge does not prove the victim's identity");
+    }
+    memset(&p, 0, sizeof(p));
+    p.magic    = HCA_TCP_MAGIC;
+    p.version  = HCA_TCP_VERSION;
+    p.step     = HCA_TCP_STEP_PROOF;
+    p.src_host = h->src_host;
+    p.src_pid  = h->src_pid;
+    p.src_ctx  = h->src_ctx;
+    p.mac      = raw_mac ? mac : hca_tcp_mac(fz.addr.secret,
+                                             HCA_TCP_MAC_CONNECTOR, &t);
+    p.proof    = raw_proof ? proof : hca_tcp_mac(fz.addr.secret,
+                                                 HCA_TCP_MAC_IDENTITY, &t);
+    expect = (p.mac == hca_tcp_mac(fz.addr.secret, HCA_TCP_MAC_CONNECTOR,
+                                   &t)) ? HCA_TCP_HELLO_OK :
+                                          HCA_TCP_HELLO_BAD_SECRET;
+    if (fz_send(&p, sizeof(p)) != 0) {
+        fz_fail("the victim closed before the proof's answer");
+    }
+    fz_hello_recv(&ans, expect);
+    fz_hello_answer(&ans, expect, HCA_TCP_STEP_VERDICT);
+    if (expect != HCA_TCP_HELLO_OK) {
+        fz_wait_closed("a refused proof");
+        return 0;
+    }
+    /* the RTS QP's peer is the victim itself: its secret proves it */
+    fz.proven = (h->src_host == fz.addr.host) && (h->src_pid == fz.addr.pid) &&
+                (h->src_ctx == fz.addr.ctx_id) &&
+                (p.proof == hca_tcp_mac(fz.addr.secret, HCA_TCP_MAC_IDENTITY,
+                                        &t));
     return 1;
 }
 
@@ -431,13 +512,14 @@ static void fz_good_hello(hca_tcp_hello_t *h)
     memset(h, 0, sizeof(*h));
     h->magic    = HCA_TCP_MAGIC;
     h->version  = HCA_TCP_VERSION;
+    h->step     = HCA_TCP_STEP_HELLO;
     h->src_host = 0xf022f022ull;
     h->src_pid  = (uint32_t)getpid();
     h->src_ctx  = 0xf022;
     h->dst_host = fz.addr.host;
     h->dst_pid  = fz.addr.pid;
     h->dst_ctx  = fz.addr.ctx_id;
-    h->secret   = fz.addr.secret;
+    h->nonce    = 0x6e6f6e63650000ull + fz.probe;
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -517,7 +599,9 @@ static void fz_check_pure(const uint8_t *data, size_t size)
     ok = hca_tcp_hello_check(&hello);
     if (ok != ((hello.magic == HCA_TCP_MAGIC) &&
                (hello.version == HCA_TCP_VERSION) &&
-               (hello.status < HCA_TCP_HELLO_LAST))) {
+               (hello.status < HCA_TCP_HELLO_LAST) &&
+               (hello.step >= HCA_TCP_STEP_HELLO) &&
+               (hello.step < HCA_TCP_STEP_LAST))) {
         fz_fail("hello_check says %d of magic %x version %u status %u", ok,
                 hello.magic, hello.version, hello.status);
     }
@@ -592,7 +676,9 @@ static void fz_shape(hca_tcp_hdr_t *h, uint8_t sel, uint8_t sel2)
         h->dst_qpn = hca_qp_num(fz.target);
         break;
     }
-    if (((sel >> 2) & 3) != 3) {
+    if (((sel >> 2) & 3) == 2) {
+        h->src_qpn = hca_qp_num(fz.target); /* the RTS QP's peer */
+    } else if (((sel >> 2) & 3) != 3) {
         h->src_qpn = 1 + ((sel >> 2) & 3);
     } else if ((h->src_qpn & 0xfff00000u) == FZ_TCP_PROBE) {
         h->src_qpn ^= 0x00100000u; /* never a probe's */
@@ -675,10 +761,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (fz.fd < 0) {
         hca_tcp_hello_t h;
+        uint8_t sel     = 0;
+        uint64_t mac    = 0, proof = 0;
         fz_good_hello(&h);
         fz_connect();
         if (mode & 2) {
-            uint8_t sel;
             hca_tcp_hello_t raw;
             for (size_t i = 0; i < sizeof(raw); ++i) {
                 ((uint8_t*)&raw)[i] = fz_u8(&in);
@@ -687,17 +774,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (mode & 4) {
                 raw.magic    = h.magic;
                 raw.version  = h.version;
+                raw.step     = h.step;
                 raw.dst_host = h.dst_host;
                 raw.dst_pid  = h.dst_pid;
                 raw.dst_ctx  = h.dst_ctx;
                 raw.status  %= HCA_TCP_HELLO_LAST;
-                if (!(sel & 1)) {
-                    raw.secret = h.secret;
-                }
+            }
+            if (sel & 4) {
+                raw.src_host = fz.addr.host; /* the RTS QP's peer */
+                raw.src_pid  = fz.addr.pid;
+                raw.src_ctx  = fz.addr.ctx_id;
+            }
+            for (int i = 0; i < 8; ++i) {
+                mac |= (uint64_t)fz_u8(&in) << (8 * i);
+            }
+            for (int i = 0; i < 8; ++i) {
+                proof |= (uint64_t)fz_u8(&in) << (8 * i);
             }
             h = raw;
         }
-        if (!fz_hello(&h)) {
+        if (!fz_hello(&h, sel & 1, mac, sel & 2, proof)) {
             return 0;
         }
     }

@@ -84,7 +84,8 @@ T_SEND, T_WRITE, T_READ, T_ATOMIC, T_ACK, T_READ_RESP, T_KEEPALIVE = range(1, 8)
 T_FIRST, T_LAST, T_IMM, T_ATOMIC32 = 1, 2, 4, 8
 # fuzz_tcp.c: mode bits, selectors
 M_SHAPED, M_HELLO, M_HELLO_FIX = 1, 2, 4
-S_DST_REQ, S_RAW_RKEY, S_FIX_RANGE = 2, 0x10, 0x40
+S_DST_REQ, S_SRC_PEER, S_RAW_RKEY, S_FIX_RANGE = 2, 8, 0x10, 0x40
+H_RAW_MAC, H_RAW_PROOF, H_CLAIM_PEER = 1, 2, 4  # fuzz_tcp.c: hello sel
 S2_SEG, S2_ALIGN = 1, 2
 A_FETCH_ADD, A_CMP_SWP = 1, 0        # indexes into fuzz_tcp.c's atomics[]
 MR_START = 32                        # shaped address: MR + this - 32
@@ -92,7 +93,7 @@ MR_START = 32                        # shaped address: MR + this - 32
 
 def hdr(opcode, flags=0, length=0, src=0, dst=0, rkey=0, addr=0,
         resp_idx=0, resp_stamp=0, offset=0, total=0, imm=0, atomic_op=0,
-        operand=0, swap=0, syndrome=0, version=1):
+        operand=0, swap=0, syndrome=0, version=2):
     """A hca_tcp_hdr_t (72 bytes)."""
     return struct.pack("<4B5IQ5IB3xQQ", version, opcode, flags, syndrome,
                        length, src, dst, 0, rkey, addr, resp_idx,
@@ -106,11 +107,11 @@ def frame(opcode, sel=0, sel2=0, payload=b"", **kw):
     return struct.pack("<BB", sel, sel2) + hdr(opcode - 1, **kw) + payload
 
 
-def hello(secret_raw=0, secret=0):
-    """An input hello (fixed by M_HELLO_FIX but for the secret when
-    secret_raw)."""
-    return struct.pack("<IHHQIIQIIQ", 0, 0, 0, 0xf022, 1, 2, 0, 0, 0,
-                       secret) + struct.pack("<B", secret_raw)
+def hello(sel=0, mac=0, proof=0):
+    """An input HELLO (magic, version, step, destination fixed by
+    M_HELLO_FIX), its sel, and the PROOF's raw MAC and identity proof."""
+    return struct.pack("<IHBBQIIQIIQQQ", 0, 0, 0, 0, 0xf022, 1, 2, 0, 0, 0,
+                       0x1111, 0, 0) + struct.pack("<BQQ", sel, mac, proof)
 
 
 TCP = {
@@ -159,7 +160,20 @@ TCP = {
     "raw_bad_opcode": bytes([0]) + hdr(99, length=0),
     "raw_keepalive": bytes([0]) + hdr(T_KEEPALIVE) + hdr(T_KEEPALIVE),
     "hello_bad_secret": bytes([M_HELLO | M_HELLO_FIX]) +
-                        hello(secret_raw=1, secret=0x1234),
+                        hello(sel=H_RAW_MAC, mac=0x1234),
+    # the identity check: a WRITE to the RTS QP from its peer's QPN over a
+    # connection that claims to be that peer, proven and not
+    "hello_peer_proven": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
+                         hello(sel=H_CLAIM_PEER) +
+                         frame(T_WRITE, sel=S_DST_REQ | S_SRC_PEER,
+                               flags=T_LAST, addr=MR_START, total=4,
+                               payload=b"id!!"),
+    "hello_peer_unproven": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
+                           hello(sel=H_CLAIM_PEER | H_RAW_PROOF,
+                                 proof=0x5eed) +
+                           frame(T_WRITE, sel=S_DST_REQ | S_SRC_PEER,
+                                 flags=T_LAST, addr=MR_START, total=4,
+                                 payload=b"no!!"),
     "hello_then_write": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
                         hello() +
                         frame(T_WRITE, flags=T_LAST, addr=MR_START,
