@@ -706,7 +706,8 @@ static void hca_tcp_accept(hca_tcp_dev_t *tcp)
         int fd = accept4(tcp->listen_fd, (struct sockaddr*)&ss, &sslen,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if ((errno == EMFILE) || (errno == ENFILE)) {
+            int err = errno;
+            if ((err == EMFILE) || (err == ENFILE)) {
                 int freed;
                 /* out of fds: a half-open connection gives its one to
                  * whoever waits (the connections that completed a
@@ -718,8 +719,8 @@ static void hca_tcp_accept(hca_tcp_dev_t *tcp)
                     continue;
                 }
             }
-            if ((errno == EMFILE) || (errno == ENFILE) || (errno == ENOMEM) ||
-                (errno == ENOBUFS)) {
+            if ((err == EMFILE) || (err == ENFILE) || (err == ENOMEM) ||
+                (err == ENOBUFS)) {
                 /* the pending connection stays: stop watching the
                  * listener until the next timer pass, or we would spin */
                 (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, tcp->listen_fd,

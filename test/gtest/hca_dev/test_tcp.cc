@@ -1180,8 +1180,10 @@ TEST(TcpIdentity, ClaimedIdentityNotReused)
 /* Issue 23, item 5: connections that never say hello, more than the
  * target has file descriptors (RLIMIT_NOFILE 256 in the target's
  * process), must not keep a legitimate peer out: its QP's WRITE and READ
- * complete. */
-TEST(TcpAdmission, HalfOpenFloodUnderFdLimit)
+ * complete at once.  With free_fds >= 0 the target's process has only
+ * that many descriptors left when the flood comes (the rest are in use):
+ * its accept runs out of them before the half-open cap is reached. */
+void half_open_flood(int free_fds)
 {
     struct target_info {
         hca_port_addr_t addr;
@@ -1208,6 +1210,17 @@ TEST(TcpAdmission, HalfOpenFloodUnderFdLimit)
         uint8_t *mem = t.alloc(MEM_MALLOC, LEN);
         hca_mr_t *mr = t.reg(pd, mem, LEN, ACCESS_ALL);
         ASSERT_NE(nullptr, mr);
+        std::vector<int> hog;
+        if (free_fds >= 0) {
+            int fd;
+            while ((fd = dup(rfd)) >= 0) {
+                hog.push_back(fd);
+            }
+            for (int k = 0; (k < free_fds) && !hog.empty(); ++k) {
+                ::close(hog.back());
+                hog.pop_back();
+            }
+        }
         target_info info = {t.addr, hca_qp_num(qp), hca_mr_rkey(mr),
                             (uint64_t)(uintptr_t)mem};
         ASSERT_TRUE(send_msg(wfd, info));
@@ -1270,6 +1283,16 @@ TEST(TcpAdmission, HalfOpenFloodUnderFdLimit)
     flood.clear();
     EXPECT_TRUE(send_token(child->wfd, 1));
     EXPECT_TRUE(wait_child(child, 30000));
+}
+
+TEST(TcpAdmission, HalfOpenFloodUnderFdLimit)
+{
+    half_open_flood(-1);
+}
+
+TEST(TcpAdmission, HalfOpenFloodOutOfFds)
+{
+    half_open_flood(16);
 }
 
 } // namespace
