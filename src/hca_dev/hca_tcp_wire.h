@@ -4,8 +4,11 @@
  * before anything uses it (docs/TCP-WIRE.md has them as tables).
  *
  * A connection joins two device contexts and carries the frames of all
- * their QPs.  Each side first sends a hca_tcp_hello_t; then frames follow,
- * each a hca_tcp_hdr_t and `length` bytes of payload.  Fields are little
+ * their QPs.  First the four messages of the handshake, each a
+ * hca_tcp_hello_t (connector, acceptor, connector, acceptor: a
+ * challenge-response that proves both sides' secrets without sending
+ * them); then frames follow, each a hca_tcp_hdr_t and `length` bytes of
+ * payload.  Fields are little
  * endian (the fabric is built for little-endian hosts only: see the
  * assertion below).
  */
