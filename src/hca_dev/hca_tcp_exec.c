@@ -78,6 +78,29 @@ static uint32_t hca_tcp_frame_of(hca_qp_t *qp, hca_wqe_t *wqe,
     return n;
 }
 
+/* A remote range that wraps (its end past the last address): no region
+ * holds it, and the responder would refuse it.  The requester knows that
+ * much before sending. */
+static int hca_tcp_range_wraps(const hca_wqe_t *wqe)
+{
+    uint64_t len;
+
+    switch ((hca_wr_opcode_t)wqe->opcode) {
+    case HCA_WR_SEND:
+    case HCA_WR_SEND_WITH_IMM:
+        return 0;
+    case HCA_WR_RDMA_WRITE:
+    case HCA_WR_RDMA_WRITE_WITH_IMM:
+    case HCA_WR_RDMA_READ:
+        len = wqe->length;
+        break;
+    default: /* atomics */
+        len = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
+        break;
+    }
+    return wqe->remote_addr + len < wqe->remote_addr;
+}
+
 /* The first WQE of a connection being made waits for its handshake (the
  * connection began at RTR, so this is at most one round trip more), as a
  * verbs post executes what it can at once: a requester that posts and
@@ -105,6 +128,13 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
                                                 memory_order_acquire);
     hca_exec_t res       = HCA_EXEC_ISSUED;
 
+    if (HCA_UNLIKELY((wqe->state == HCA_WQE_POSTED) &&
+                     hca_tcp_range_wraps(wqe))) {
+        /* the status shm's MPT check gives it, and nothing is sent: the
+         * connection, which other QPs share, never carries it */
+        *status_p = HCA_WC_REM_ACCESS_ERR;
+        return HCA_EXEC_DONE;
+    }
     if (HCA_UNLIKELY(state != HCA_TCP_CONN_UP)) {
         state = hca_tcp_conn_wait(conn);
     }

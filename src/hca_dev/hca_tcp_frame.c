@@ -63,8 +63,6 @@ static int hca_tcp_atomic_op(uint8_t op)
 
 hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr)
 {
-    unsigned size;
-
     if (hdr->version != HCA_TCP_VERSION) {
         return HCA_TCP_HDR_VERSION;
     }
@@ -89,32 +87,34 @@ hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr)
         }
         return HCA_TCP_HDR_OK;
     case HCA_TCP_OP_WRITE:
+        /* the remote address is the request's, not the stream's: one
+         * that wraps is refused by the responder (a NAK), and the
+         * connection goes on */
         if (hdr->length > HCA_TCP_SEG_MAX) {
             return HCA_TCP_HDR_LENGTH;
         }
         if (!hca_tcp_part_ok(hdr) ||
-            (hdr->remote_addr + hdr->length < hdr->remote_addr) ||
             ((hdr->flags & HCA_TCP_F_IMM) && !(hdr->flags & HCA_TCP_F_LAST))) {
             return HCA_TCP_HDR_RANGE;
         }
         return HCA_TCP_HDR_OK;
     case HCA_TCP_OP_READ:
+        /* the address and the size read (total) are the request's: the
+         * responder refuses a bad one with a NAK */
         if (hdr->length != 0) {
             return HCA_TCP_HDR_LENGTH;
         }
-        if ((hdr->total > HCA_MAX_MSG) || (hdr->offset != 0) ||
-            (hdr->remote_addr + hdr->total < hdr->remote_addr)) {
+        if (hdr->offset != 0) {
             return HCA_TCP_HDR_RANGE;
         }
         return HCA_TCP_HDR_OK;
     case HCA_TCP_OP_ATOMIC:
+        /* a misaligned or wrapping address is the responder's
+         * REM_ACCESS_ERR (its MPT check), as on shm: well formed,
+         * refused */
         if (hdr->length != 0) {
             return HCA_TCP_HDR_LENGTH;
         }
-        size = (hdr->flags & HCA_TCP_F_ATOMIC32) ? 4 : 8;
-        /* a misaligned address is the responder's REM_ACCESS_ERR (its
-         * MPT check), as on shm: well formed, refused */
-        (void)size;
         if (!hca_tcp_atomic_op(hdr->atomic_op)) {
             return HCA_TCP_HDR_ATOMIC;
         }

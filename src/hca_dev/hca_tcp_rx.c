@@ -286,6 +286,24 @@ static void hca_tcp_rx_payload(hca_tcp_conn_t *conn, int kind)
 
 /* ---------------------------------------------------------------- requests */
 
+/* The key, rights and range of a request on our memory: SUCCESS with the
+ * region pinned (*entry_p), else the NAK's status.  A range that wraps is
+ * refused as any address outside the region (REM_ACCESS_ERR, the status
+ * of shm's MPT check): a well-formed request with a bad address fails its
+ * requester QP alone, the connection goes on. */
+static hca_wc_status_t hca_tcp_access(hca_tcp_dev_t *tcp,
+                                      const hca_qp_pub_t *pub, uint32_t rkey,
+                                      unsigned access, uint64_t addr,
+                                      uint64_t length, unsigned align,
+                                      hca_mpt_entry_t **entry_p)
+{
+    if (addr + length < addr) {
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    return hca_mpt_acquire(tcp->dev->mpt, HCA_MAX_MR, rkey, pub->pd_handle,
+                           access, addr, length, align, entry_p);
+}
+
 static void hca_tcp_rx_write(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
@@ -296,9 +314,8 @@ static void hca_tcp_rx_write(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     status = hca_tcp_target(tcp, conn, hdr, HCA_ACCESS_REMOTE_WRITE, &pub);
     if ((status == HCA_WC_SUCCESS) && (hdr->total > 0)) {
         /* as on InfiniBand: a zero-length WRITE checks no key */
-        status = hca_mpt_acquire(tcp->dev->mpt, HCA_MAX_MR, hdr->rkey,
-                                 pub->pd_handle, HCA_ACCESS_REMOTE_WRITE,
-                                 hdr->remote_addr, hdr->length, 1, &entry);
+        status = hca_tcp_access(tcp, pub, hdr->rkey, HCA_ACCESS_REMOTE_WRITE,
+                                hdr->remote_addr, hdr->length, 1, &entry);
     }
     if (status != HCA_WC_SUCCESS) {
         hca_tcp_answer(tcp, conn, hdr, status, 0);
@@ -325,10 +342,13 @@ static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_tcp_job_t job;
 
     status = hca_tcp_target(tcp, conn, hdr, HCA_ACCESS_REMOTE_READ, &pub);
-    if ((status == HCA_WC_SUCCESS) && (hdr->total > 0)) {
-        status = hca_mpt_acquire(tcp->dev->mpt, HCA_MAX_MR, hdr->rkey,
-                                 pub->pd_handle, HCA_ACCESS_REMOTE_READ,
-                                 hdr->remote_addr, hdr->total, 1, &entry);
+    if ((status == HCA_WC_SUCCESS) && (hdr->total > HCA_MAX_MSG)) {
+        /* more than a message may be (the parts' offsets are 32 bits): an
+         * invalid request, as InfiniBand's NAK for a length */
+        status = HCA_WC_REM_INV_REQ_ERR;
+    } else if ((status == HCA_WC_SUCCESS) && (hdr->total > 0)) {
+        status = hca_tcp_access(tcp, pub, hdr->rkey, HCA_ACCESS_REMOTE_READ,
+                                hdr->remote_addr, hdr->total, 1, &entry);
     }
     if (status != HCA_WC_SUCCESS) {
         hca_tcp_answer(tcp, conn, hdr, status, 0);
@@ -369,10 +389,9 @@ static void hca_tcp_rx_atomic(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
     status = hca_tcp_target(tcp, conn, hdr, HCA_ACCESS_REMOTE_ATOMIC, &pub);
     if (status == HCA_WC_SUCCESS) {
-        status = hca_mpt_acquire(tcp->dev->mpt, HCA_MAX_MR, hdr->rkey,
-                                 pub->pd_handle, HCA_ACCESS_REMOTE_ATOMIC,
-                                 hdr->remote_addr, (uint64_t)size,
-                                 (unsigned)size, &entry);
+        status = hca_tcp_access(tcp, pub, hdr->rkey, HCA_ACCESS_REMOTE_ATOMIC,
+                                hdr->remote_addr, (uint64_t)size,
+                                (unsigned)size, &entry);
     }
     if (status == HCA_WC_SUCCESS) {
         old = hca_atomic_apply(hdr->atomic_op,

@@ -151,8 +151,12 @@ typedef enum {
 } hca_tcp_hdr_err_t;
 
 /* The checks of a header read from the network, against itself and the
- * limits (hca_tcp_frame.c): what it describes fits what it carries.  The
- * QPN, key, rights and memory are the responder's checks after it. */
+ * limits (hca_tcp_frame.c): it is our protocol, and what it says of the
+ * stream (its payload, the parts of a message) fits what it carries.  A
+ * header that fails them closes the connection: what follows it cannot
+ * be found.  What describes only the request - the QPN, key, rights, the
+ * remote range and the size read - is the responder's check after it,
+ * and a refusal is a NAK to that request alone (hca_tcp_rx.c). */
 hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr);
 extern const char *const hca_tcp_hdr_err_name[HCA_TCP_HDR_LAST];
 

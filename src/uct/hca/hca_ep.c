@@ -239,6 +239,7 @@ uct_hca_ep_post_op(uct_hca_ep_t *ep, hca_send_wr_t *wr, uct_hca_op_t *op)
         return UCS_OK;
     }
     iface->tx_credits--;
+    ucs_list_add_tail(&ep->ops, &op->outstanding);
     return UCS_INPROGRESS;
 }
 
@@ -1103,6 +1104,7 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
     self->in_pending   = 0;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_queue_head_init(&self->flush_q);
+    ucs_list_head_init(&self->ops);
     ucs_list_add_tail(&iface->ep_list, &self->list);
     iface->ep_by_qp[HCA_QPN_INDEX(hca_qp_num(self->qp))] = self;
     return UCS_OK;
@@ -1113,9 +1115,29 @@ UCS_CLASS_CLEANUP_FUNC(uct_hca_ep_t)
     uct_hca_iface_t *iface = ucs_derived_of(self->super.super.iface,
                                             uct_hca_iface_t);
     uct_hca_flush_req_t *req;
+    uct_hca_op_t *op, *tmp;
 
     uct_hca_ep_pending_purge(&self->super.super, NULL, NULL);
     ucs_arbiter_group_cleanup(&self->arb_group);
+    /* the device lets go of the operations' buffers: the ERR transition
+     * ends every outstanding WR (its CQE goes to the CQ), and nothing is
+     * read from or written to their buffers after it (on tcp the frame
+     * going out from them goes on as zeros, no answer lands) */
+    hca_qp_modify(self->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
+                  HCA_QP_ATTR_STATE);
+    /* every outstanding operation completes here, with UCS_ERR_CANCELED,
+     * as rc and tcp purge theirs: once we return, its completion and
+     * buffers may be gone.  Its CQE, read later among other eps', only
+     * gives back the descriptor and the credit. */
+    ucs_list_for_each_safe(op, tmp, &self->ops, outstanding) {
+        ucs_list_del(&op->outstanding);
+        op->ep = NULL;
+        if (op->comp != NULL) {
+            uct_invoke_completion(op->comp, UCS_ERR_CANCELED);
+            op->comp = NULL;
+        }
+    }
+    /* then the flushes, which complete after the operations before them */
     if (!ucs_queue_is_empty(&self->flush_q)) {
         ucs_list_del(&self->flush_list);
         while (!ucs_queue_is_empty(&self->flush_q)) {
@@ -1130,11 +1152,6 @@ UCS_CLASS_CLEANUP_FUNC(uct_hca_ep_t)
     }
     ucs_list_del(&self->list);
     iface->ep_by_qp[HCA_QPN_INDEX(hca_qp_num(self->qp))] = NULL;
-    /* outstanding signalled WRs complete with UCS_ERR_CANCELED from
-     * progress (the ERR transition puts their CQEs in the CQ); their
-     * descriptors do not point back to this ep */
-    hca_qp_modify(self->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
-                  HCA_QP_ATTR_STATE);
     hca_qp_destroy(self->qp);
 }
 

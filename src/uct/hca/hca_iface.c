@@ -284,6 +284,15 @@ static void uct_hca_iface_handle_send(uct_hca_iface_t *iface,
     uct_hca_ep_t *ep    = iface->ep_by_qp[HCA_QPN_INDEX(wc->qp_num)];
     ucs_status_t status = uct_hca_status(wc->status);
 
+    if (op != NULL) {
+        if (ucs_unlikely(op->ep == NULL)) {
+            /* its ep's destroy completed it: the descriptor comes back */
+            iface->tx_credits++;
+            ucs_mpool_put_inline(op);
+            return;
+        }
+        ucs_list_del(&op->outstanding);
+    }
     if ((ep != NULL) && (hca_qp_num(ep->qp) != wc->qp_num)) {
         ep = NULL; /* its ep is gone: what it left completes cancelled */
     }
@@ -765,7 +774,8 @@ static UCS_CLASS_CLEANUP_FUNC(uct_hca_iface_t)
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     /* the target QP's receive descriptors come back flushed; operations
-     * of eps destroyed since the last progress complete (cancelled) */
+     * of eps destroyed since the last progress give their descriptors
+     * back (their completions were called by the destroy) */
     hca_qp_modify(self->tgt_qp,
                   &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
                   HCA_QP_ATTR_STATE);

@@ -158,7 +158,11 @@ typedef enum {
 typedef struct uct_hca_op {
     uint32_t                 type;
     uint32_t                 lkey;    /* of the bounce buffer */
-    struct uct_hca_ep       *ep;
+    struct uct_hca_ep       *ep;      /* NULL: its ep was destroyed, and
+                                         with it its completion called;
+                                         the CQE only returns it */
+    ucs_list_link_t          outstanding; /* in ep->ops while its CQE is
+                                             awaited */
     uct_completion_t        *comp;
     void                    *result;  /* FETCH: user's result */
     uint32_t                 size;    /* FETCH: 4 or 8 */
@@ -219,6 +223,9 @@ typedef struct uct_hca_ep {
     ucs_list_link_t      list;         /* in iface->ep_list */
     ucs_list_link_t      flush_list;   /* in iface->flush_eps */
     ucs_queue_head_t     flush_q;
+    ucs_list_link_t      ops;          /* signalled ops awaiting their CQE,
+                                          in post order: destroy completes
+                                          them */
     unsigned             send_flags;   /* HCA_SEND_FENCE once after fence */
     ucs_status_t         status;       /* != OK: failed */
     int                  err_reported;

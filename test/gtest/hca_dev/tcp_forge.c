@@ -46,6 +46,7 @@ _Static_assert((int)TCPF_F_FIRST == (int)HCA_TCP_F_FIRST &&
 const uint32_t tcpf_version  = HCA_TCP_VERSION;
 const uint32_t tcpf_seg_max  = HCA_TCP_SEG_MAX;
 const uint32_t tcpf_send_max = HCA_TCP_SEND_MAX;
+const uint32_t tcpf_max_msg  = HCA_MAX_MSG;
 
 void tcpf_hello_encode(const tcpf_hello_t *h, uint8_t *out)
 {

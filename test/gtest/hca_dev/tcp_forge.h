@@ -52,6 +52,7 @@ enum {
 extern const uint32_t tcpf_version;
 extern const uint32_t tcpf_seg_max;   /* HCA_TCP_SEG_MAX */
 extern const uint32_t tcpf_send_max;  /* HCA_TCP_SEND_MAX */
+extern const uint32_t tcpf_max_msg;   /* HCA_MAX_MSG */
 
 /* hca_tcp_hello_t's fields */
 typedef struct tcpf_hello {

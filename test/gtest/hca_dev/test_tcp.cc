@@ -645,8 +645,8 @@ TEST_F(TcpWire, WriteOutOfRangeNak)
         addr_of(0) - 8,                   /* starts before */
         addr_of(MR_LEN),                  /* just after */
         (uint64_t)-512                    /* the end of the address space
-                                             (one that wraps is a bad
-                                             header: TcpBadFrame) */
+                                             (one that wraps:
+                                             WrappingAddressNakKeepsConnection) */
     };
 
     ASSERT_TRUE(handshake(cl));
@@ -723,6 +723,105 @@ TEST_F(TcpWire, FramesDroppedAfterNak)
                                                             "WRITE landed";
     EXPECT_EQ(-1, check_byte(mem + 4096 + 128, MR_LEN - 4096 - 128 + PAD,
                              SENTINEL));
+}
+
+/* A well-formed request whose remote range wraps (its end past the last
+ * address) describes a bad address, not a bad stream: it gets a NAK with
+ * REM_ACCESS_ERR as a bad key does, its payload is read and dropped,
+ * nothing lands, and the connection goes on - a request of another
+ * requester QP on it right after is served.  Only its requester QP fails
+ * (on shm the same request fails with REM_ACCESS_ERR too). */
+TEST_F(TcpWire, WrappingAddressNakKeepsConnection)
+{
+    raw_client cl;
+    std::vector<uint8_t> data(256);
+    uint64_t seed = 40;
+
+    ASSERT_TRUE(handshake(cl));
+    /* after each refusal: a WRITE of another requester QP lands, and a
+     * READ of a third one reads it back, on the same connection */
+    auto still_served = [&](const char *after) {
+        fill_pattern(data.data(), data.size(), ++seed);
+        tcpf_hdr_t w = write_hdr(next_src++, addr_of(8192), 256, rkey);
+        ASSERT_TRUE(cl.send_frame(w, data.data(), data.size())) << after;
+        ASSERT_TRUE(expect_ack(cl, w, HCA_WC_SUCCESS)) << after;
+        EXPECT_EQ(-1, check_pattern(mem + 8192, 256, seed)) << after;
+
+        tcpf_hdr_t r = request(TCPF_OP_READ, next_src++), ans;
+        std::vector<uint8_t> payload;
+        r.rkey        = rkey;
+        r.remote_addr = addr_of(8192);
+        r.total       = 256;
+        ASSERT_TRUE(cl.send_frame(r)) << after;
+        ASSERT_EQ(1, cl.next_frame(&ans, &payload, TIMEOUT_MS)) << after;
+        EXPECT_EQ(TCPF_OP_READ_RESP, ans.opcode) << after;
+        EXPECT_EQ(r.src_qpn, ans.dst_qpn) << after;
+        ASSERT_EQ(256u, payload.size()) << after;
+        EXPECT_EQ(-1, check_pattern(payload.data(), 256, seed)) << after;
+        /* and nothing but those 256 bytes changed */
+        memset(mem + 8192, SENTINEL, 256);
+        EXPECT_TRUE(untouched()) << after;
+    };
+
+    /* WRITEs: the whole range wraps, one that ends exactly at the end of
+     * the address space (end 0), and a part at an offset of a larger
+     * WRITE; each with its payload, which must be read and dropped */
+    const uint64_t write_addrs[] = {(uint64_t)-128, (uint64_t)-256,
+                                    (uint64_t)-1};
+    for (uint64_t a : write_addrs) {
+        fill_pattern(data.data(), data.size(), ++seed);
+        tcpf_hdr_t h = write_hdr(next_src++, a, 256, rkey);
+        ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
+        EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR))
+            << "WRITE at 0x" << std::hex << a;
+        ASSERT_NO_FATAL_FAILURE(still_served("a wrapping WRITE"));
+    }
+    {
+        tcpf_hdr_t h  = write_hdr(next_src++, (uint64_t)-64, 256, rkey);
+        h.offset      = 4096;
+        h.total       = 4096 + 256;
+        ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
+        EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR))
+            << "the last part of a WRITE, wrapping";
+        ASSERT_NO_FATAL_FAILURE(still_served("a wrapping WRITE part"));
+    }
+
+    /* READs: the range read wraps; and one larger than a message may be
+     * (an invalid request, as InfiniBand's length NAK) */
+    {
+        tcpf_hdr_t h  = request(TCPF_OP_READ, next_src++);
+        h.rkey        = rkey;
+        h.remote_addr = (uint64_t)-128;
+        h.total       = 256;
+        ASSERT_TRUE(cl.send_frame(h));
+        EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR))
+            << "a wrapping READ";
+        ASSERT_NO_FATAL_FAILURE(still_served("a wrapping READ"));
+    }
+    {
+        tcpf_hdr_t h  = request(TCPF_OP_READ, next_src++);
+        h.rkey        = rkey;
+        h.remote_addr = addr_of(0);
+        h.total       = tcpf_max_msg + 1;
+        ASSERT_TRUE(cl.send_frame(h));
+        EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_INV_REQ_ERR))
+            << "a READ over the message size";
+        ASSERT_NO_FATAL_FAILURE(still_served("a READ over the message size"));
+    }
+
+    /* ATOMICs, 8 and 4 bytes, aligned, their last byte past the end */
+    for (int is32 = 0; is32 < 2; ++is32) {
+        tcpf_hdr_t h  = request(TCPF_OP_ATOMIC, next_src++);
+        h.rkey        = rkey;
+        h.flags       = is32 ? TCPF_F_ATOMIC32 : 0;
+        h.remote_addr = is32 ? (uint64_t)-4 : (uint64_t)-8;
+        h.atomic_op   = HCA_WR_ATOMIC_FETCH_ADD;
+        h.operand     = 1;
+        ASSERT_TRUE(cl.send_frame(h));
+        EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR))
+            << "a wrapping " << (is32 ? 4 : 8) << "-byte atomic";
+        ASSERT_NO_FATAL_FAILURE(still_served("a wrapping atomic"));
+    }
 }
 
 /* A QP connected to a peer accepts requests only from that peer: its
@@ -949,19 +1048,12 @@ const bad_frame bad_frames[] = {
          h.flags      = TCPF_F_IMM;
          return h;
      }, false},
-    {"WriteAddressWraps",
-     [](const frame_env &t, uint32_t s, size_t *n) {
-         *n = 256;
-         tcpf_hdr_t h  = env_write(t, s, 256);
-         h.remote_addr = (uint64_t)-128;
-         return h;
-     }, false},
-    {"ReadAddressWraps",
+    {"ReadWithOffset",
      [](const frame_env &t, uint32_t s, size_t *n) {
          *n = 0;
-         tcpf_hdr_t h  = env_req(t, TCPF_OP_READ, s);
-         h.remote_addr = (uint64_t)-128;
-         h.total       = 256;
+         tcpf_hdr_t h = env_req(t, TCPF_OP_READ, s);
+         h.offset     = 64; /* a READ is one request: no part of one */
+         h.total      = 256;
          return h;
      }, false},
     {"SyndromeOnRequest",
@@ -1043,6 +1135,108 @@ TEST_F(TcpWire, FrameInPieces)
     EXPECT_EQ(-1, check_byte(buf, PAD + 100, SENTINEL));
     EXPECT_EQ(-1, check_byte(mem + 3100, MR_LEN - 3100 + PAD, SENTINEL));
 }
+
+/* ------------------------------------------------------------ one bad request */
+
+/* Two QPs of context a connected to two of context b: on tcp they share
+ * a's one connection to b.  A WRITE whose remote range wraps fails its own
+ * QP with REM_ACCESS_ERR - the requester knows it before sending - and the
+ * other QP goes on: its WRITE and READ afterwards succeed.  The same on
+ * every fabric (shm's MPT check refuses it so). */
+class BadRequestOneQp : public hca_test,
+                        public ::testing::WithParamInterface<hca_fabric_type_t> {
+};
+
+TEST_P(BadRequestOneQp, WrappingWriteFailsOnlyItsQp)
+{
+    const size_t len = 4096;
+    ctx a, b;
+    ASSERT_TRUE(a.open(0, GetParam()));
+    ASSERT_TRUE(b.open(0, GetParam()));
+    qp_pair bad, good;
+    for (qp_pair *p : {&bad, &good}) {
+        p->pd1 = a.new_pd();
+        p->pd2 = b.new_pd();
+        p->s1  = a.new_cq(64);
+        p->r1  = a.new_cq(64);
+        p->s2  = b.new_cq(64);
+        p->r2  = b.new_cq(64);
+        ASSERT_TRUE((p->pd1 != nullptr) && (p->pd2 != nullptr) &&
+                    (p->s1 != nullptr) && (p->r1 != nullptr) &&
+                    (p->s2 != nullptr) && (p->r2 != nullptr));
+        p->q1 = a.new_qp(p->pd1, p->s1, p->r1);
+        p->q2 = b.new_qp(p->pd2, p->s2, p->r2);
+        ASSERT_TRUE((p->q1 != nullptr) && (p->q2 != nullptr));
+    }
+    /* a's QPs first, one after the other: the second finds the connection
+     * the first began (a's only one to b, b has none to a yet), and takes
+     * it; b's QPs then answer on what they find */
+    ASSERT_EQ(0, connect_qp(bad.q1, b.addr, hca_qp_num(bad.q2)));
+    ASSERT_EQ(0, connect_qp(good.q1, b.addr, hca_qp_num(good.q2)));
+    ASSERT_EQ(0, connect_qp(bad.q2, a.addr, hca_qp_num(bad.q1)));
+    ASSERT_EQ(0, connect_qp(good.q2, a.addr, hca_qp_num(good.q1)));
+    uint8_t *src  = a.alloc(MEM_MALLOC, len);
+    uint8_t *back = a.alloc(MEM_MALLOC, len);
+    uint8_t *dst  = b.alloc(MEM_MALLOC, len);
+    ASSERT_TRUE((src != nullptr) && (back != nullptr) && (dst != nullptr));
+    hca_mr_t *smr  = a.reg(bad.pd1, src, len, ACCESS_ALL);
+    hca_mr_t *gsmr = a.reg(good.pd1, src, len, ACCESS_ALL);
+    hca_mr_t *bmr  = a.reg(good.pd1, back, len, ACCESS_ALL);
+    hca_mr_t *dmr  = b.reg(bad.pd2, dst, len, ACCESS_ALL);
+    hca_mr_t *gdmr = b.reg(good.pd2, dst, len, ACCESS_ALL);
+    ASSERT_TRUE((smr != nullptr) && (gsmr != nullptr) && (bmr != nullptr) &&
+                (dmr != nullptr) && (gdmr != nullptr));
+    fill_pattern(src, len, 11);
+    memset(dst, SENTINEL, len);
+    memset(back, 0, len);
+
+    /* both QPs work: on tcp the connection is up and shared */
+    hca_sge_t sg     = mk_sge(src, 256, hca_mr_lkey(smr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 1,
+                             (uint64_t)(uintptr_t)dst, hca_mr_rkey(dmr));
+    ASSERT_TRUE(post_and_wait(bad.q1, bad.s1, &wr, HCA_WC_RDMA_WRITE));
+    hca_sge_t gsg = mk_sge(src, 256, hca_mr_lkey(gsmr));
+    wr = mk_wr(HCA_WR_RDMA_WRITE, &gsg, 1, HCA_SEND_SIGNALED, 2,
+               (uint64_t)(uintptr_t)dst, hca_mr_rkey(gdmr));
+    ASSERT_TRUE(post_and_wait(good.q1, good.s1, &wr, HCA_WC_RDMA_WRITE));
+    memset(dst, SENTINEL, len);
+
+    /* the wrapping WRITE: its own QP fails, with the status shm gives */
+    sg = mk_sge(src, len, hca_mr_lkey(smr));
+    wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 3,
+               (uint64_t)-2048, hca_mr_rkey(dmr));
+    hca_wc_t wc;
+    ASSERT_EQ(0, post_retry(bad.q1, &wr));
+    ASSERT_TRUE(wait_wc(bad.s1, &wc));
+    EXPECT_EQ(3u, wc.wr_id);
+    EXPECT_EQ(HCA_WC_REM_ACCESS_ERR, wc.status) << wc_str(wc);
+    EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(bad.q1));
+    EXPECT_EQ(-1, check_byte(dst, len, SENTINEL));
+
+    /* the other QP goes on, on the same connection: a WRITE, then a READ
+     * of what it wrote */
+    gsg = mk_sge(src, len, hca_mr_lkey(gsmr));
+    wr  = mk_wr(HCA_WR_RDMA_WRITE, &gsg, 1, HCA_SEND_SIGNALED, 4,
+                (uint64_t)(uintptr_t)dst, hca_mr_rkey(gdmr));
+    EXPECT_TRUE(post_and_wait(good.q1, good.s1, &wr, HCA_WC_RDMA_WRITE))
+        << "the other QP's WRITE after the refused one";
+    EXPECT_EQ(-1, check_pattern(dst, len, 11));
+    hca_sge_t rsg = mk_sge(back, len, hca_mr_lkey(bmr));
+    wr = mk_wr(HCA_WR_RDMA_READ, &rsg, 1, HCA_SEND_SIGNALED, 5,
+               (uint64_t)(uintptr_t)dst, hca_mr_rkey(gdmr));
+    EXPECT_TRUE(post_and_wait(good.q1, good.s1, &wr, HCA_WC_RDMA_READ))
+        << "the other QP's READ after the refused one";
+    EXPECT_EQ(-1, check_pattern(back, len, 11));
+    EXPECT_EQ(HCA_QPS_RTS, hca_qp_state(good.q1));
+    EXPECT_NE(HCA_QPS_ERR, hca_qp_state(bad.q2)) << "the responder QP failed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabric, BadRequestOneQp,
+                         ::testing::ValuesIn(test_fabrics()),
+                         [](const ::testing::TestParamInfo<hca_fabric_type_t>
+                                    &i) {
+                             return std::string(fabric_name(i.param));
+                         });
 
 /* ------------------------------------------------------------ incarnations */
 
