@@ -206,7 +206,7 @@ static int hca_tcp_connect(hca_qp_t *qp)
 
 /* No frame of the QP's is read into its buffers, or sent from them, after
  * this: the thread is not inside it (tcp->lock), and what it still had to
- * send goes out as zeros. */
+ * send of a frame already started goes out from a copy. */
 static void hca_tcp_quiesce(hca_qp_t *qp)
 {
     hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
@@ -217,7 +217,7 @@ static void hca_tcp_quiesce(hca_qp_t *qp)
     pthread_mutex_lock(&tcp->lock);
     for (hca_tcp_conn_t *conn = tcp->conns; conn != NULL; conn = conn->next) {
         pthread_mutex_lock(&conn->tx_lock);
-        hca_tcp_tx_orphan(conn, qp->qpn);
+        hca_tcp_tx_orphan(tcp, conn, qp->qpn);
         pthread_mutex_unlock(&conn->tx_lock);
     }
     pthread_mutex_unlock(&tcp->lock);

@@ -15,9 +15,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* What a payload orphaned by its QP is sent as. */
-static const uint8_t hca_tcp_zeros[HCA_TCP_SEG_MAX];
-
 hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
 {
     hca_tcp_conn_t *conn = calloc(1, sizeof(*conn));
@@ -58,6 +55,7 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
     pthread_mutex_destroy(&conn->rx_lock);
     free(conn->rx.stage);
     free(conn->rx.buf);
+    free(conn->tx.bounce);
     free(conn);
 }
 
@@ -259,12 +257,29 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     return 1;
 }
 
-void hca_tcp_tx_orphan(hca_tcp_conn_t *conn, uint32_t qpn)
+void hca_tcp_tx_orphan(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                       uint32_t qpn)
 {
     hca_tcp_tx_t *tx = &conn->tx;
+    size_t copied    = 0;
 
     if ((tx->left == 0) || (tx->owner_qpn != qpn)) {
         return;
+    }
+    /* The rest of the frame cannot be taken back (its header is out, the
+     * stream must go on), and the QP's buffers may be freed once its
+     * WQEs complete: its payload goes out from a copy, taken now.  Not
+     * zeros: the frame may be a SEND's last part or a WRITE, which the
+     * responder would deliver or place as if they were the data. */
+    if (tx->bounce == NULL) {
+        tx->bounce = malloc(HCA_TCP_SEG_MAX);
+        if (tx->bounce == NULL) {
+            /* no copy: the frame must not go on, and neither can the
+             * stream without it */
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+            tx->owner_qpn = 0;
+            return;
+        }
     }
     /* the headers are ours; payload iovecs point into the QP's buffers */
     for (int i = tx->first; i < tx->iovcnt; ++i) {
@@ -275,11 +290,14 @@ void hca_tcp_tx_orphan(hca_tcp_conn_t *conn, uint32_t qpn)
              (p < (const uint8_t*)(tx->answers + HCA_TCP_TX_ANSWERS)))) {
             continue;
         }
-        while (tx->iov[i].iov_len > sizeof(hca_tcp_zeros)) {
-            /* a payload iov is never over one segment */
-            tx->iov[i].iov_len = sizeof(hca_tcp_zeros);
+        if (HCA_UNLIKELY(copied + tx->iov[i].iov_len > HCA_TCP_SEG_MAX)) {
+            /* cannot be: a frame's payload is at most one segment */
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+            break;
         }
-        tx->iov[i].iov_base = (void*)hca_tcp_zeros;
+        memcpy(tx->bounce + copied, p, tx->iov[i].iov_len);
+        tx->iov[i].iov_base = tx->bounce + copied;
+        copied             += tx->iov[i].iov_len;
     }
     tx->owner_qpn = 0;
 }

@@ -80,6 +80,9 @@ typedef struct hca_tcp_tx {
                                    is in (0: none) */
     hca_mpt_entry_t *pinned;    /* READ_RESP: the region it is read from,
                                    released when sent */
+    uint8_t         *bounce;    /* HCA_TCP_SEG_MAX bytes, made at the first
+                                   orphan: the copy an orphaned frame's
+                                   payload goes out from */
 } hca_tcp_tx_t;
 
 /* An answer the fabric's thread owes a peer: an ACK, or the rest of a
@@ -307,9 +310,10 @@ void hca_tcp_want_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 int  hca_tcp_job_push(hca_tcp_conn_t *conn, const hca_tcp_job_t *job);
 /* sends queued answers while the socket takes them (tx_lock held) */
 void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
-/* the frames in the tx of QP qpn will never be read back: its payload is
- * replaced by zeros (tx_lock held) */
-void hca_tcp_tx_orphan(hca_tcp_conn_t *conn, uint32_t qpn);
+/* QP qpn's buffers are no longer to be read: the rest of a frame of its
+ * in the tx goes out from a copy (tx_lock held) */
+void hca_tcp_tx_orphan(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                       uint32_t qpn);
 
 /* hca_tcp_thread.c */
 /* Reads what the connection has (conn->rx_lock held): 0, or -1 when it

@@ -1121,8 +1121,8 @@ UCS_CLASS_CLEANUP_FUNC(uct_hca_ep_t)
     ucs_arbiter_group_cleanup(&self->arb_group);
     /* the device lets go of the operations' buffers: the ERR transition
      * ends every outstanding WR (its CQE goes to the CQ), and nothing is
-     * read from or written to their buffers after it (on tcp the frame
-     * going out from them goes on as zeros, no answer lands) */
+     * read from or written to their buffers after it (on tcp a frame
+     * already started goes on from a copy, no answer lands) */
     hca_qp_modify(self->qp, &(hca_qp_attr_t){.qp_state = HCA_QPS_ERR},
                   HCA_QP_ATTR_STATE);
     /* every outstanding operation completes here, with UCS_ERR_CANCELED,

@@ -1280,6 +1280,100 @@ TEST(TcpQp, ResetQpServedAfterRefusal)
     EXPECT_EQ(-1, check_pattern(dst, 256, 5));
 }
 
+/* A QP moved to ERR while one of its frames is half on the socket (the
+ * target is stopped, its socket buffers full): the frame's header is out
+ * and the stream must go on, so the rest of its payload is sent - from a
+ * copy taken at the transition, never from the buffer (the user may free
+ * or reuse it once its WQEs are flushed), and never as filler bytes that
+ * the target would place as data.  Every byte of the target's region is
+ * then either what it held or what the WRITE carried. */
+TEST(TcpQp, ErrMidFrameSendsTheDataNotFiller)
+{
+    const size_t LEN  = 64ull << 20; /* more than the sockets hold */
+    const uint8_t OLD = 0x11, NEW = 0xab, REUSED = 0xee;
+
+    child_t *ch = fork_child([&](int rfd, int wfd) {
+        ctx t;
+        ASSERT_TRUE(t.open(0, HCA_FABRIC_TCP));
+        hca_pd_t *pd = t.new_pd();
+        cqw *cq      = t.new_cq(64);
+        ASSERT_NE(nullptr, cq);
+        hca_qp_t *qp = t.new_qp(pd, cq, cq);
+        ASSERT_NE(nullptr, qp);
+        ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+        ASSERT_EQ(0, qp_to_rtr(qp, t.addr, HCA_QPN_ANY));
+        uint8_t *mem = t.alloc(MEM_MALLOC, LEN);
+        ASSERT_NE(nullptr, mem);
+        memset(mem, OLD, LEN);
+        hca_mr_t *mr = t.reg(pd, mem, LEN, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        peer_info in;
+        memset(&in, 0, sizeof(in));
+        in.addr     = t.addr;
+        in.qpn[0]   = hca_qp_num(qp);
+        in.raddr[0] = (uint64_t)(uintptr_t)mem;
+        in.rkey[0]  = hca_mr_rkey(mr);
+        ASSERT_TRUE(send_msg(wfd, in));
+        /* stopped and continued by the parent meanwhile; then the rest
+         * of the stream is read by our fabric thread */
+        ASSERT_TRUE(expect_token(rfd, 2, 30000));
+        size_t landed = 0, bad = 0;
+        for (size_t i = 0; i < LEN; ++i) {
+            landed += (mem[i] == NEW);
+            bad    += (mem[i] != NEW) && (mem[i] != OLD);
+        }
+        printf("# target: %zu bytes landed before and after the "
+               "transition, %zu bytes neither old nor written\n", landed,
+               bad);
+        EXPECT_GT(landed, 0u);
+        EXPECT_EQ(0u, bad) << "the rest of the frame cut by ERR was "
+                              "placed as other bytes than the WRITE's";
+        ASSERT_TRUE(send_token(wfd, 3));
+    }, 120);
+    ASSERT_NE(nullptr, ch);
+    peer_info in;
+    ASSERT_TRUE(recv_msg(ch->rfd, &in));
+
+    ctx r;
+    ASSERT_TRUE(r.open(0, HCA_FABRIC_TCP));
+    hca_pd_t *pd = r.new_pd();
+    cqw *cq      = r.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = r.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, connect_qp(qp, in.addr, in.qpn[0]));
+    uint8_t *src = r.alloc(MEM_MALLOC, LEN);
+    ASSERT_NE(nullptr, src);
+    memset(src, NEW, LEN);
+    hca_mr_t *mr = r.reg(pd, src, LEN, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+
+    /* the target's fabric thread stops reading: the WRITE's frames fill
+     * the sockets, one of them is left half sent */
+    ASSERT_EQ(0, kill(ch->pid, SIGSTOP));
+    hca_sge_t sg     = mk_sge(src, LEN, hca_mr_lkey(mr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 7,
+                             in.raddr[0], in.rkey[0]);
+    ASSERT_EQ(0, post_retry(qp, &wr));
+    double end = now_ms() + 500;
+    while (now_ms() < end) {
+        (void)progress_all();
+        sleep_ms(1);
+    }
+    hca_wc_t wc;
+    ASSERT_FALSE(cq->pop(&wc)) << "the WRITE completed with the target "
+                                  "stopped: " << wc_str(wc);
+    ASSERT_EQ(0, qp_to_state(qp, HCA_QPS_ERR));
+    ASSERT_TRUE(wait_wc(cq, &wc));
+    EXPECT_EQ(HCA_WC_WR_FLUSH_ERR, wc.status) << wc_str(wc);
+    memset(src, REUSED, LEN); /* the user's buffer is the user's again */
+    ASSERT_EQ(0, kill(ch->pid, SIGCONT));
+    sleep_ms(500);                   /* the target reads what was sent */
+    ASSERT_TRUE(send_token(ch->wfd, 2));
+    EXPECT_TRUE(expect_token(ch->rfd, 3, 60000));
+    EXPECT_TRUE(wait_child(ch, 10000));
+}
+
 /* ------------------------------------------------------------ identity */
 
 /* Issue 23, item 1: a context that knows the target's address claims the
