@@ -144,6 +144,10 @@ typedef struct hca_tcp_conn {
     /* sending (tx_lock) */
     pthread_mutex_t      tx_lock;
     hca_tcp_tx_t         tx;
+    uint64_t             tx_stuck_ns; /* the frame in tx met a full socket
+                                         then (0: it did not): with
+                                         answers queued, it must be out
+                                         within the peer timeout */
     hca_tcp_job_t        jobs[HCA_TCP_JOBS];
     uint32_t             jobs_head, jobs_tail;
     int                  want_out;  /* EPOLLOUT armed */
@@ -156,6 +160,9 @@ typedef struct hca_tcp_conn {
                                                     their later frames are
                                                     dropped */
     uint32_t             poison_next;
+    uint64_t             rx_frames; /* headers read (rx_lock) */
+    uint64_t             rx_judged_frames; /* the timer pass's last look */
+    uint64_t             rx_judged_ns;     /* at a payload (rx_lock) */
     int                  reading;   /* EPOLLIN armed */
     int                  answer_now;  /* an answer queued that its peer
                                          may be waiting for: sent when
