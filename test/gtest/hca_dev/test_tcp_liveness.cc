@@ -359,6 +359,136 @@ TEST_F(TcpLiveness, PeerNotReadingAnswersDoesNotHoldDereg)
     EXPECT_GT(conns_lost(), lost0) << "the connection was not reported dead";
 }
 
+/* What the frozen requester needs of its target. */
+struct frozen_info {
+    hca_port_addr_t addr;
+    uint32_t        qpn, rkey;
+    uint64_t        raddr;
+};
+
+/* The requester, in a child: READs of the whole region, LV_MR_LEN each,
+ * on FROZEN_QPS QPs with 128 outstanding on each (more than the target's
+ * answer queue: its reader stops), reposted as they complete, until it
+ * is stopped. */
+const int FROZEN_QPS = 4;
+
+static void frozen_requester(int rfd, int wfd)
+{
+    frozen_info in;
+    ASSERT_TRUE(recv_msg(rfd, &in));
+    ctx r;
+    ASSERT_TRUE(r.open(0, HCA_FABRIC_TCP));
+    hca_pd_t *pd = r.new_pd();
+    cqw *cq      = r.new_cq(1024);
+    ASSERT_NE(nullptr, cq);
+    uint8_t *lb = r.alloc(MEM_MALLOC, LV_MR_LEN);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *mr = r.reg(pd, lb, LV_MR_LEN, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    hca_sge_t s      = mk_sge(lb, LV_MR_LEN, hca_mr_lkey(mr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_READ, &s, 1, HCA_SEND_SIGNALED, 0,
+                             in.raddr, in.rkey);
+    std::vector<hca_qp_t*> qps;
+    for (int q = 0; q < FROZEN_QPS; ++q) {
+        hca_qp_t *qp = r.new_qp(pd, cq, cq, r.caps(128));
+        ASSERT_NE(nullptr, qp);
+        ASSERT_EQ(0, connect_qp(qp, in.addr, in.qpn));
+        qps.push_back(qp);
+        wr.wr_id = (uint64_t)q;
+        for (int i = 0; i < 128; ++i) {
+            ASSERT_EQ(0, post_retry(qp, &wr));
+        }
+    }
+    ASSERT_TRUE(send_token(wfd, 1));
+    for (;;) { /* until SIGSTOP, then SIGKILL */
+        hca_wc_t wc;
+        if (!cq->pop(&wc)) {
+            (void)progress_all();
+            continue;
+        }
+        ASSERT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+        wr.wr_id = wc.wr_id;
+        ASSERT_EQ(0, post_retry(qps[wc.wr_id], &wr));
+    }
+}
+
+/* A real requester process streaming READs is SIGSTOPped (a freeze): its
+ * fabric thread stops with it, the answers in flight fill the sockets,
+ * and the READs behind them pin the target's region.  The target fails
+ * the connection within the peer timeout and hca_mr_dereg returns. */
+class TcpLivenessFrozen : public hca_test {
+};
+
+TEST_F(TcpLivenessFrozen, StoppedRequesterDoesNotHoldDereg)
+{
+    child_t *ch = fork_child(frozen_requester, 60);
+    ASSERT_NE(nullptr, ch);
+    peer_timeout_env env(PEER_TIMEOUT_MS);
+    ctx c;
+    ASSERT_TRUE(c.open(0, HCA_FABRIC_TCP));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY));
+    uint8_t *mem = c.alloc(MEM_MALLOC, LV_MR_LEN);
+    ASSERT_NE(nullptr, mem);
+    hca_mr_t *mr = c.reg(pd, mem, LV_MR_LEN, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    frozen_info in;
+    memset(&in, 0, sizeof(in));
+    in.addr  = c.addr;
+    in.qpn   = hca_qp_num(qp);
+    in.rkey  = hca_mr_rkey(mr);
+    in.raddr = (uint64_t)(uintptr_t)mem;
+    ASSERT_TRUE(send_msg(ch->wfd, in));
+    ASSERT_TRUE(expect_token(ch->rfd, 1));
+    sleep_ms(300); /* READs streaming */
+    hca_counters_t cnt;
+    ASSERT_EQ(0, hca_device_counters(c.dev, &cnt));
+    uint64_t lost0 = cnt.tcp_conns_lost;
+    ASSERT_EQ(0, kill(ch->pid, SIGSTOP));
+    double stopped = now_ms();
+    sleep_ms(100);
+
+    std::atomic<bool> done(false);
+    double t0 = now_ms(), took = -1;
+    std::thread th([&]() {
+        EXPECT_EQ(0, hca_mr_dereg(mr));
+        done.store(true);
+    });
+    while (!done.load() && (now_ms() < t0 + PEER_TIMEOUT_MS + 3000)) {
+        sleep_ms(5);
+    }
+    if (done.load()) {
+        took = now_ms() - stopped;
+    } else {
+        kill_child(ch); /* its connection closes: the wait ends */
+        double end = now_ms() + TIMEOUT_MS;
+        while (!done.load() && (now_ms() < end)) {
+            sleep_ms(5);
+        }
+        if (!done.load()) {
+            ADD_FAILURE() << "hca_mr_dereg still waits after the peer died";
+            abort();
+        }
+    }
+    th.join();
+    c.forget(mr);
+    printf("# hca_mr_dereg returned %.0f ms after the requester stopped "
+           "(peer timeout %d ms)\n", took, PEER_TIMEOUT_MS);
+    ASSERT_GE(took, 0) << "hca_mr_dereg waited until the stopped peer "
+                          "was killed, "
+                       << now_ms() - stopped << " ms after the stop";
+    EXPECT_LT(took, PEER_TIMEOUT_MS + 1000.0);
+    ASSERT_EQ(0, hca_device_counters(c.dev, &cnt));
+    EXPECT_GT(cnt.tcp_conns_lost, lost0)
+            << "the connection was not reported dead";
+    kill_child(ch);
+}
+
 /* A peer trickles a WRITE's payload, a byte every 200 ms: every byte is
  * traffic, but the frame does not progress.  The connection fails within
  * the peer timeout and the region is given back. */
