@@ -35,6 +35,11 @@
 #define HCA_TCP_CONNECT_MS    5000    /* connect + handshake limit */
 #define HCA_TCP_POLL_MAX      64      /* connections a user poll reads; with
                                          more the thread keeps reading */
+#define HCA_TCP_READ_BUDGET   (1u << 20) /* bytes one read of a connection
+                                         takes before it lets the thread
+                                         (its timers: keepalives, other
+                                         connections) or the polling
+                                         process go on */
 #define HCA_TCP_RXBUF         (16u * 1024) /* per-connection read buffer: one
                                          recv takes many small frames */
 #define HCA_TCP_RX_TRAIL      sizeof(hca_tcp_hdr_t) /* read behind a

@@ -261,6 +261,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 {
     hca_tcp_rx_t *rx = &conn->rx;
     int drained      = 0;
+    size_t budget    = HCA_TCP_READ_BUDGET;
 
     for (;;) {
         size_t avail = rx->buf_tail - rx->buf_head, take, asked;
@@ -353,8 +354,8 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
             conn->answer_now = 0;
             hca_tcp_answers_out(tcp, conn);
         }
-        if (drained) {
-            return 0;
+        if (drained || (budget == 0)) {
+            return 0; /* level-triggered: the rest at the next turn */
         }
         rx->buf_head = rx->buf_tail = 0;
         if (rx->state == HCA_TCP_RX_PAYLOAD) {
@@ -406,6 +407,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
          * read on (until EAGAIN): the sender streams it, more has likely
          * come meanwhile */
         drained = ((size_t)n < asked) && (rx->state != HCA_TCP_RX_PAYLOAD);
+        budget  = ((size_t)n < budget) ? budget - (size_t)n : 0;
         if (rx->state == HCA_TCP_RX_PAYLOAD) {
             size_t direct = ((size_t)n < rx->left) ? (size_t)n : rx->left;
             hca_tcp_iov_take(rx, NULL, direct);
