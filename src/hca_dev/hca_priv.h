@@ -263,7 +263,7 @@ typedef struct hca_rwqe {
 
 /* A partially received fragmented SEND (no single copy).  It holds a
  * posted receive, so it is bounded: a new first fragment from the same
- * source QP, more than HCA_PARTIALS_PER_SOURCE of its source process, the
+ * source QP, more than hca_partials_per_source() of its source process, the
  * source's death, or its fabric's timeout (HCA_PARTIAL_TIMEOUT_NS; tcp:
  * the peer timeout if longer) without a fragment while the ring is read
  * as far as it can be ends it with an error CQE, which gives the receive
@@ -281,12 +281,6 @@ typedef struct hca_partial {
 } hca_partial_t;
 
 #define HCA_PARTIAL_TIMEOUT_NS (2ull * 1000000000ull)
-/* Unfinished messages one source (process and context, through one
- * fabric) may have on a QP at a time: its QPs' messages each hold a
- * receive, and a source with many QPs (or a forger naming many) must not
- * hold them all.  A new first fragment over the limit ends the source's
- * oldest one. */
-#define HCA_PARTIALS_PER_SOURCE 16
 
 /* A receive queue with its ring: a QP's own, or an SRQ's. */
 typedef struct hca_rq {
@@ -310,6 +304,18 @@ typedef struct hca_rq {
                                      a receive (0: it does not) */
     struct hca_qp *owner;         /* own RQ: its QP */
 } hca_rq_t;
+
+/* Unfinished messages one source (process and context, through one
+ * fabric) may have on a QP at a time: a quarter of its receive queue's
+ * depth, at least 1.  Its QPs' messages each hold a receive, and a source
+ * with many QPs (or a forger naming many) must not hold them all.  A new
+ * first fragment over the limit ends the source's oldest one. */
+HCA_INLINE uint32_t hca_partials_per_source(const hca_rq_t *rq)
+{
+    uint32_t n = (uint32_t)((rq->mask + 1) / 4);
+
+    return (n > 0) ? n : 1;
+}
 
 struct hca_srq {
     hca_rq_t rq;

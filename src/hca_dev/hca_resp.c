@@ -179,8 +179,8 @@ static hca_partial_t *hca_partial_find(hca_qp_t *qp, const hca_msg_hdr_t *hdr,
 }
 
 /* The source of hdr (its process and context, through its fabric) has
- * HCA_PARTIALS_PER_SOURCE unfinished messages on qp: its oldest ends, so
- * that one more keeps it at the limit. */
+ * hca_partials_per_source() unfinished messages on qp: its oldest ends,
+ * so that one more keeps it at the limit. */
 static void hca_partial_limit(hca_qp_t *qp, const hca_msg_hdr_t *hdr)
 {
     hca_partial_t **oldest = NULL;
@@ -195,7 +195,7 @@ static void hca_partial_limit(hca_qp_t *qp, const hca_msg_hdr_t *hdr)
             ++n;
         }
     }
-    if (n >= HCA_PARTIALS_PER_SOURCE) {
+    if (n >= hca_partials_per_source(qp->rq)) {
         hca_partial_t *p = *oldest;
         *oldest          = p->next;
         hca_partial_abort(qp, p, HCA_WC_GENERAL_ERR);

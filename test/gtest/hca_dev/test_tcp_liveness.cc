@@ -606,7 +606,7 @@ private:
 /* First fragments without their last, from one live connection (it
  * sends keepalives), 70 requester QPs: more than the QP's posted
  * receives.  Another source's SEND is received at once: one source holds
- * at most HCA_PARTIALS_PER_SOURCE receives of a QP. */
+ * at most a quarter of a QP's receives (16 of its 64). */
 TEST_F(TcpLiveness, UnfinishedSendsOfOneSourceDoNotStarve)
 {
     receiver rx(c, pd, qp, cq, 64);
