@@ -76,6 +76,9 @@ typedef struct hca_fabric_ops {
     void  (*answer)(hca_device_t *dev, const hca_msg_hdr_t *hdr,
                     const hca_pull_hdr_t *pull, hca_wc_status_t status);
     int   (*source_alive)(hca_device_t *dev, uint32_t pid, uint32_t ctx_id);
+    /* how long an unfinished message of this fabric may go without a
+     * fragment (NULL: HCA_PARTIAL_TIMEOUT_NS) */
+    uint64_t (*partial_timeout_ns)(hca_device_t *dev);
 
     /* ---- memory: after an MPT entry of ours was invalidated, waits for
      * the accesses this fabric's peers may still make to it (the

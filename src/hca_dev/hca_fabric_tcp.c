@@ -284,6 +284,18 @@ static int hca_tcp_source_alive(hca_device_t *dev, uint32_t pid,
     return alive;
 }
 
+/* A live peer's next fragment may be held by TCP (retransmissions, a
+ * full socket) as long as the peer timeout allows any silence: an
+ * unfinished message over tcp waits that long, and never less than shm's
+ * bound. */
+static uint64_t hca_tcp_partial_timeout_ns(hca_device_t *dev)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+    uint64_t ns        = (tcp != NULL) ? tcp->timeout_ms * 1000000ull : 0;
+
+    return (ns > HCA_PARTIAL_TIMEOUT_NS) ? ns : HCA_PARTIAL_TIMEOUT_NS;
+}
+
 const hca_fabric_ops_t hca_fabric_tcp_ops = {
     .name           = "tcp",
     .type           = HCA_FABRIC_TCP,
@@ -299,6 +311,7 @@ const hca_fabric_ops_t hca_fabric_tcp_ops = {
     .poll_response  = hca_tcp_poll_response,
     .response_ready = hca_tcp_response_ready,
     .source_alive   = hca_tcp_source_alive,
+    .partial_timeout_ns = hca_tcp_partial_timeout_ns,
     .peer_status    = hca_tcp_peer_status,
     .check_peers    = hca_tcp_check_peers,
     .poll           = hca_tcp_poll,

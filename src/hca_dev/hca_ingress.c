@@ -136,11 +136,20 @@ int hca_ingress_poll(hca_rq_t *rq, int budget)
                 hca_ingress_trace(rq, &m.hdr, to);
             }
             if (to == HCA_RX_RNR) {
-                break; /* keep it until a receive is posted */
+                /* keep it until a receive is posted; read as far as it
+                 * can be (see hca_resp_sweep) */
+                if (HCA_UNLIKELY(rq->rnr_ns == 0)) {
+                    rq->rnr_ns = hca_now_ns();
+                }
+                drained = 1;
+                break;
             }
         }
         hca_ring_release(&rq->ring, idx);
         ++count;
+        if (HCA_UNLIKELY(rq->rnr_ns != 0)) {
+            rq->rnr_ns = 0; /* its head got a receive */
+        }
     }
     /* after the messages that waited: one of them may be a partial's next
      * fragment, however long we did not poll */

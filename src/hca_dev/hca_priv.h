@@ -263,10 +263,11 @@ typedef struct hca_rwqe {
 
 /* A partially received fragmented SEND (no single copy).  It holds a
  * posted receive, so it is bounded: a new first fragment from the same
- * source, the source's death, or (shm sources) HCA_PARTIAL_TIMEOUT_NS
- * without a fragment while the ring is drained ends it with an error CQE,
- * which gives the receive back.  A tcp source is bounded by its
- * connection's liveness. */
+ * source QP, more than hca_partials_per_source() of its source process, the
+ * source's death, or its fabric's timeout (HCA_PARTIAL_TIMEOUT_NS; tcp:
+ * the peer timeout if longer) without a fragment while the ring is read
+ * as far as it can be ends it with an error CQE, which gives the receive
+ * back. */
 typedef struct hca_partial {
     struct hca_partial *next;
     uint32_t            src_pid, src_ctx, src_qpn;
@@ -299,8 +300,22 @@ typedef struct hca_rq {
                                      in-place message must not pass them */
     uint32_t      n_partials;     /* of its QPs (hca_partial_t) */
     uint64_t      sweep_ns;       /* next look for orphan partials */
+    uint64_t      rnr_ns;         /* since when the ring's head waits for
+                                     a receive (0: it does not) */
     struct hca_qp *owner;         /* own RQ: its QP */
 } hca_rq_t;
+
+/* Unfinished messages one source (process and context, through one
+ * fabric) may have on a QP at a time: a quarter of its receive queue's
+ * depth, at least 1.  Its QPs' messages each hold a receive, and a source
+ * with many QPs (or a forger naming many) must not hold them all.  A new
+ * first fragment over the limit ends the source's oldest one. */
+HCA_INLINE uint32_t hca_partials_per_source(const hca_rq_t *rq)
+{
+    uint32_t n = (uint32_t)((rq->mask + 1) / 4);
+
+    return (n > 0) ? n : 1;
+}
 
 struct hca_srq {
     hca_rq_t rq;

@@ -108,10 +108,26 @@ static int hca_partial_source_dead(hca_device_t *dev, const hca_partial_t *p)
                                                        p->src_ctx);
 }
 
+/* How long a partial may go without a fragment: its fabric's bound. */
+static uint64_t hca_partial_timeout_ns(hca_device_t *dev,
+                                       const hca_partial_t *p)
+{
+    hca_msg_hdr_t hdr = {.flags = (uint8_t)p->msg_flags};
+    const hca_fabric_ops_t *f = hca_fabric_of_msg(dev, &hdr);
+
+    return (f->partial_timeout_ns != NULL) ? f->partial_timeout_ns(dev) :
+                                             HCA_PARTIAL_TIMEOUT_NS;
+}
+
 /* At most every 100 ms while partials exist: ends those whose source died
- * or, with the ring drained (`drained`: no fragment of theirs waits
- * there), sent nothing for HCA_PARTIAL_TIMEOUT_NS, so that first fragments
- * whose rest never comes cannot hold the posted receives for good. */
+ * or, with the ring read as far as it can be (`drained`: to its end, or
+ * to a message that waits for a receive), sent nothing for their
+ * fabric's timeout, so that first fragments whose rest never comes
+ * cannot hold the posted receives for good.  Behind a head that waits
+ * for a receive a fragment of theirs may wait unread: the time counts
+ * from then, and a receive held that long by a message that cannot go
+ * on while the ring waits for one is given back (the ring would
+ * otherwise wait for good). */
 void hca_resp_sweep(hca_rq_t *rq, int drained)
 {
     hca_device_t *dev = rq->dev;
@@ -128,12 +144,10 @@ void hca_resp_sweep(hca_rq_t *rq, int drained)
         }
         for (hca_partial_t **pp = &qp->partials; *pp != NULL;) {
             hca_partial_t *p = *pp;
-            /* the tcp fabric's connection bounds its sources (keepalives,
-             * the peer timeout) and a live one's fragments come in order,
-             * but TCP may hold them for seconds (retransmissions, flow
-             * control): only its death ends them */
-            int stale = drained && !(p->msg_flags & HCA_MSG_VIA_TCP) &&
-                        (now - p->last_ns > HCA_PARTIAL_TIMEOUT_NS);
+            uint64_t since = (p->last_ns > rq->rnr_ns) ? p->last_ns :
+                                                         rq->rnr_ns;
+            int stale      = drained && (now > since) &&
+                             (now - since > hca_partial_timeout_ns(dev, p));
             if (!stale && !hca_partial_source_dead(dev, p)) {
                 pp = &p->next;
                 continue;
@@ -162,6 +176,32 @@ static hca_partial_t *hca_partial_find(hca_qp_t *qp, const hca_msg_hdr_t *hdr,
         }
     }
     return NULL;
+}
+
+/* The source of hdr (its process and context, through its fabric) has
+ * hca_partials_per_source() unfinished messages on qp: its oldest ends,
+ * so that one more keeps it at the limit. */
+static void hca_partial_limit(hca_qp_t *qp, const hca_msg_hdr_t *hdr)
+{
+    hca_partial_t **oldest = NULL;
+    unsigned n             = 0;
+
+    for (hca_partial_t **pp = &qp->partials; *pp != NULL;
+         pp = &(*pp)->next) {
+        const hca_partial_t *p = *pp;
+        if ((p->src_pid == hdr->src_pid) && (p->src_ctx == hdr->src_ctx) &&
+            ((p->msg_flags ^ hdr->flags) & HCA_MSG_VIA_TCP) == 0) {
+            oldest = pp; /* newest first: the last one found */
+            ++n;
+        }
+    }
+    if (n >= hca_partials_per_source(qp->rq)) {
+        hca_partial_t *p = *oldest;
+        *oldest          = p->next;
+        hca_partial_abort(qp, p, HCA_WC_GENERAL_ERR);
+        __atomic_fetch_add(&qp->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR], 1,
+                           __ATOMIC_RELAXED);
+    }
 }
 
 /* Takes the next posted receive, or NULL (receiver not ready). */
@@ -239,6 +279,7 @@ static hca_rx_state_t hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
     if (partial != NULL) {
         hca_partial_abort(qp, partial, HCA_WC_GENERAL_ERR);
     }
+    hca_partial_limit(qp, hdr);
     status = (hdr->msg_len > rwqe->length) ? HCA_WC_LOC_LEN_ERR :
              hca_rwqe_place(rwqe, 0, m->payload, hdr->length);
     if (hdr->flags & HCA_MSG_LAST) {

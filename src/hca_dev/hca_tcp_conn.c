@@ -223,6 +223,11 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
         if (n < 0) {
             if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+                if (conn->tx_stuck_ns == 0) {
+                    /* the peer must take this frame within the peer
+                     * timeout (hca_tcp_timers) */
+                    conn->tx_stuck_ns = hca_now_ns();
+                }
                 return 0;
             }
             if (errno == EINTR) {
@@ -249,7 +254,8 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         hca_mpt_release(tx->pinned);
         tx->pinned = NULL;
     }
-    tx->owner_qpn = 0;
+    tx->owner_qpn     = 0;
+    conn->tx_stuck_ns = 0;
     HCA_TCP_COUNT(tcp, tcp_frames_tx, tx->frames);
     tx->frames = 0;
     atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),

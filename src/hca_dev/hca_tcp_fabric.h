@@ -44,6 +44,11 @@
                                          this often */
 #define HCA_TCP_POLL_MAX      64      /* connections a user poll reads; with
                                          more the thread keeps reading */
+#define HCA_TCP_READ_BUDGET   (1u << 20) /* bytes one read of a connection
+                                         takes before it lets the thread
+                                         (its timers: keepalives, other
+                                         connections) or the polling
+                                         process go on */
 #define HCA_TCP_RXBUF         (16u * 1024) /* per-connection read buffer: one
                                          recv takes many small frames */
 #define HCA_TCP_RX_TRAIL      sizeof(hca_tcp_hdr_t) /* read behind a
@@ -168,6 +173,10 @@ typedef struct hca_tcp_conn {
     /* sending (tx_lock) */
     pthread_mutex_t      tx_lock;
     hca_tcp_tx_t         tx;
+    uint64_t             tx_stuck_ns; /* the frame in tx met a full socket
+                                         then (0: it did not): with
+                                         answers queued, it must be out
+                                         within the peer timeout */
     hca_tcp_job_t        jobs[HCA_TCP_JOBS];
     uint32_t             jobs_head, jobs_tail;
     int                  want_out;  /* EPOLLOUT armed */
@@ -180,6 +189,9 @@ typedef struct hca_tcp_conn {
                                                     their later frames are
                                                     dropped */
     uint32_t             poison_next;
+    uint64_t             rx_frames; /* headers read (rx_lock) */
+    uint64_t             rx_judged_frames; /* the timer pass's last look */
+    uint64_t             rx_judged_ns;     /* at a payload (rx_lock) */
     int                  reading;   /* EPOLLIN armed */
     int                  answer_now;  /* an answer queued that its peer
                                          may be waiting for: sent when

@@ -334,6 +334,7 @@ static int hca_tcp_rx_header(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
     rx->got  = 0;
     rx->bulk = (rx->in.hdr.length > HCA_TCP_RXBUF / 2); /* see rx.bulk */
+    conn->rx_frames++; /* its payload's time is bounded (hca_tcp_timers) */
     HCA_TCP_COUNT(tcp, tcp_frames_rx, 1);
     if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
         hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
@@ -383,6 +384,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 {
     hca_tcp_rx_t *rx = &conn->rx;
     int drained      = 0;
+    size_t budget    = HCA_TCP_READ_BUDGET;
 
     for (;;) {
         size_t avail = rx->buf_tail - rx->buf_head, take, asked;
@@ -475,8 +477,8 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
             conn->answer_now = 0;
             hca_tcp_answers_out(tcp, conn);
         }
-        if (drained) {
-            return 0;
+        if (drained || (budget == 0)) {
+            return 0; /* level-triggered: the rest at the next turn */
         }
         rx->buf_head = rx->buf_tail = 0;
         if (rx->state == HCA_TCP_RX_PAYLOAD) {
@@ -528,6 +530,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
          * read on (until EAGAIN): the sender streams it, more has likely
          * come meanwhile */
         drained = ((size_t)n < asked) && (rx->state != HCA_TCP_RX_PAYLOAD);
+        budget  = ((size_t)n < budget) ? budget - (size_t)n : 0;
         if (rx->state == HCA_TCP_RX_PAYLOAD) {
             size_t direct = ((size_t)n < rx->left) ? (size_t)n : rx->left;
             hca_tcp_iov_take(rx, NULL, direct);
@@ -797,6 +800,46 @@ static inline uint64_t hca_tcp_age(uint64_t now, uint64_t t)
     return (now > t) ? now - t : 0;
 }
 
+/* Our answers wait behind a frame (64 KiB of payload at most, and the
+ * answers that go with it) that met a full socket a peer timeout ago and
+ * is still not out (tx_lock taken): the peer does not drain them.  READ
+ * answers pin their regions, and a peer that keeps them (stopped, frozen,
+ * or on purpose: its reading stopped ours, once the answer queue filled)
+ * would hold their deregistration for good.  Our own requests alone are
+ * the peer's flow control (its ring full) and are not judged. */
+static int hca_tcp_tx_stuck(hca_tcp_conn_t *conn, uint64_t now,
+                            uint64_t limit)
+{
+    int stuck;
+
+    pthread_mutex_lock(&conn->tx_lock);
+    stuck = (conn->tx_stuck_ns != 0) &&
+            (hca_tcp_age(now, conn->tx_stuck_ns) > limit) &&
+            ((conn->jobs_tail != conn->jobs_head) || (conn->tx.pinned != NULL));
+    pthread_mutex_unlock(&conn->tx_lock);
+    return stuck;
+}
+
+/* The frame being read is still the one whose payload was being read a
+ * peer timeout ago (rx_lock held): a 64 KiB segment at most, which never
+ * takes that long from a live peer, while a trickle (a byte now and then
+ * is traffic) would hold its region's deregistration.  Judged at the
+ * timer passes: a payload gets the timeout and up to two periods. */
+static int hca_tcp_rx_stalled(hca_tcp_conn_t *conn, uint64_t now,
+                              uint64_t limit)
+{
+    if ((conn->rx.state != HCA_TCP_RX_PAYLOAD) &&
+        (conn->rx.state != HCA_TCP_RX_DISCARD)) {
+        return 0;
+    }
+    if (conn->rx_judged_frames != conn->rx_frames) {
+        conn->rx_judged_frames = conn->rx_frames;
+        conn->rx_judged_ns     = now;
+        return 0;
+    }
+    return hca_tcp_age(now, conn->rx_judged_ns) > limit;
+}
+
 /* Keepalives on quiet connections; silent, stuck and parked ones. */
 static int hca_tcp_timers(hca_tcp_dev_t *tcp)
 {
@@ -823,7 +866,10 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
         }
         if (!conn->reading || (conn->rx.state == HCA_TCP_RX_PARKED)) {
             /* we do not read it (a full ring or answer queue of ours):
-             * its keepalives wait behind what we left there */
+             * its keepalives wait behind what we left there.  A full
+             * answer queue is the peer's to drain: hca_tcp_tx_stuck
+             * judges that (a peer that drains it slowly, a large READ's
+             * answers on a slow link, is alive) */
             atomic_store(&conn->last_rx_ns, now);
         } else if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) {
             hca_log("tcp fabric: pid %u ctx %u silent for %u ms: its QPs "
@@ -833,7 +879,24 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
             dead = 1;
             continue;
         }
+        if (hca_tcp_tx_stuck(conn, now, limit)) {
+            hca_log("tcp fabric: pid %u ctx %u took none of our answers for "
+                    "%u ms: its QPs fail", conn->peer.pid, conn->peer.ctx_id,
+                    tcp->timeout_ms);
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+            dead = 1;
+            continue;
+        }
         if (pthread_mutex_trylock(&conn->rx_lock) == 0) {
+            if (hca_tcp_rx_stalled(conn, now, limit)) {
+                pthread_mutex_unlock(&conn->rx_lock);
+                hca_log("tcp fabric: pid %u ctx %u sent no more of a frame's "
+                        "payload for %u ms: its QPs fail", conn->peer.pid,
+                        conn->peer.ctx_id, tcp->timeout_ms);
+                hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+                dead = 1;
+                continue;
+            }
             if (conn->rx.state == HCA_TCP_RX_PARKED) {
                 int placed = hca_tcp_rx_unpark(tcp, conn);
                 hca_tcp_answers_out(tcp, conn); /* its ACK, if the last */
