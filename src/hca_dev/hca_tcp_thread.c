@@ -505,7 +505,10 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                 n = readv(conn->fd, iov, iovcnt);
             }
         } else {
-            asked = rx->bulk ? HCA_TCP_RX_TRAIL : HCA_TCP_RXBUF;
+            /* a payload being dropped is read a whole buffer at a time
+             * (bulk would take it 72 bytes a recv) */
+            asked = (rx->bulk && (rx->state != HCA_TCP_RX_DISCARD)) ?
+                    HCA_TCP_RX_TRAIL : HCA_TCP_RXBUF;
             n     = recv(conn->fd, rx->buf, asked, MSG_DONTWAIT);
         }
 

@@ -100,6 +100,30 @@ uint64_t tcpf_mac(uint64_t secret, int kind, const tcpf_transcript_t *t)
     return hca_tcp_mac(secret, (hca_tcp_mac_kind_t)kind, &w);
 }
 
+int tcpf_prove(const tcpf_hello_t *h, const tcpf_hello_t *ch,
+               uint64_t acc_host, uint32_t acc_pid, uint32_t acc_ctx,
+               uint64_t acc_secret, uint64_t mac_secret, uint64_t own_secret,
+               tcpf_hello_t *proof)
+{
+    tcpf_transcript_t t = {h->nonce,  ch->nonce, h->src_host, h->src_pid,
+                           h->src_ctx, acc_host, acc_pid,     acc_ctx};
+
+    if ((ch->step != TCPF_STEP_CHALLENGE) || (ch->status != 0) ||
+        (ch->src_host != acc_host) || (ch->src_pid != acc_pid) ||
+        (ch->src_ctx != acc_ctx) ||
+        (ch->mac != tcpf_mac(acc_secret, TCPF_MAC_ACCEPTOR, &t))) {
+        return 0;
+    }
+    memset(proof, 0, sizeof(*proof));
+    proof->step     = TCPF_STEP_PROOF;
+    proof->src_host = h->src_host;
+    proof->src_pid  = h->src_pid;
+    proof->src_ctx  = h->src_ctx;
+    proof->mac      = tcpf_mac(mac_secret, TCPF_MAC_CONNECTOR, &t);
+    proof->proof    = tcpf_mac(own_secret, TCPF_MAC_IDENTITY, &t);
+    return 1;
+}
+
 uint64_t tcpf_siphash24(const uint8_t k[16], const void *msg, size_t len)
 {
     return hca_siphash24(k, msg, len);

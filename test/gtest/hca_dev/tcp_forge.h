@@ -80,6 +80,17 @@ typedef struct tcpf_transcript {
 uint64_t tcpf_mac(uint64_t secret, int kind, const tcpf_transcript_t *t);
 uint64_t tcpf_siphash24(const uint8_t k[16], const void *msg, size_t len);
 
+/* The connector's next step after its HELLO h got the CHALLENGE ch from
+ * the context at (acc_host, acc_pid, acc_ctx) whose secret is acc_secret:
+ * 1 and the PROOF in *proof if ch is an OK challenge from that context
+ * and proves its secret, else 0.  The PROOF's MAC is keyed by mac_secret
+ * (acc_secret, or a wrong one to be refused), its identity proof by
+ * own_secret. */
+int tcpf_prove(const tcpf_hello_t *h, const tcpf_hello_t *ch,
+               uint64_t acc_host, uint32_t acc_pid, uint32_t acc_ctx,
+               uint64_t acc_secret, uint64_t mac_secret, uint64_t own_secret,
+               tcpf_hello_t *proof);
+
 /* hca_tcp_hdr_t's fields */
 typedef struct tcpf_hdr {
     uint8_t  version, opcode, flags, syndrome;

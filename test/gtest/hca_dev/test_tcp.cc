@@ -328,28 +328,14 @@ protected:
         if (!r || (ans->status != TCPF_HELLO_OK)) {
             return r;
         }
-        if ((ans->step != TCPF_STEP_CHALLENGE) ||
-            (ans->src_pid != c.addr.pid) || (ans->src_ctx != c.addr.ctx_id) ||
-            (ans->src_host != c.addr.host)) {
+        tcpf_hello_t p;
+        if (!tcpf_prove(&h, ans, c.addr.host, c.addr.pid, c.addr.ctx_id,
+                        c.addr.secret, acc_secret, own_secret, &p)) {
             return ::testing::AssertionFailure()
                    << "challenge: step " << (int)ans->step << " from pid "
-                   << ans->src_pid << " ctx " << ans->src_ctx;
+                   << ans->src_pid << " ctx " << ans->src_ctx
+                   << ", or it does not prove the context's secret";
         }
-        tcpf_transcript_t t = {h.nonce,    ans->nonce,   h.src_host,
-                               h.src_pid,  h.src_ctx,    c.addr.host,
-                               c.addr.pid, c.addr.ctx_id};
-        if (ans->mac != tcpf_mac(c.addr.secret, TCPF_MAC_ACCEPTOR, &t)) {
-            return ::testing::AssertionFailure()
-                   << "the challenge does not prove the context's secret";
-        }
-        tcpf_hello_t p;
-        memset(&p, 0, sizeof(p));
-        p.step     = TCPF_STEP_PROOF;
-        p.src_host = h.src_host;
-        p.src_pid  = h.src_pid;
-        p.src_ctx  = h.src_ctx;
-        p.mac      = tcpf_mac(acc_secret, TCPF_MAC_CONNECTOR, &t);
-        p.proof    = tcpf_mac(own_secret, TCPF_MAC_IDENTITY, &t);
         r = cl.hello(p, ans);
         if (r && (ans->step != TCPF_STEP_VERDICT)) {
             return ::testing::AssertionFailure()

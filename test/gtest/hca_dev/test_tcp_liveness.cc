@@ -162,22 +162,37 @@ public:
             return r;
         }
         memset(&h, 0, sizeof(h));
+        h.step     = TCPF_STEP_HELLO;
         h.src_host = 0x11ee11eeull;
         h.src_pid  = (uint32_t)getpid();
         h.src_ctx  = src_ctx;
         h.dst_host = a.host;
         h.dst_pid  = a.pid;
         h.dst_ctx  = a.ctx_id;
-        h.secret   = a.secret;
+        h.nonce    = 0x1e1e000000000000ull ^ (uint64_t)now_ms();
         tcpf_hello_encode(&h, raw);
         if (!send_all(raw, sizeof(raw)) ||
             !recv_exact(raw, sizeof(raw), TIMEOUT_MS)) {
-            return ::testing::AssertionFailure() << "no hello answer";
+            return ::testing::AssertionFailure() << "no challenge";
         }
         tcpf_hello_decode(raw, &ans);
-        if (ans.status != TCPF_HELLO_OK) {
-            return ::testing::AssertionFailure() << "hello refused: "
-                                                 << ans.status;
+        tcpf_hello_t proof;
+        if (!tcpf_prove(&h, &ans, a.host, a.pid, a.ctx_id, a.secret,
+                        a.secret, 0x5ec2e75ec2e7ull, &proof)) {
+            return ::testing::AssertionFailure()
+                   << "challenge refused or unproven: status "
+                   << (int)ans.status;
+        }
+        tcpf_hello_encode(&proof, raw);
+        if (!send_all(raw, sizeof(raw)) ||
+            !recv_exact(raw, sizeof(raw), TIMEOUT_MS)) {
+            return ::testing::AssertionFailure() << "no verdict";
+        }
+        tcpf_hello_decode(raw, &ans);
+        if ((ans.step != TCPF_STEP_VERDICT) || (ans.status != TCPF_HELLO_OK)) {
+            return ::testing::AssertionFailure()
+                   << "hello refused: step " << (int)ans.step << " status "
+                   << (int)ans.status;
         }
         return ::testing::AssertionSuccess();
     }
