@@ -319,7 +319,10 @@ int  hca_cq_destroy(hca_cq_t *cq);       /* -EBUSY while QPs use it */
 int  hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc);
 /* Arms the CQ: the next completion (or arrival that will produce one)
  * makes its fd readable.  Returns -EAGAIN if work is already pending
- * (poll again instead of sleeping). */
+ * (poll again instead of sleeping): a completion, or one that a poll can
+ * produce now.  A message that waits for a receive the caller has not
+ * posted is not: the receive posted later makes the armed CQ's fd
+ * readable. */
 int  hca_cq_arm(hca_cq_t *cq);
 /* A pollable fd (POLLIN when armed and signalled).  Peers in other
  * processes signal it.  hca_cq_ack_events drains it. */

@@ -136,7 +136,10 @@ int hca_ingress_poll(hca_rq_t *rq, int budget)
                 hca_ingress_trace(rq, &m.hdr, to);
             }
             if (to == HCA_RX_RNR) {
-                break; /* keep it until a receive is posted */
+                /* keep it until a receive is posted: until then nothing
+                 * in this ring can complete (hca_rq_waits_recv) */
+                rq->rnr_at = idx + 1;
+                break;
             }
         }
         hca_ring_release(&rq->ring, idx);

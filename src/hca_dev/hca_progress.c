@@ -116,7 +116,10 @@ static int hca_cq_pending(hca_cq_t *cq)
         }
     }
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        if (!hca_ring_empty(&cq->rqs[i]->ring)) {
+        /* a message that waits for the caller's next receive completes
+         * when it is posted (hca_rq_post wakes the armed CQ), not now */
+        if (!hca_ring_empty(&cq->rqs[i]->ring) &&
+            !hca_rq_waits_recv(cq->rqs[i])) {
             return 1;
         }
     }
