@@ -329,7 +329,9 @@ int  hca_cq_arm(hca_cq_t *cq);
 int  hca_cq_fd(hca_cq_t *cq);
 void hca_cq_ack_events(hca_cq_t *cq);
 /* Blocks until armed and signalled or timeout_ms (-1 forever): arm + poll(2).
- * Returns 1 if signalled or work pending, 0 on timeout. */
+ * Returns 1 if signalled or work pending, 0 on timeout.  It also returns 1
+ * when a ring slot claimed after the arm woke no one within a second (its
+ * producer may have died): poll, then wait again. */
 int  hca_cq_wait(hca_cq_t *cq, int timeout_ms);
 
 

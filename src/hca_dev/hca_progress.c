@@ -183,14 +183,21 @@ int hca_cq_wait(hca_cq_t *cq, int timeout_ms)
      * its wakeup never wakes us: a long sleep looks each second whether a
      * claim came and no wakeup; then the caller polls, and its next arm
      * finds the claim (and reaps it if its producer is gone) */
-    do {
+    for (;;) {
         int slice = ((timeout_ms < 0) || (timeout_ms > HCA_CQ_WAIT_SLICE_MS)) ?
                     HCA_CQ_WAIT_SLICE_MS : timeout_ms;
         rc = poll(&pfd, 1, slice);
         if (timeout_ms > 0) {
             timeout_ms -= slice;
         }
-    } while ((rc == 0) && (timeout_ms != 0) && !hca_cq_claimed_since_arm(cq));
+        if ((rc != 0) || (timeout_ms == 0)) {
+            break;
+        }
+        if (hca_cq_claimed_since_arm(cq)) {
+            rc = 1; /* not a timeout: the caller polls and waits again */
+            break;
+        }
+    }
     hca_cq_set_armed(cq, 0);
     hca_cq_ack_events(cq);
     return (rc > 0) ? 1 : hca_cq_pending(cq);
