@@ -170,7 +170,8 @@ void hca_cq_overflow_error(hca_cq_t *cq)
     }
 }
 
-/* -EAGAIN if a ring already holds something (claimed or published). */
+/* -EAGAIN if a ring already holds something (claimed or published) that
+ * does not wait for the caller's next receive (hca_rq_waits_recv). */
 int hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
 {
     int rc = 0;
@@ -180,7 +181,7 @@ int hca_cq_set_armed(hca_cq_t *cq, uint32_t armed)
         hca_ring_t *ring = &cq->rqs[i]->ring;
         if (armed) {
             atomic_store(&ring->hdr->notify_idx, cq->idx);
-            if (hca_ring_arm(ring) != 0) {
+            if (hca_ring_arm(ring, hca_rq_waits_recv(cq->rqs[i])) != 0) {
                 rc = -EAGAIN;
             }
         } else {

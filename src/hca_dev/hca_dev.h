@@ -319,14 +319,19 @@ int  hca_cq_destroy(hca_cq_t *cq);       /* -EBUSY while QPs use it */
 int  hca_cq_poll(hca_cq_t *cq, int num, hca_wc_t *wc);
 /* Arms the CQ: the next completion (or arrival that will produce one)
  * makes its fd readable.  Returns -EAGAIN if work is already pending
- * (poll again instead of sleeping). */
+ * (poll again instead of sleeping): a completion, or one that a poll can
+ * produce now.  A message that waits for a receive the caller has not
+ * posted is not: the receive posted later makes the armed CQ's fd
+ * readable. */
 int  hca_cq_arm(hca_cq_t *cq);
 /* A pollable fd (POLLIN when armed and signalled).  Peers in other
  * processes signal it.  hca_cq_ack_events drains it. */
 int  hca_cq_fd(hca_cq_t *cq);
 void hca_cq_ack_events(hca_cq_t *cq);
 /* Blocks until armed and signalled or timeout_ms (-1 forever): arm + poll(2).
- * Returns 1 if signalled or work pending, 0 on timeout. */
+ * Returns 1 if signalled or work pending, 0 on timeout.  It also returns 1
+ * when a ring slot claimed after the arm woke no one within a second (its
+ * producer may have died): poll, then wait again. */
 int  hca_cq_wait(hca_cq_t *cq, int timeout_ms);
 
 

@@ -136,8 +136,10 @@ int hca_ingress_poll(hca_rq_t *rq, int budget)
                 hca_ingress_trace(rq, &m.hdr, to);
             }
             if (to == HCA_RX_RNR) {
-                /* keep it until a receive is posted; read as far as it
-                 * can be (see hca_resp_sweep) */
+                /* keep it until a receive is posted: until then nothing
+                 * in this ring can complete (hca_rq_waits_recv); read as
+                 * far as it can be (see hca_resp_sweep) */
+                rq->rnr_at = idx + 1;
                 if (HCA_UNLIKELY(rq->rnr_ns == 0)) {
                     rq->rnr_ns = hca_now_ns();
                 }

@@ -299,6 +299,9 @@ typedef struct hca_rq {
     uint32_t      cqes;           /* its receive CQEs not yet polled: an
                                      in-place message must not pass them */
     uint32_t      n_partials;     /* of its QPs (hca_partial_t) */
+    uint64_t      rnr_at;         /* ring index + 1 of the message that
+                                     found no posted receive (0: none);
+                                     hca_rq_post wakes an armed CQ */
     uint64_t      sweep_ns;       /* next look for orphan partials */
     uint64_t      rnr_ns;         /* since when the ring's head waits for
                                      a receive (0: it does not) */
@@ -405,6 +408,18 @@ int  hca_rq_init(hca_rq_t *rq, hca_pd_t *pd, uint32_t depth,
                  uint32_t max_sge, int is_srq);
 void hca_rq_cleanup(hca_rq_t *rq);
 int  hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr);
+
+/* 1 if the message at the tail of rq's ring waits for a receive the
+ * caller has not posted: it, and every message behind it, cannot complete
+ * without the caller (no partial message either, whose timeout would
+ * complete something).  Arm may sleep on such a ring. */
+static inline int hca_rq_waits_recv(const hca_rq_t *rq)
+{
+    return HCA_UNLIKELY(rq->rnr_at != 0) && (rq->tail == rq->head) &&
+           (rq->n_partials == 0) &&
+           (rq->rnr_at == atomic_load_explicit(&rq->ring.hdr->tail,
+                                               memory_order_relaxed) + 1);
+}
 
 
 /* ---------------------------------------------------------------- QP */

@@ -12,6 +12,9 @@
 #include <errno.h>
 #include <poll.h>
 
+/* hca_cq_wait's longest sleep before it looks at its rings' claims */
+#define HCA_CQ_WAIT_SLICE_MS 1000
+
 static int hca_qp_busy(const hca_qp_t *qp)
 {
     return (qp->n_issued != 0) || (qp->sq_exec != qp->sq_head);
@@ -34,8 +37,11 @@ static void hca_cq_busy_del(hca_cq_t *cq, uint32_t i)
     cq->busy_qps[i]          = cq->busy_qps[--cq->n_busy_qps];
 }
 
-/* Every 16384 polls: a slot claimed by a producer that was killed before
- * it published would stop its ring for good (hca_ring_dead_claim). */
+/* Every 16384 polls, and at each arm that a claimed slot refuses: a slot
+ * claimed by a producer that was killed before it published would stop
+ * its ring for good (hca_ring_claim_at_tail).  A consumer that waits
+ * polls about once per arm, so 16384 polls alone could take it many
+ * seconds (each refused arm sleeps 1 ms in hca_cq_wait). */
 static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
 {
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
@@ -116,7 +122,10 @@ static int hca_cq_pending(hca_cq_t *cq)
         }
     }
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
-        if (!hca_ring_empty(&cq->rqs[i]->ring)) {
+        /* a message that waits for the caller's next receive completes
+         * when it is posted (hca_rq_post wakes the armed CQ), not now */
+        if (!hca_ring_empty(&cq->rqs[i]->ring) &&
+            !hca_rq_waits_recv(cq->rqs[i])) {
             return 1;
         }
     }
@@ -132,7 +141,24 @@ int hca_cq_arm(hca_cq_t *cq)
     if ((hca_cq_set_armed(cq, 1) != 0) || hca_cq_pending(cq) ||
         cq->overflow) {
         hca_cq_set_armed(cq, 0);
+        if (!hca_cq_pending(cq) && !cq->overflow) {
+            /* only a claimed, unpublished slot refused it: is its
+             * producer dead? */
+            hca_cq_reap_dead_claims(cq);
+        }
         return -EAGAIN;
+    }
+    return 0;
+}
+
+/* 1 if a producer claimed a slot of one of our rings since the arm (its
+ * claim cleared the ring's armed bit; it wakes us after its publish). */
+static int hca_cq_claimed_since_arm(hca_cq_t *cq)
+{
+    for (uint32_t i = 0; i < cq->n_rqs; ++i) {
+        if (!(atomic_load(&cq->rqs[i]->ring.hdr->head) & HCA_RING_ARMED)) {
+            return 1;
+        }
     }
     return 0;
 }
@@ -153,7 +179,25 @@ int hca_cq_wait(hca_cq_t *cq, int timeout_ms)
         hca_cq_ack_events(cq);
         return (rc > 0) ? 1 : hca_cq_pending(cq);
     }
-    rc = poll(&pfd, 1, timeout_ms);
+    /* a producer killed between the claim that cleared an armed bit and
+     * its wakeup never wakes us: a long sleep looks each second whether a
+     * claim came and no wakeup; then the caller polls, and its next arm
+     * finds the claim (and reaps it if its producer is gone) */
+    for (;;) {
+        int slice = ((timeout_ms < 0) || (timeout_ms > HCA_CQ_WAIT_SLICE_MS)) ?
+                    HCA_CQ_WAIT_SLICE_MS : timeout_ms;
+        rc = poll(&pfd, 1, slice);
+        if (timeout_ms > 0) {
+            timeout_ms -= slice;
+        }
+        if ((rc != 0) || (timeout_ms == 0)) {
+            break;
+        }
+        if (hca_cq_claimed_since_arm(cq)) {
+            rc = 1; /* not a timeout: the caller polls and waits again */
+            break;
+        }
+    }
     hca_cq_set_armed(cq, 0);
     hca_cq_ack_events(cq);
     return (rc > 0) ? 1 : hca_cq_pending(cq);

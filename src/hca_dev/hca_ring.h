@@ -144,18 +144,38 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
 }
 
 /* Consumer: about to sleep.  0 when armed (the next claim wakes it),
- * -EAGAIN when something is claimed or published and not consumed. */
-static inline int hca_ring_arm(hca_ring_t *ring)
+ * -EAGAIN when something is claimed or published and not consumed.
+ * stuck: the consumer cannot take the message at tail until its own
+ * caller acts (no receive posted for it): then the published messages
+ * behind it wait too, and it may sleep on them; not while a slot is
+ * claimed and unpublished, whose producer read head before the armed bit
+ * and would not wake it. */
+static inline int hca_ring_arm(hca_ring_t *ring, int stuck)
 {
     uint64_t tail   = atomic_load_explicit(&ring->hdr->tail,
                                            memory_order_relaxed);
-    uint64_t expect = tail;
+    uint64_t head   = atomic_load(&ring->hdr->head);
+    uint64_t h      = head & ~HCA_RING_ARMED;
+    uint64_t expect = h;
 
+    if (h != tail) {
+        if (!stuck || (h - tail > (uint64_t)ring->mask + 1)) {
+            return -EAGAIN;
+        }
+        for (uint64_t i = tail; i != h; ++i) {
+            if (atomic_load_explicit(
+                        (_Atomic uint64_t*)hca_ring_slot(ring, i),
+                        memory_order_acquire) != i + 1) {
+                return -EAGAIN;
+            }
+        }
+    }
+    /* a claim after the scan moved head: the CAS fails */
     if (atomic_compare_exchange_strong(&ring->hdr->head, &expect,
-                                       tail | HCA_RING_ARMED)) {
+                                       h | HCA_RING_ARMED)) {
         return 0;
     }
-    return (expect == (tail | HCA_RING_ARMED)) ? 0 : -EAGAIN;
+    return (expect == (h | HCA_RING_ARMED)) ? 0 : -EAGAIN;
 }
 
 /* Consumer: awake again (a producer may have cleared the bit already). */

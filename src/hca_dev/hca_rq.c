@@ -55,6 +55,21 @@ void hca_rq_cleanup(hca_rq_t *rq)
     free(rq->wqes);
 }
 
+/* A message waited for this receive, and the CQ may have been armed on
+ * it (hca_rq_waits_recv): wake its consumer, who will place it now, as a
+ * NIC's retried SEND would complete after an RNR NAK.  Once per wait. */
+static HCA_NOINLINE void hca_rq_recv_posted(hca_rq_t *rq)
+{
+    hca_device_t *dev = rq->dev;
+    uint32_t idx      = atomic_load(&rq->ring.hdr->notify_idx);
+
+    rq->rnr_at = 0;
+    if ((idx < HCA_MAX_CQ) && atomic_load(&dev->notify[idx].armed)) {
+        hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
+                          dev->name_nonce, idx);
+    }
+}
+
 int hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr)
 {
     for (; wr != NULL; wr = wr->next) {
@@ -84,6 +99,9 @@ int hca_rq_post(hca_rq_t *rq, hca_recv_wr_t *wr, hca_recv_wr_t **bad_wr)
         }
         rwqe->length = (length > UINT32_MAX) ? UINT32_MAX : (uint32_t)length;
         rq->head++;
+        if (HCA_UNLIKELY(rq->rnr_at != 0)) {
+            hca_rq_recv_posted(rq);
+        }
     }
     return 0;
 }

@@ -125,7 +125,7 @@ static void *hca_svc_thread(void *arg)
         }
         /* arm only while nothing is claimed: a request claimed after the
          * arm finds the bit in head and wakes us */
-        if (hca_ring_arm(&dev->svc) != 0) {
+        if (hca_ring_arm(&dev->svc, 0) != 0) {
             if (hca_ring_empty(&dev->svc)) {
                 /* a slot claimed before the arm and not yet published:
                  * its producer will not wake us, so look again soon;

@@ -314,6 +314,122 @@ TEST_F(Cq, ArmWithPendingWork)
     EXPECT_EQ(0, poll(&pfd, 1, 50)) << "spurious signal";
 }
 
+/* A SEND that arrived while no receive was posted waits in the ring for
+ * one: nothing can complete until the caller posts it, so hca_cq_arm
+ * succeeds (it used to say -EAGAIN for as long as the message waited, and
+ * a process that waits polled hundreds of times a second).  The receive
+ * posted then wakes the armed CQ (as a NIC's retried SEND would complete),
+ * and the message lands in it. */
+/* Polls both CQs until rcq has a completion (bounded). */
+static bool poll_recv(cqw *scq, cqw *rcq, hca_wc_t *wc)
+{
+    const double end = now_ms() + TIMEOUT_MS;
+    while (now_ms() < end) {
+        scq->poll_once();
+        rcq->poll_once();
+        if (rcq->pop(wc)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void arm_while_send_waits_for_recv(hca_fabric_type_t f)
+{
+    ctx ca, cb;
+    ASSERT_TRUE(ca.open(0, f));
+    ASSERT_TRUE(cb.open(0, f));
+    hca_pd_t *pa = ca.new_pd(), *pb = cb.new_pd();
+    cqw *sa = ca.new_cq(64, false), *ra = ca.new_cq(64, false);
+    cqw *sb = cb.new_cq(64, false), *rb = cb.new_cq(64, false);
+    ASSERT_NE(nullptr, rb);
+    hca_qp_t *a = ca.new_qp(pa, sa, ra), *b = cb.new_qp(pb, sb, rb);
+    ASSERT_NE(nullptr, a);
+    ASSERT_NE(nullptr, b);
+    ASSERT_EQ(0, connect_qp(b, ca.addr, hca_qp_num(a)));
+    ASSERT_EQ(0, connect_qp(a, cb.addr, hca_qp_num(b)));
+    uint8_t *abuf = ca.alloc(MEM_MALLOC, 64), *bbuf = cb.alloc(MEM_MALLOC, 64);
+    hca_mr_t *amr = ca.reg(pa, abuf, 64, ACCESS_ALL);
+    hca_mr_t *bmr = cb.reg(pb, bbuf, 64, ACCESS_ALL);
+    ASSERT_NE(nullptr, amr);
+    ASSERT_NE(nullptr, bmr);
+    memset(abuf, 0x5a, 64);
+
+    /* no receive posted at b: the SEND arrives and waits for one */
+    hca_sge_t s      = mk_sge(abuf, 16, hca_mr_lkey(amr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1, HCA_SEND_SIGNALED, 2);
+    hca_send_wr_t *bad;
+    ASSERT_EQ(0, hca_post_send(a, &wr, &bad));
+    double end = now_ms() + 300;
+    while (now_ms() < end) {
+        sa->poll_once();
+        rb->poll_once();
+    }
+    ASSERT_TRUE(rb->q.empty()) << "received without a posted receive";
+    ASSERT_EQ(0, rb->err);
+
+    EXPECT_EQ(0, hca_cq_arm(rb->cq))
+            << "only the caller's next receive can complete the SEND";
+
+    /* a process that waits (arm, then sleep up to 1 s) for 1 s */
+    int spins       = 0;
+    const double t0 = now_ms();
+    for (int left = 1000; left > 0; left = (int)(1000 - (now_ms() - t0))) {
+        (void)hca_cq_wait(rb->cq, left);
+        rb->poll_once();
+        sa->poll_once();
+        ++spins;
+    }
+    EXPECT_LE(spins, 3) << "a waiter spun " << spins
+                        << " times in 1 s while the SEND waited";
+    EXPECT_TRUE(rb->q.empty());
+
+    /* armed; the receive posted now wakes the CQ and the SEND completes */
+    ASSERT_EQ(0, hca_cq_arm(rb->cq));
+    ASSERT_EQ(0, post_recv1(b, bbuf, 64, hca_mr_lkey(bmr), 7));
+    struct pollfd pfd = {hca_cq_fd(rb->cq), POLLIN, 0};
+    const double t1   = now_ms();
+    EXPECT_EQ(1, poll(&pfd, 1, 2000))
+            << "the armed CQ was not woken by the receive the SEND waited for";
+    EXPECT_LT(now_ms() - t1, 1000.0);
+    hca_cq_ack_events(rb->cq);
+    hca_wc_t wc;
+    ASSERT_TRUE(poll_recv(sa, rb, &wc)) << "the SEND was not received";
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    EXPECT_EQ(HCA_WC_RECV, wc.opcode);
+    EXPECT_EQ(7u, wc.wr_id);
+    EXPECT_EQ(16u, wc.byte_len);
+    EXPECT_EQ(-1, check_byte(bbuf, 16, 0x5a));
+
+    /* a second SEND with no receive for it: arm succeeds again */
+    ASSERT_EQ(0, hca_post_send(a, &wr, &bad));
+    end = now_ms() + 300;
+    while (now_ms() < end) {
+        sa->poll_once();
+        rb->poll_once();
+    }
+    EXPECT_EQ(0, hca_cq_arm(rb->cq)) << "a SEND waits for a receive";
+    ASSERT_EQ(0, post_recv1(b, bbuf, 64, hca_mr_lkey(bmr), 8));
+    pfd.revents = 0;
+    EXPECT_EQ(1, poll(&pfd, 1, 2000)) << "not woken by the posted receive";
+    hca_cq_ack_events(rb->cq);
+    ASSERT_TRUE(poll_recv(sa, rb, &wc)) << "the SEND was not received";
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    EXPECT_EQ(8u, wc.wr_id);
+    /* drained: arm works and nothing is signalled */
+    EXPECT_EQ(0, hca_cq_arm(rb->cq));
+    pfd.revents = 0;
+    EXPECT_EQ(0, poll(&pfd, 1, 50)) << "spurious signal";
+}
+
+TEST_F(Cq, ArmWhileSendWaitsForRecv)
+{
+    for (hca_fabric_type_t f : test_fabrics()) {
+        SCOPED_TRACE(fabric_name(f));
+        arm_while_send_waits_for_recv(f);
+    }
+}
+
 /* A parent process sleeping in hca_cq_wait on its receive CQ is woken by a
  * SEND of a child process; it really sleeps (little CPU while waiting).
  * use_fd: arm + poll(2) on hca_cq_fd + hca_cq_ack_events instead. */
