@@ -22,6 +22,7 @@
  */
 #include "test_common.h"
 #include "tcp_forge.h"
+#include "tcp_raw_socket.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -56,99 +57,8 @@ public:
 
 /* A raw TCP client of a context's listener: writes frames, reads nothing
  * unless asked. */
-class lv_client {
+class lv_client : public tcp_raw_socket {
 public:
-    int fd = -1;
-
-    ~lv_client()
-    {
-        close_fd();
-    }
-
-    void close_fd()
-    {
-        if (fd >= 0) {
-            ::close(fd);
-            fd = -1;
-        }
-    }
-
-    ::testing::AssertionResult connect_to(const hca_port_addr_t &a)
-    {
-        struct sockaddr_in sin;
-
-        if (a.net.family != HCA_NET_IPV4) {
-            return ::testing::AssertionFailure() << "no IPv4 listener";
-        }
-        memset(&sin, 0, sizeof(sin));
-        sin.sin_family = AF_INET;
-        sin.sin_port   = htons(a.net.port);
-        memcpy(&sin.sin_addr, a.net.addr, 4);
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            return ::testing::AssertionFailure() << strerror(errno);
-        }
-        int one = 1;
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (connect(fd, (struct sockaddr*)&sin, sizeof(sin)) != 0) {
-            return ::testing::AssertionFailure() << "connect: "
-                                                 << strerror(errno);
-        }
-        return ::testing::AssertionSuccess();
-    }
-
-    /* All of p within timeout_ms: false if the socket stayed full or
-     * broke. */
-    bool send_all(const void *p, size_t len, int timeout_ms = TIMEOUT_MS)
-    {
-        const uint8_t *b = (const uint8_t*)p;
-        double end       = now_ms() + timeout_ms;
-
-        while (len > 0) {
-            ssize_t n = send(fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0) {
-                b   += n;
-                len -= (size_t)n;
-                continue;
-            }
-            if ((n < 0) && (errno != EAGAIN) && (errno != EINTR)) {
-                return false;
-            }
-            int left = (int)(end - now_ms());
-            if (left <= 0) {
-                return false;
-            }
-            struct pollfd pfd = {fd, POLLOUT, 0};
-            (void)poll(&pfd, 1, left);
-        }
-        return true;
-    }
-
-    bool recv_exact(void *p, size_t len, int timeout_ms)
-    {
-        uint8_t *b = (uint8_t*)p;
-        double end = now_ms() + timeout_ms;
-
-        while (len > 0) {
-            ssize_t n = recv(fd, b, len, MSG_DONTWAIT);
-            if (n > 0) {
-                b   += n;
-                len -= (size_t)n;
-                continue;
-            }
-            if ((n == 0) || ((errno != EAGAIN) && (errno != EINTR))) {
-                return false;
-            }
-            int left = (int)(end - now_ms());
-            if (left <= 0) {
-                return false;
-            }
-            struct pollfd pfd = {fd, POLLIN, 0};
-            (void)poll(&pfd, 1, left);
-        }
-        return true;
-    }
-
     /* Connects and completes the handshake as context src_ctx of this
      * process. */
     ::testing::AssertionResult handshake(const hca_port_addr_t &a,
@@ -172,7 +82,7 @@ public:
         h.nonce    = 0x1e1e000000000000ull ^ (uint64_t)now_ms();
         tcpf_hello_encode(&h, raw);
         if (!send_all(raw, sizeof(raw)) ||
-            !recv_exact(raw, sizeof(raw), TIMEOUT_MS)) {
+            (recv_exact(raw, sizeof(raw), TIMEOUT_MS) != 1)) {
             return ::testing::AssertionFailure() << "no challenge";
         }
         tcpf_hello_decode(raw, &ans);
@@ -185,7 +95,7 @@ public:
         }
         tcpf_hello_encode(&proof, raw);
         if (!send_all(raw, sizeof(raw)) ||
-            !recv_exact(raw, sizeof(raw), TIMEOUT_MS)) {
+            (recv_exact(raw, sizeof(raw), TIMEOUT_MS) != 1)) {
             return ::testing::AssertionFailure() << "no verdict";
         }
         tcpf_hello_decode(raw, &ans);
