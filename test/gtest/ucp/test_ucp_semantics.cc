@@ -560,18 +560,18 @@ std::string tls_name(const ::testing::TestParamInfo<std::string> &i)
 
 /* Small hca queues on both sides: the peer's receive ring and our send
  * queue fill after a few requests, and the rest wait in the UCT ep's
- * pending queue (posix's FIFO has 64 entries anyway).  The names are
- * unprefixed: UCP 1.13 hands cached keys to uct_config_modify, which
- * matches a transport table's own field names ("RX_QUEUE_LEN"), not the
- * environment names (UCX_HCA_RX_QUEUE_LEN); no other transport here has
+ * pending queue (posix's FIFO has 64 entries anyway).  UCP hands cached
+ * keys to uct_config_modify, which matches "RX_QUEUE_LEN" in UCX 1.13 and
+ * "HCA_RX_QUEUE_LEN" later (hca_config_key); no other transport here has
  * these fields. */
 cfg_list small_queues(const std::string &tls)
 {
     if (tls != "hca") {
         return {};
     }
-    return {{"RX_QUEUE_LEN", "16"}, {"TX_QUEUE_LEN", "16"},
-            {"TX_CQ_LEN", "16"}};
+    return {{hca_config_key("RX_QUEUE_LEN"), "16"},
+            {hca_config_key("TX_QUEUE_LEN"), "16"},
+            {hca_config_key("TX_CQ_LEN"), "16"}};
 }
 
 class UcpWorkerFlushSends : public uct_test_base,
