@@ -111,9 +111,11 @@ static const uct_hca_op_perf_t uct_hca_perf_shm[UCT_HCA_PERF_LAST] = {
      * the delivery: 1 / (1/7000 + 1/15000 MB/s) = 4770 MB/s.  Measured
      * (UCX 1.22, hca,self, pinned, medians of 3): tag_lat eager bcopy
      * (UCX_ZCOPY_THRESH=inf) against zero-copy 1 KiB 0.87/0.93 us, 4 KiB
-     * 1.20/1.18, 8000 B 0.81/1.45; tag_bw 4 KiB 0.51/0.53 us per message;
-     * UCX 1.13 (docs/PERF.md "Crossover"): bcopy ahead at every eager size
-     * but 1 KiB tag_bw. */
+     * 1.20/1.18; tag_bw 4 KiB 0.51/0.53 us per message; UCX 1.13
+     * (docs/PERF.md "Crossover"): bcopy ahead at every eager size but
+     * 1 KiB tag_bw.  With it UCP goes from eager bcopy to the rendezvous
+     * at 5.4 KiB: tag_lat 8000 B 0.68-0.82 us, eager bcopy
+     * (UCX_RNDV_THRESH=inf) 1.33-1.42, posix,cma,self 4.2-4.7. */
     [UCT_HCA_PERF_AM_ZCOPY] = {
         .send_pre  = 20e-9,
         .send_post = 40e-9,
