@@ -1,9 +1,10 @@
 /*
  * hca_perf.c - hca's performance model: what iface_query reports
  * (latency, bandwidth, overhead) and the per-operation figures of
- * uct_iface_estimate_perf, which UCP's protocols v2 (UCX >= 1.14, on by
- * default from 1.16) compare between transports and between the short,
- * bcopy, zero-copy and rendezvous protocols of one transport.
+ * uct_iface_estimate_perf, which UCP's protocols v2 (on by default from
+ * 1.16, NEWS 1.16.0; UCX_PROTO_ENABLE=y before) compare between transports
+ * and between the short, bcopy, zero-copy and rendezvous protocols of one
+ * transport.
  *
  * The figures are in UCX's units, beside UCX's own transports' figures:
  * UCP compares them with posix's (uct/sm/mm/base/mm_iface.c: latency 80 ns,
