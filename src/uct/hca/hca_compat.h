@@ -124,6 +124,21 @@
  * it, 1.18.1 not; uct/base/uct_iface.h] */
 #define UCT_HCA_HAVE_IFACE_QUERY_V2      UCT_HCA_UCX_AT_LEAST(1, 19)
 
+/* uct_perf_attr_t.flags and UCT_PERF_ATTR_FIELD_FLAGS: UCP asks whether tx
+ * and rx share resources (UCT_PERF_ATTR_FLAGS_TX_RX_SHARED) to give the AM
+ * lane a path of its own, for peers of address version >= 17
+ * (ucp/wireup/select.c, ucp_wireup_iface_get_perf_attr_flags).  [1.18.1 has
+ * it, 1.13.1 not: assumed 1.17 with that address version;
+ * uct/api/v2/uct_v2.h] */
+#define UCT_HCA_HAVE_PERF_ATTR_FLAGS     UCT_HCA_UCX_AT_LEAST(1, 17)
+
+/* uct_perf_attr_t.path_bandwidth and UCT_PERF_ATTR_FIELD_PATH_BANDWIDTH
+ * (the bandwidth of one path of the iface; UCP divides it by the bandwidth
+ * for a lane's path ratio, ucp/proto/proto_common.c,
+ * ucp_proto_common_get_lane_perf).  [1.22.0 has it, 1.18.1 not: assumed
+ * 1.19; uct/api/v2/uct_v2.h] */
+#define UCT_HCA_HAVE_PERF_ATTR_PATH_BW   UCT_HCA_UCX_AT_LEAST(1, 19)
+
 /* ------------------------------------------------------------ md */
 
 #if UCT_HCA_HAVE_MEM_REG_PARAMS
@@ -350,6 +365,29 @@ uct_hca_ep_is_connected(const uct_ep_h tl_ep,
     .iface_query_v2        = uct_iface_base_query_v2,
 #else
 #  define UCT_HCA_IFACE_INTERNAL_OPS_QUERY_V2
+#endif
+
+/* estimate_perf's fields that only some versions have (hca_perf.c) */
+#if UCT_HCA_HAVE_PERF_ATTR_PATH_BW
+#  define UCT_HCA_PERF_ATTR_SET_PATH_BANDWIDTH(_attr, _bw) \
+    do { \
+        if ((_attr)->field_mask & UCT_PERF_ATTR_FIELD_PATH_BANDWIDTH) { \
+            (_attr)->path_bandwidth = (_bw); \
+        } \
+    } while (0)
+#else
+#  define UCT_HCA_PERF_ATTR_SET_PATH_BANDWIDTH(_attr, _bw) do { } while (0)
+#endif
+
+#if UCT_HCA_HAVE_PERF_ATTR_FLAGS
+#  define UCT_HCA_PERF_ATTR_SET_FLAGS(_attr, _flags) \
+    do { \
+        if ((_attr)->field_mask & UCT_PERF_ATTR_FIELD_FLAGS) { \
+            (_attr)->flags = (_flags); \
+        } \
+    } while (0)
+#else
+#  define UCT_HCA_PERF_ATTR_SET_FLAGS(_attr, _flags) do { } while (0)
 #endif
 
 #define UCT_HCA_IFACE_INTERNAL_OPS_VERSIONED \

@@ -122,22 +122,8 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
     attr->cap.am.max_hdr          = 128;
     attr->cap.am.max_iov          = UCT_HCA_MAX_IOV;
 
-    /* measured on 2-vCPU machines (docs/BENCHMARKS.md): one-way 8 B AM
-     * ~0.33 us, 1 MiB zero-copy 8-20 GB/s, post+completion ~60 ns; over
-     * tcp (forced: every peer is reached that way) what UCX's own tcp
-     * transport assumes of a network, as UCP compares the two */
-    if (iface->md->tcp_only) {
-        attr->latency             = ucs_linear_func_make(10e-6, 0);
-        attr->bandwidth.dedicated = 0;
-        attr->bandwidth.shared    = 1200.0 * UCS_MBYTE;
-        attr->overhead            = 2e-6; /* a sendmsg per operation */
-    } else {
-        attr->latency             = ucs_linear_func_make(300e-9, 0);
-        attr->bandwidth.dedicated = 0;
-        attr->bandwidth.shared    = 10000.0 * UCS_MBYTE;
-        attr->overhead            = 60e-9;
-    }
-    attr->priority                = 0;
+    /* latency, bandwidth, overhead and priority: hca_perf.c */
+    uct_hca_iface_query_perf(iface, attr);
     return UCS_OK;
 }
 
@@ -596,7 +582,7 @@ static ucs_status_t uct_hca_ep_invalidate(uct_ep_h ep,
 }
 
 static uct_iface_internal_ops_t uct_hca_iface_internal_ops = {
-    .iface_estimate_perf = uct_base_iface_estimate_perf,
+    .iface_estimate_perf = uct_hca_iface_estimate_perf,
     .iface_vfs_refresh   = uct_hca_iface_vfs_refresh,
     .ep_query            = uct_hca_ep_query,
     .ep_invalidate       = uct_hca_ep_invalidate,

@@ -254,6 +254,14 @@ void uct_hca_iface_schedule_err(uct_hca_iface_t *iface, uct_hca_ep_t *ep,
                                 ucs_status_t status);
 unsigned uct_hca_iface_progress(uct_iface_h tl_iface);
 
+/* the performance model (hca_perf.c): iface_query's latency, bandwidth,
+ * overhead and priority, and the per-operation figures of
+ * uct_iface_estimate_perf */
+void uct_hca_iface_query_perf(const uct_hca_iface_t *iface,
+                              uct_iface_attr_t *attr);
+ucs_status_t uct_hca_iface_estimate_perf(uct_iface_h tl_iface,
+                                         uct_perf_attr_t *perf_attr);
+
 /* ep operations (hca_ep.c) */
 ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
                                  const void *payload, unsigned length);
