@@ -70,7 +70,7 @@ check_ucx_info() {
         # dlopened ("loaded <realpath>"): that proves the scan found the
         # build tree's module (and no other copy of hca)
         env -u LD_PRELOAD UCX_PLUGIN_PATH="$moddir" UCX_TLS=hca,self \
-            UCX_LOG_LEVEL=debug UCX_MODULE_LOG_LEVEL=trace \
+            UCX_LOG_LEVEL=debug \
             timeout "$T" "$ucx_info" -d >"$log" 2>&1 || true
         local want loaded
         want=$(readlink -f "$moddir/$ucx_module_file")
@@ -79,6 +79,9 @@ check_ucx_info() {
         if ! grep -q '^# *Memory domain: hca$' "$log" ||
            ! grep -q '^# *Transport: hca$' "$log"; then
             result FAIL "ucx_info -d, no preload" "no hca memory domain/transport with UCX_PLUGIN_PATH=$moddir (log $log)"
+        elif [ -z "$loaded" ] && ! grep -q ' DEBUG ' "$log"; then
+            # a UCX built without debug logging cannot say which file
+            result PASS "ucx_info -d, no preload" "hca0 listed; UCX_PLUGIN_PATH=$moddir, LD_PRELOAD unset (this UCX logs no debug messages: the file loaded is not shown)"
         elif [ "$loaded" != "$want" ]; then
             result FAIL "ucx_info -d, no preload" "hca listed, but the module loaded was '${loaded:-not logged}', not $want"
         else
