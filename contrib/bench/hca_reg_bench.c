@@ -18,6 +18,7 @@
  */
 #include <hca_dev.h>
 
+#include <hca_compat.h>   /* the UCX versions' differences */
 #include <ucs/memory/rcache.h>
 #include <ucm/api/ucm.h>
 #include <uct/api/uct.h>
@@ -117,8 +118,9 @@ static int run_rcache(int many)
     ucs_rcache_region_t *region;
 
     for (long i = 0; i < g_iters; ++i) {
-        if (ucs_rcache_get(g_rcache, buf_of(i, many), BUFSIZE,
-                           PROT_READ | PROT_WRITE, NULL, &region) != UCS_OK) {
+        if (UCT_HCA_RCACHE_GET(g_rcache, buf_of(i, many), BUFSIZE, 64,
+                               PROT_READ | PROT_WRITE, NULL,
+                               &region) != UCS_OK) {
             return -1;
         }
         ucs_rcache_region_put(g_rcache, region);
@@ -220,8 +222,7 @@ int main(int argc, char **argv)
 
     memset(&params, 0, sizeof(params));
     params.region_struct_size = sizeof(bench_region_t);
-    params.alignment          = 64;
-    params.max_alignment      = 4096;
+    UCT_HCA_RCACHE_PARAMS_SET_ALIGNMENT(&params, 64, 4096);
     params.ucm_events         = UCM_EVENT_VM_UNMAPPED;
     params.ucm_event_priority = 1000;
     params.ops                = &rc_ops;

@@ -947,7 +947,9 @@ ucs_status_t uct_hca_ep_fence(uct_ep_h tl_ep, unsigned flags)
 ucs_status_t uct_hca_ep_check(uct_ep_h tl_ep, unsigned flags,
                               uct_completion_t *comp)
 {
-    UCT_EP_KEEPALIVE_CHECK_PARAM(flags, comp);
+    /* the check is done in the call: a failed peer is reported through
+     * the iface's error handler, never through comp */
+    UCT_HCA_EP_CHECK_PARAMS(flags, comp);
     uct_hca_ep_peer_check(ucs_derived_of(tl_ep, uct_hca_ep_t));
     return UCS_OK;
 }
@@ -1052,6 +1054,25 @@ void uct_hca_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t cb,
 
 /* ---------------------------------------------------------------- class */
 
+int uct_hca_ep_is_connected_to(const uct_ep_h tl_ep,
+                               const uct_device_addr_t *dev_addr,
+                               const uct_iface_addr_t *iface_addr)
+{
+    const uct_hca_ep_t *ep             = ucs_derived_of(tl_ep, uct_hca_ep_t);
+    const uct_hca_iface_addr_t *ifaddr = (const uct_hca_iface_addr_t*)
+                                         iface_addr;
+    hca_port_addr_t addr;
+
+    if ((dev_addr == NULL) || (iface_addr == NULL)) {
+        return 0;
+    }
+    /* both made by uct_hca_port_addr, padding zeroed */
+    memset(&addr, 0, sizeof(addr));
+    uct_hca_port_addr(&addr, (const uct_hca_device_addr_t*)dev_addr, ifaddr);
+    return (ifaddr->qpn == ep->peer_qpn) &&
+           !memcmp(&addr, &ep->peer, sizeof(addr));
+}
+
 UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
 {
     uct_hca_iface_t *iface = ucs_derived_of(params->iface, uct_hca_iface_t);
@@ -1102,6 +1123,8 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
     self->err_pending  = 0;
     self->no_resource  = 0;
     self->in_pending   = 0;
+    self->peer         = attr.dest;
+    self->peer_qpn     = ifaddr->qpn;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_queue_head_init(&self->flush_q);
     ucs_list_head_init(&self->ops);

@@ -39,7 +39,7 @@ static ucs_config_field_t uct_hca_iface_config_table[] = {
      "Signalled operations in flight per interface (completion queue room).",
      ucs_offsetof(uct_hca_iface_config_t, tx_cq_len), UCS_CONFIG_TYPE_UINT},
 
-    UCT_IFACE_MPOOL_CONFIG_FIELDS("", -1, 128, "send/receive",
+    UCT_HCA_IFACE_MPOOL_CONFIG_FIELDS("", -1, 128, "send/receive",
                                   ucs_offsetof(uct_hca_iface_config_t, mp),
                                   ""),
 
@@ -164,9 +164,9 @@ static ucs_status_t uct_hca_iface_get_address(uct_iface_h tl_iface,
     return UCS_OK;
 }
 
-static int uct_hca_iface_is_reachable(const uct_iface_h tl_iface,
-                                      const uct_device_addr_t *dev_addr,
-                                      const uct_iface_addr_t *iface_addr)
+int uct_hca_iface_is_reachable(const uct_iface_h tl_iface,
+                               const uct_device_addr_t *dev_addr,
+                               const uct_iface_addr_t *iface_addr)
 {
     uct_hca_iface_t *iface = ucs_derived_of(tl_iface, uct_hca_iface_t);
 
@@ -573,13 +573,29 @@ static uct_iface_ops_t uct_hca_iface_ops = {
     .iface_is_reachable       = uct_hca_iface_is_reachable,
 };
 
+/* No VFS entries, no ep attributes to query, and no emulated transport
+ * error (UCX's tests use ep_invalidate; a real peer failure is reported). */
+static void uct_hca_iface_vfs_refresh(uct_iface_h iface)
+{
+}
+
+static ucs_status_t uct_hca_ep_query(uct_ep_h ep, uct_ep_attr_t *ep_attr)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static ucs_status_t uct_hca_ep_invalidate(uct_ep_h ep,
+                                          UCT_HCA_EP_INVALIDATE_PARAMS_ARG)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
 static uct_iface_internal_ops_t uct_hca_iface_internal_ops = {
     .iface_estimate_perf = uct_base_iface_estimate_perf,
-    .iface_vfs_refresh   = (uct_iface_vfs_refresh_func_t)ucs_empty_function,
-    .ep_query            = (uct_ep_query_func_t)
-                           ucs_empty_function_return_unsupported,
-    .ep_invalidate       = (uct_ep_invalidate_func_t)
-                           ucs_empty_function_return_unsupported,
+    .iface_vfs_refresh   = uct_hca_iface_vfs_refresh,
+    .ep_query            = uct_hca_ep_query,
+    .ep_invalidate       = uct_hca_ep_invalidate,
+    UCT_HCA_IFACE_INTERNAL_OPS_VERSIONED
 };
 
 static ucs_status_t uct_hca_iface_create_qps(uct_hca_iface_t *iface,

@@ -88,26 +88,30 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
     {NULL}
 };
 
-static ucs_status_t uct_hca_md_query(uct_md_h tl_md, uct_md_attr_t *attr)
+static ucs_status_t uct_hca_md_query(uct_md_h tl_md, uct_hca_md_attr_t *attr)
 {
     uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
 
+    uct_hca_md_attr_init(attr);
     /* No UCT_MD_FLAG_RKEY_PTR, although uct_rkey_ptr works for device
      * memory: UCP 1.13 takes REG|RKEY_PTR to mean "any registered memory
      * can be mapped" and then runs every rendezvous through rkey_ptr, which
      * fails with UCS_ERR_UNREACHABLE for plain (malloc) memory. */
-    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_ALLOC |
-                                 UCT_MD_FLAG_NEED_RKEY |
-                                 UCT_MD_FLAG_NEED_MEMH |
-                                 UCT_MD_FLAG_INVALIDATE;
-    attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.alloc_mem_types  = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.detect_mem_types = 0;
-    attr->cap.max_alloc        = 1ull << 36;
-    attr->cap.max_reg          = SIZE_MAX;
-    attr->rkey_packed_size     = sizeof(uct_hca_packed_rkey_t);
-    attr->reg_cost             = ucs_linear_func_make(md->reg_cost, 0);
+    UCT_HCA_MD_CAP(attr, flags)            = UCT_MD_FLAG_REG |
+                                             UCT_MD_FLAG_ALLOC |
+                                             UCT_MD_FLAG_NEED_RKEY |
+                                             UCT_MD_FLAG_NEED_MEMH |
+                                             UCT_MD_FLAG_INVALIDATE |
+                                             UCT_HCA_MD_FLAGS_VERSIONED;
+    UCT_HCA_MD_CAP(attr, reg_mem_types)    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    UCT_HCA_MD_CAP(attr, alloc_mem_types)  = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    UCT_HCA_MD_CAP(attr, access_mem_types) = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    UCT_HCA_MD_CAP(attr, detect_mem_types) = 0;
+    UCT_HCA_MD_CAP(attr, max_alloc)        = 1ull << 36;
+    UCT_HCA_MD_CAP(attr, max_reg)          = SIZE_MAX;
+    attr->rkey_packed_size                 = sizeof(uct_hca_packed_rkey_t);
+    attr->reg_cost                         = ucs_linear_func_make(md->reg_cost,
+                                                                  0);
     memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
     return UCS_OK;
 }
@@ -119,10 +123,12 @@ static unsigned uct_hca_md_access(void)
 }
 
 static ucs_status_t uct_hca_mem_reg(uct_md_h tl_md, void *address,
-                                    size_t length, unsigned flags,
+                                    size_t length,
+                                    UCT_HCA_MEM_REG_PARAMS_ARG,
                                     uct_mem_h *memh_p)
 {
     uct_hca_md_t *md = ucs_derived_of(tl_md, uct_hca_md_t);
+    uint64_t flags   = UCT_HCA_MEM_REG_FLAGS;
     uct_hca_memh_t *memh;
     ucs_status_t status;
     int rc;
@@ -193,6 +199,7 @@ static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
 static ucs_status_t uct_hca_mem_alloc(uct_md_h tl_md, size_t *length_p,
                                       void **address_p,
                                       ucs_memory_type_t mem_type,
+                                      UCT_HCA_MEM_ALLOC_SYS_DEV_ARG
                                       unsigned flags, const char *alloc_name,
                                       uct_mem_h *memh_p)
 {
@@ -252,6 +259,7 @@ static ucs_status_t uct_hca_mem_free(uct_md_h tl_md, uct_mem_h tl_memh)
 
 static ucs_status_t
 uct_hca_mkey_pack(uct_md_h tl_md, uct_mem_h tl_memh,
+                  UCT_HCA_MKEY_PACK_RANGE_ARGS
                   const uct_md_mkey_pack_params_t *params, void *rkey_buffer)
 {
     uct_hca_md_t *md             = ucs_derived_of(tl_md, uct_hca_md_t);
@@ -363,6 +371,7 @@ static void uct_hca_rmap_put(uct_hca_rmap_t *map)
 
 static ucs_status_t uct_hca_rkey_unpack(uct_component_t *component,
                                         const void *rkey_buffer,
+                                        UCT_HCA_RKEY_UNPACK_PARAMS_ARG
                                         uct_rkey_t *rkey_p, void **handle_p)
 {
     const uct_hca_packed_rkey_t *packed = rkey_buffer;
@@ -508,18 +517,53 @@ static void uct_hca_md_close(uct_md_h tl_md)
     ucs_free(md);
 }
 
+/* What hca's md does not do: no advice, no memory types but host memory
+ * (nothing to detect or query), no sockaddr connection manager. */
+static ucs_status_t uct_hca_mem_advise(uct_md_h md, uct_mem_h memh,
+                                       void *addr, size_t length,
+                                       unsigned advice)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static ucs_status_t uct_hca_mem_query(uct_md_h md, const void *address,
+                                      size_t length,
+                                      uct_hca_mem_attr_t *mem_attr)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static ucs_status_t uct_hca_detect_memory_type(uct_md_h md, const void *addr,
+                                               size_t length,
+                                               ucs_memory_type_t *mem_type_p)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static ucs_status_t uct_hca_cm_open(uct_component_t *component,
+                                    uct_worker_h worker,
+                                    const uct_cm_config_t *config,
+                                    uct_cm_h *cm_p)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static void uct_hca_md_vfs_init(uct_md_h md)
+{
+}
+
 static uct_md_ops_t uct_hca_md_ops = {
     .close                  = uct_hca_md_close,
     .query                  = uct_hca_md_query,
     .mem_alloc              = uct_hca_mem_alloc,
     .mem_free               = uct_hca_mem_free,
-    .mem_advise             = ucs_empty_function_return_unsupported,
+    .mem_advise             = uct_hca_mem_advise,
     .mem_reg                = uct_hca_mem_reg,
     .mem_dereg              = uct_hca_mem_dereg,
-    .mem_query              = ucs_empty_function_return_unsupported,
+    .mem_query              = uct_hca_mem_query,
     .mkey_pack              = uct_hca_mkey_pack,
-    .is_sockaddr_accessible = ucs_empty_function_return_zero_int,
-    .detect_memory_type     = ucs_empty_function_return_unsupported,
+    .detect_memory_type     = uct_hca_detect_memory_type,
+    UCT_HCA_MD_OPS_VERSIONED
 };
 
 /* The registration cost UCP's thresholds use (reg_cost): what a
@@ -611,10 +655,11 @@ extern uct_tl_t UCT_TL_NAME(hca);
 uct_component_t uct_hca_component = {
     .query_md_resources = uct_md_query_single_md_resource,
     .md_open            = uct_hca_md_open,
-    .cm_open            = ucs_empty_function_return_unsupported,
+    .cm_open            = uct_hca_cm_open,
     .rkey_unpack        = uct_hca_rkey_unpack,
     .rkey_ptr           = uct_hca_rkey_ptr,
     .rkey_release       = uct_hca_rkey_release,
+    UCT_HCA_COMPONENT_VERSIONED
     .name               = UCT_HCA_NAME,
     .md_config          = {
         .name           = "hca memory domain",
@@ -625,5 +670,5 @@ uct_component_t uct_hca_component = {
     .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
     .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(&uct_hca_component),
     .flags              = 0,
-    .md_vfs_init        = (uct_component_md_vfs_init_func_t)ucs_empty_function
+    .md_vfs_init        = uct_hca_md_vfs_init
 };

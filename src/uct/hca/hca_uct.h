@@ -32,6 +32,8 @@
 #include <ucs/datastruct/mpool.h>
 #include <ucs/type/class.h>
 
+#include "hca_compat.h"
+
 #define UCT_HCA_NAME            "hca"
 #define UCT_HCA_MAX_IOV         (HCA_MAX_SGE_UCT)
 #define HCA_MAX_SGE_UCT         7   /* device max 8: one for the AM header */
@@ -232,6 +234,8 @@ typedef struct uct_hca_ep {
     int                  err_pending;  /* report from progress */
     int                  no_resource;  /* last send found no room */
     int                  in_pending;   /* dispatching its pending queue */
+    hca_port_addr_t      peer;         /* the remote iface's port ... */
+    uint32_t             peer_qpn;     /* ... and target QP */
 } uct_hca_ep_t;
 
 /* Fails the ep (reported from progress) if its peer is gone. */
