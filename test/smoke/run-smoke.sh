@@ -119,8 +119,10 @@ perftest_run() {  # fabric name args...
     log=$logdir/${fabric}-${name//[^A-Za-z0-9_.-]/_}
     [ "$fabric" = shm ] && other=tcp || other=shm
     port=$((20000 + RANDOM % 20000))
+    # the server takes the test from the client, but 1.22's checks its own
+    # parameters first: a UCT test needs the transport and device there too
     UCX_HCA_FABRIC=$fabric timeout -s KILL "$T" "$hcarun" --verbose \
-        "$ucx_perftest" -p "$port" >"$log.server" 2>&1 &
+        "$ucx_perftest" -p "$port" -x hca -d hca0 >"$log.server" 2>&1 &
     srv=$!
     for _ in $(seq 1 100); do
         listening "$port" && break
