@@ -110,6 +110,11 @@
  * [1.18.1 has it, 1.13.1 not: assumed 1.14; ucs/memory/rcache.h] */
 #define UCT_HCA_HAVE_RCACHE_GET_ALIGNMENT UCT_HCA_UCX_AT_LEAST(1, 14)
 
+/* ucs_align_up, ucs_roundup_pow2 and the other pointer arithmetic moved
+ * from ucs/sys/math.h to ucs/sys/ptr_arith.h.  [1.18.1 has it, 1.13.1 not:
+ * assumed 1.14] */
+#define UCT_HCA_HAVE_PTR_ARITH_H         UCT_HCA_UCX_AT_LEAST(1, 14)
+
 /* UCX's stubs (ucs/sys/stubs.h) are declared with "(void)" parameters:
  * assigned to an op they are incompatible pointer types.  hca defines its
  * own stubs with each op's signature instead of casting. */
@@ -218,6 +223,12 @@ static inline void uct_hca_md_attr_init(uct_hca_md_attr_t *attr)
 #endif
 
 /* ------------------------------------------------------------ ucs */
+
+#if UCT_HCA_HAVE_PTR_ARITH_H
+#  include <ucs/sys/ptr_arith.h>
+#else
+#  include <ucs/sys/math.h>
+#endif
 
 #if UCT_HCA_HAVE_RCACHE_GET_ALIGNMENT
 #  define UCT_HCA_RCACHE_PARAMS_SET_ALIGNMENT(_params, _align, _max_align)

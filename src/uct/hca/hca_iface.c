@@ -73,6 +73,11 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
                             UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
                             UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                             UCT_IFACE_FLAG_EP_CHECK;
+    /* other hosts are reached when the context has a tcp listener
+     * (UCX_HCA_FABRIC=auto or tcp, not shm) */
+    if (iface->md->addr.net.family != HCA_NET_NONE) {
+        attr->cap.flags  |= UCT_HCA_IFACE_FLAG_INTER_NODE;
+    }
     attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
                             UCT_IFACE_FLAG_EVENT_RECV |
                             UCT_IFACE_FLAG_EVENT_FD;
