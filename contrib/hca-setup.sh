@@ -600,8 +600,10 @@ perftest_pair() {  # tl dev test layout size iters
         pin_srv=(taskset -c 0)
         pin_cli=(taskset -c 1)
     fi
+    # the transport and device for the server too: 1.22's ucx_perftest
+    # checks the server's own parameters before taking the client's test
     timeout 120 "${pin_srv[@]}" "$hcarun" ucx_perftest -p "$port" \
-        >/dev/null 2>&1 &
+        -x "$tl" -d "$dev" >/dev/null 2>&1 &
     srv=$!
     for _ in 1 2 3 4 5 6 7 8 9 10; do
         sleep 0.3
