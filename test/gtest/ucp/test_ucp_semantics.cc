@@ -560,18 +560,18 @@ std::string tls_name(const ::testing::TestParamInfo<std::string> &i)
 
 /* Small hca queues on both sides: the peer's receive ring and our send
  * queue fill after a few requests, and the rest wait in the UCT ep's
- * pending queue (posix's FIFO has 64 entries anyway).  The names are
- * unprefixed: UCP 1.13 hands cached keys to uct_config_modify, which
- * matches a transport table's own field names ("RX_QUEUE_LEN"), not the
- * environment names (UCX_HCA_RX_QUEUE_LEN); no other transport here has
+ * pending queue (posix's FIFO has 64 or 256 entries).  UCP hands cached
+ * keys to uct_config_modify, which matches "RX_QUEUE_LEN" in UCX 1.13 and
+ * "HCA_RX_QUEUE_LEN" later (hca_config_key); no other transport here has
  * these fields. */
 cfg_list small_queues(const std::string &tls)
 {
     if (tls != "hca") {
         return {};
     }
-    return {{"RX_QUEUE_LEN", "16"}, {"TX_QUEUE_LEN", "16"},
-            {"TX_CQ_LEN", "16"}};
+    return {{hca_config_key("RX_QUEUE_LEN"), "16"},
+            {hca_config_key("TX_QUEUE_LEN"), "16"},
+            {hca_config_key("TX_CQ_LEN"), "16"}};
 }
 
 class UcpWorkerFlushSends : public uct_test_base,
@@ -587,7 +587,9 @@ class UcpWorkerFlushSends : public uct_test_base,
  * (at the latest once the peer progresses), and every send must arrive. */
 TEST_P(UcpWorkerFlushSends, SucceedsWithSendsInPendingQueue)
 {
-    const unsigned N = 200, LEN = 1024;
+    /* more than posix's receive FIFO holds: 64 entries in UCX 1.13, 256
+     * in 1.22 (uct/sm/mm/base/mm_iface.c, FIFO_SIZE) */
+    const unsigned N = 600, LEN = 1024;
     const uint64_t TAG0 = 3000;
 
     run_isolated([&]() {
@@ -1044,7 +1046,18 @@ TEST_P(UcpFailedEp, FailureFoundByPutReportsOneStatus)
         EXPECT_TRUE(UCS_STATUS_IS_ERR(reported)) << reported;
         EXPECT_TRUE(done) << "the put or the flush hang";
         EXPECT_EQ(1, put.calls);
-        EXPECT_EQ(reported, put.status) << "the put that found the failure";
+        if ((o.tls == "tcp") && (put.status == UCS_ERR_ENDPOINT_TIMEOUT)) {
+            /* UCX's tcp returns ENDPOINT_TIMEOUT from the send that finds
+             * the connection reset, whatever the error callback reports
+             * (uct/tcp/tcp_ep.c, uct_tcp_ep_handle_send_err: "Translate the
+             * error to EP timeout error"); UCP 1.22 reports the reset to
+             * the callback first.  hca gives the put the reported status. */
+            printf("[ INFO     ] tcp: the put has UCX's tcp translated "
+                   "status\n");
+        } else {
+            EXPECT_EQ(reported, put.status) << "the put that found the "
+                                               "failure";
+        }
         EXPECT_EQ(1, flush.calls);
         EXPECT_EQ(reported, flush.status) << "the ep flush behind it";
 

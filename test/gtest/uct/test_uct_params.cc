@@ -331,8 +331,7 @@ struct raw_iface {
         EXPECT_EQ(UCS_OK, uct_md_iface_config_read(md, "hca", NULL, NULL,
                                                    &ic));
         for (auto &kv : iface_cfg) {
-            EXPECT_EQ(UCS_OK, uct_config_modify(ic, kv.first.c_str(),
-                                                kv.second.c_str()));
+            EXPECT_EQ(UCS_OK, hca_config_modify(ic, kv.first, kv.second));
         }
         memset(&p, 0, sizeof(p));
         p.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |

@@ -321,6 +321,33 @@ ucs_status_t entity::err_handler(void *arg, uct_ep_h ep, ucs_status_t status)
     return UCS_OK;
 }
 
+std::string hca_config_key(const std::string &field)
+{
+    static int prefixed = -1;
+
+    if (prefixed < 0) {
+        uct_component_h component = find_hca_component();
+        uct_md_config_t *mdc;
+
+        prefixed = 0;
+        if ((component != nullptr) &&
+            (uct_md_config_read(component, NULL, NULL, &mdc) == UCS_OK)) {
+            /* DEVICE is a field of hca's md table: set to its default */
+            prefixed = (uct_config_modify(mdc, "HCA_DEVICE", "hca0") ==
+                        UCS_OK);
+            uct_config_release(mdc);
+        }
+    }
+    return prefixed ? "HCA_" + field : field;
+}
+
+ucs_status_t hca_config_modify(void *config, const std::string &field,
+                               const std::string &value)
+{
+    return uct_config_modify(config, hca_config_key(field).c_str(),
+                             value.c_str());
+}
+
 void entity::open(const entity_config &cfg)
 {
     uct_md_config_t *mdc;
@@ -331,8 +358,7 @@ void entity::open(const entity_config &cfg)
            "LD_PRELOAD=<builddir>/src/uct/hca/.libs/libuct_hca.so";
     ASSERT_EQ(UCS_OK, uct_md_config_read(component, NULL, NULL, &mdc));
     for (auto &kv : cfg.md_cfg) {
-        ucs_status_t st = uct_config_modify(mdc, kv.first.c_str(),
-                                            kv.second.c_str());
+        ucs_status_t st = hca_config_modify(mdc, kv.first, kv.second);
         if (st != UCS_OK) {
             uct_config_release(mdc);
             FAIL() << "md config " << kv.first << "=" << kv.second << ": "
@@ -366,8 +392,7 @@ void entity::open_iface(const entity_config &cfg)
                                         &worker));
     ASSERT_EQ(UCS_OK, uct_md_iface_config_read(md, "hca", NULL, NULL, &ic));
     for (auto &kv : cfg.iface_cfg) {
-        ucs_status_t st = uct_config_modify(ic, kv.first.c_str(),
-                                            kv.second.c_str());
+        ucs_status_t st = hca_config_modify(ic, kv.first, kv.second);
         if (st != UCS_OK) {
             uct_config_release(ic);
             FAIL() << "iface config " << kv.first << "=" << kv.second << ": "

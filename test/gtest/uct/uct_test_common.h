@@ -175,6 +175,20 @@ struct entity_config {
 
 uct_component_h find_hca_component();
 
+/*
+ * The name under which uct_config_modify (and UCP's cached keys) find one of
+ * hca's fields, e.g. "RX_QUEUE_LEN": UCX 1.13 matches a table's own field
+ * names; later versions match the table prefix plus the field name,
+ * "HCA_RX_QUEUE_LEN" (ucs/config/parser.c, ucs_config_prefix_name_match),
+ * and UCP >= 1.20 refuses a key that no table has.  Which one the UCX in
+ * this process does is probed once, on the md's own table.
+ */
+std::string hca_config_key(const std::string &field);
+
+/* uct_config_modify of one of hca's fields, by its unprefixed name */
+ucs_status_t hca_config_modify(void *config, const std::string &field,
+                               const std::string &value);
+
 class entity {
 public:
     struct err_rec {
