@@ -577,12 +577,22 @@ TEST_P(UctFlush, DestroyEpCompletesOutstandingInside)
     /* the iface goes on: its credits came back, a new ep's get works */
     buffer dst;
     ASSERT_NO_FATAL_FAILURE(dst.alloc(sender, kind, 4096));
-    tgt->fill(r.id, 0, 4096, 63, 0);
     uct_ep_h y = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
     ASSERT_NE(nullptr, y);
     test_comp c;
     uct_iov_t iov = {dst.data(), 4096, dst.memh, 0, 1};
+    /* a first get on the new ep: on tcp a WRITE frame that a destroyed ep
+     * had started goes on from a copy and is placed at the target (the
+     * initiator's buffers are free); the connection is one ordered stream,
+     * so once this get's answer is here, the target has placed everything
+     * sent before it, and the fill below is not overwritten */
     ucs_status_t st = retry_send([&] {
+        c.reset();
+        return uct_ep_get_zcopy(y, &iov, 1, r.addr, rk.rkey(), &c.uct);
+    }, ents);
+    EXPECT_EQ(UCS_OK, complete_op(st, c, ents));
+    tgt->fill(r.id, 0, 4096, 63, 0);
+    st = retry_send([&] {
         c.reset();
         return uct_ep_get_zcopy(y, &iov, 1, r.addr, rk.rkey(), &c.uct);
     }, ents);
