@@ -3,7 +3,11 @@
 # hca-setup.sh - install dependencies, fetch the UCX source, build and test hca.
 #
 # usage: contrib/hca-setup.sh [deps|build|demo|test]     (default: build)
+#        contrib/hca-setup.sh test-ucx-versions
 #        contrib/hca-setup.sh ucx SUITE|VERSION
+#
+# Which UCX: HCA_UCX (below); unset, the system's (Debian's libucx with its
+# source from `apt-get source ucx`).
 #
 #   ucx    build a UCX version from Debian's source package into
 #          <build>/ucx-<version>/prefix (e.g. "ucx trixie" for 1.18.1), with
@@ -17,7 +21,21 @@
 #          tcp fabric; and make check's test programs across two namespace
 #          hosts; root only, a SKIPPED line otherwise; HCA_MULTIHOST=0
 #          skips them), then the googletest suites again built with
-#          AddressSanitizer (in <build>-asan; HCA_ASAN=0 skips that)
+#          AddressSanitizer (in <build>-asan; HCA_ASAN=0 skips that);
+#          all against the system's UCX.  Then the other UCX versions
+#          (HCA_UCX_VERSIONS): UCX 1.22.0 built from $HCA_UCX_122_SRC
+#          (cached), hca built against it in build-ucx-1.22.0, its
+#          gtest_uct (UCT and UCP tests, the module found through
+#          UCX_PLUGIN_PATH, no preload), test/smoke/run-smoke.sh (ucx_info
+#          -d with no preload, a ucx_perftest run on the shm and tcp
+#          fabrics) and the MPI programs with 2 ranks over hca with that
+#          UCX's libraries (hca-run: LD_LIBRARY_PATH).  Prints
+#          "UCX version: X.Y.Z" for each UCX built and tested against and
+#          at the end every suite's result and duration.
+#          With HCA_UCX set: the whole of the above against that UCX only.
+#   test-ucx-versions
+#          only the part of `test` for the UCX versions besides the
+#          system's (HCA_UCX_VERSIONS: default 1.22.0, all: and 1.18.1)
 #   demo   build + show hca working: the device, ucx_info, MPI and
 #          OpenSHMEM programs over UCX_TLS=hca,self with the transport
 #          proven (hca-run --verbose), the same MPI program across two
@@ -26,18 +44,33 @@
 #          posix/cma
 #
 # Environment:
+#   HCA_UCX              the UCX to build and run against: an installed
+#                        PREFIX (with bin/ucx_info, lib/pkgconfig), or a
+#                        UCX release TARBALL or source DIR, which is built
+#                        into a cached prefix first (contrib/ucx-build.sh,
+#                        $HCA_UCX_CACHE; 4-8 minutes once); unset: the
+#                        system's UCX
+#   HCA_UCX_VERSIONS     `test` without HCA_UCX: which UCX versions:
+#                        "default" (the system's, and 1.22.0), "all"
+#                        (also 1.18.1: its gtest_uct), "system" (only it)
+#   HCA_UCX_122_SRC      UCX 1.22.0 source tarball or tree (default:
+#                        <repo>/../shared/ucx-src/ucx-1.22.0.tar.xz; missing:
+#                        a SKIPPED line)
+#   HCA_UCX_118_SRC      the same for 1.18.1 (ucx-1.18.1.tar.xz)
 #   HCA_CONFIGURE_FLAGS  extra configure flags (e.g. "--enable-asan");
 #                        a change of flags reconfigures and rebuilds build/
-#   HCA_BUILD_DIR        build directory (default: <repo>/build)
+#   HCA_BUILD_DIR        build directory (default: <repo>/build; with
+#                        HCA_UCX: <repo>/build-ucx-<version>)
 #   HCA_MAKE_JOBS        parallel make jobs (default: number of CPUs)
 #
 set -euo pipefail
 
 topdir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-builddir=${HCA_BUILD_DIR:-$topdir/build}
-case $builddir in /*) ;; *) builddir=$PWD/$builddir ;; esac
 ucx_src_root=$topdir/contrib/ucx-src
 jobs=${HCA_MAKE_JOBS:-$(nproc 2>/dev/null || echo 2)}
+# The UCX to build against: empty = the system's; else an install prefix
+# (resolve_ucx fills it in from HCA_UCX).
+ucx_prefix=""
 
 # Debian packages needed to build, test and run hca.
 packages=(
@@ -60,6 +93,53 @@ as_root() {
         die "need root to run '$*' (not root and sudo is not installed)"
     fi
 }
+
+abspath() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+
+# The version of the UCX installed under a prefix (its pkg-config file).
+prefix_version() {  # prefix
+    PKG_CONFIG_PATH=$1/lib/pkgconfig pkg-config --modversion ucx
+}
+
+# HCA_UCX=PREFIX|TARBALL|DIR: set ucx_prefix, building a tarball or source
+# tree first (cached: contrib/ucx-build.sh prints the prefix last).
+resolve_ucx() {  # spec
+    local spec
+    spec=$(abspath "$1")
+    if [ -d "$spec" ] && [ -x "$spec/bin/ucx_info" ] &&
+       [ -f "$spec/lib/pkgconfig/ucx.pc" ]; then
+        ucx_prefix=$(cd "$spec" && pwd)
+    elif [ -f "$spec" ] || [ -f "$spec/configure.ac" ]; then
+        log "UCX from $spec: contrib/ucx-build.sh build (cached)"
+        ucx_prefix=$(HCA_MAKE_JOBS=$jobs "$topdir/contrib/ucx-build.sh" build "$spec" |
+                     tail -n 1)
+        [ -x "$ucx_prefix/bin/ucx_info" ] || die "building UCX from $spec failed"
+    else
+        die "HCA_UCX=$1: not a UCX prefix (bin/ucx_info, lib/pkgconfig/ucx.pc), a tarball or a source tree (configure.ac)"
+    fi
+    log "UCX $(prefix_version "$ucx_prefix") in $ucx_prefix"
+}
+
+# A UCX under a prefix for the tools this script and the tests run without
+# hca-run (ucx_perftest of the multi-host tests, the reliability helpers):
+# its bin first in PATH, its libraries first for every program.
+use_ucx_prefix_env() {
+    [ -n "$ucx_prefix" ] || return 0
+    export PATH=$ucx_prefix/bin:$PATH
+    export LD_LIBRARY_PATH=$ucx_prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+if [ -n "${HCA_UCX:-}" ]; then
+    case ${1:-build} in
+    build|test|demo) resolve_ucx "$HCA_UCX" ;;
+    esac
+fi
+if [ -n "$ucx_prefix" ]; then
+    builddir=${HCA_BUILD_DIR:-$topdir/build-ucx-$(prefix_version "$ucx_prefix")}
+else
+    builddir=${HCA_BUILD_DIR:-$topdir/build}
+fi
+builddir=$(abspath "$builddir")
 
 apt_updated=no
 apt_update() {
@@ -249,13 +329,22 @@ apply_debian_patches() {
 
 do_deps() {
     install_packages
-    fetch_ucx_source
+    # the Debian source of the system's UCX; a prefix UCX has its own
+    # (contrib/ucx-build.sh keeps it beside the prefix)
+    if [ -z "$ucx_prefix" ]; then
+        fetch_ucx_source
+    fi
 }
 
 do_build() {
     local upver flags stamp
-    upver=$(ucx_upstream_version "$(ucx_deb_version)")
-    flags="--enable-werror --with-ucx-src=$ucx_src_root/ucx-$upver"
+    if [ -n "$ucx_prefix" ]; then
+        # the source: <prefix>/../src-tree (configure's default)
+        flags="--enable-werror --with-ucx=$ucx_prefix"
+    else
+        upver=$(ucx_upstream_version "$(ucx_deb_version)")
+        flags="--enable-werror --with-ucx-src=$ucx_src_root/ucx-$upver"
+    fi
     flags+="${HCA_CONFIGURE_FLAGS:+ $HCA_CONFIGURE_FLAGS}"
 
     cd "$topdir"
@@ -282,9 +371,52 @@ do_build() {
     make -j"$jobs"
 }
 
-do_test() {
-    local rc=0
-    log "make check"
+# ------------------------------------------------------------ test
+
+# Every suite runs, whatever the earlier ones did; each one's result and
+# duration are listed at the end and any failure fails the command.
+suite_results=()
+suites_failed=0
+
+# run_suite NAME COMMAND...: COMMAND in a subshell with set -e (a failing
+# step ends that suite only, and `die` ends the subshell).
+run_suite() {
+    local name=$1 t0=$SECONDS rc
+    shift
+    log "==== $name"
+    set +e
+    ( set -e; "$@" )
+    rc=$?
+    set -e
+    if [ $rc -eq 0 ]; then
+        suite_results+=("$(printf '%-44s PASS    %5d s' "$name" $((SECONDS - t0)))")
+    else
+        suite_results+=("$(printf '%-44s FAIL    %5d s  (exit status %d)' "$name" $((SECONDS - t0)) $rc)")
+        suites_failed=1
+    fi
+}
+
+suite_skipped() {  # name why
+    echo "SKIPPED: $1: $2"
+    suite_results+=("$(printf '%-44s SKIPPED         %s' "$1" "$2")")
+}
+
+print_suites() {
+    local r
+    log "suites (result, duration):"
+    for r in "${suite_results[@]}"; do
+        echo "  $r"
+    done
+}
+
+# The version of the UCX a build tree was configured against.
+ucx_version_line() {  # builddir
+    local v
+    v=$(sed -n 's/^UCX_VERSION = //p' "$1/Makefile" 2>/dev/null | head -n 1)
+    echo "UCX version: ${v:-unknown (no $1/Makefile)}"
+}
+
+test_make_check() {
     # the test programs across namespace hosts belong to the multi-host
     # tests: HCA_MULTIHOST=0 skips them too
     if [ "${HCA_MULTIHOST:-1}" != 1 ]; then
@@ -292,60 +424,156 @@ do_test() {
     fi
     # -k: every suite runs even if an earlier one failed; the status is
     # still non-zero.
-    if make -k -C "$builddir" check; then
-        log "make check: all tests passed"
-    else
-        rc=$?
-        log "make check: FAILED (exit status $rc)"
-    fi
-    # forged input from other processes: libFuzzer over the ring consumer
-    # and the responder, HCA_FUZZ_SECONDS each (default 30)
-    log "libFuzzer harnesses (test/fuzz)"
+    make -k -C "$builddir" check
+}
+
+# forged input from other processes: libFuzzer over the ring consumer and
+# the responder, HCA_FUZZ_SECONDS each (default 30)
+test_fuzz() {
     HCA_FUZZ_BUILD=${builddir}-fuzz \
-        "$topdir/test/fuzz/run-fuzz.sh" "${HCA_FUZZ_SECONDS:-30}" || rc=1
-    # killed peers, churn, other users, a soak: the short campaigns
-    log "reliability campaigns, short (test/reliability)"
-    HCA_BUILD_DIR=$builddir \
-        "$topdir/test/reliability/run-all.sh" --short || rc=1
-    # two "hosts" (network namespaces joined by a veth pair): the
-    # ucx_perftest matrix and the fault cases over the tcp fabric, under
-    # 3 minutes; needs root (prints SKIPPED otherwise)
+        "$topdir/test/fuzz/run-fuzz.sh" "${HCA_FUZZ_SECONDS:-30}"
+}
+
+# killed peers, churn, other users, a soak: the short campaigns
+test_reliability() {
+    HCA_BUILD_DIR=$builddir "$topdir/test/reliability/run-all.sh" --short
+}
+
+# two "hosts" (network namespaces joined by a veth pair): the ucx_perftest
+# matrix and the fault cases over the tcp fabric, under 3 minutes; needs
+# root (prints SKIPPED otherwise)
+test_multihost() {
+    HCA_BUILD_DIR=$builddir "$topdir/test/multihost/run-multihost.sh"
+}
+
+# Everything, against the UCX of $builddir (the system's, or HCA_UCX's).
+do_test() {
+    local what
+    what="UCX $(ucx_version_line "$builddir" | sed 's/^UCX version: //')"
+    ucx_version_line "$builddir"
+    run_suite "$what: make check" test_make_check
+    run_suite "libFuzzer harnesses (test/fuzz)" test_fuzz
+    run_suite "$what: reliability, short" test_reliability
     if [ "${HCA_MULTIHOST:-1}" = 1 ]; then
-        log "multi-host tests in network namespaces (test/multihost)"
-        HCA_BUILD_DIR=$builddir "$topdir/test/multihost/run-multihost.sh" || rc=1
+        run_suite "$what: multi-host (namespaces)" test_multihost
     fi
-    if [ $rc -ne 0 ]; then
-        log "tests: FAILED"
-        exit 1
+    if [ "${HCA_ASAN:-1}" = 1 ]; then
+        run_suite "$what: googletest, AddressSanitizer" do_test_asan
     fi
 }
 
 # The googletest suites again, built with AddressSanitizer in a second
 # build tree (<build>-asan).  gtest_uct runs stock UCX with the module
-# preloaded, so the ASan runtime is preloaded first; leak checking is off
-# there because UCX itself keeps allocations until exit.  HCA_ASAN=0 skips.
+# loaded by UCX (a scanning UCX: UCX_PLUGIN_PATH) or preloaded, so the ASan
+# runtime is preloaded first; leak checking is off there because UCX
+# itself keeps allocations until exit.  HCA_ASAN=0 skips.
 do_test_asan() {
-    local asandir=${builddir}-asan libasan rc=0
-    [ "${HCA_ASAN:-1}" = 1 ] || return 0
+    local asandir=${builddir}-asan libasan rc=0 load
     log "AddressSanitizer build in $asandir"
     HCA_BUILD_DIR=$asandir \
     HCA_CONFIGURE_FLAGS="--enable-asan${HCA_CONFIGURE_FLAGS:+ $HCA_CONFIGURE_FLAGS}" \
         "$topdir/contrib/hca-setup.sh" build
     make -C "$asandir/test/gtest" -j"$jobs" gtest_hca gtest_uct
     libasan=$(${CC:-gcc} -print-file-name=libasan.so)
+    if [ "$(sed -n 's/^UCX_MODULE_LOAD = //p' "$asandir/Makefile")" = scan ]; then
+        load="env LD_PRELOAD=$libasan UCX_PLUGIN_PATH=$asandir/src/uct/hca/modules"
+    else
+        load="env LD_PRELOAD=$libasan:$asandir/src/uct/hca/.libs/libuct_hca.so"
+    fi
     log "gtest_hca under AddressSanitizer"
     (cd "$asandir/test/gtest" &&
         "$topdir/test/gtest/run-gtest.sh" ./gtest_hca) || rc=1
     log "gtest_uct under AddressSanitizer"
     (cd "$asandir/test/gtest" &&
-        ASAN_OPTIONS=detect_leaks=0 \
-        HCA_GTEST_RUNNER="env LD_PRELOAD=$libasan:$asandir/src/uct/hca/.libs/libuct_hca.so" \
+        ASAN_OPTIONS=detect_leaks=0 HCA_GTEST_RUNNER="$load" \
         "$topdir/test/gtest/run-gtest.sh" ./gtest_uct) || rc=1
     if [ $rc -ne 0 ]; then
         log "AddressSanitizer suites: FAILED"
         exit 1
     fi
     log "AddressSanitizer suites: all tests passed"
+}
+
+# hca built against a UCX prefix in a build tree of its own, and the
+# layout check of that build run (configure ran it too).
+build_against() {  # prefix builddir
+    ucx_prefix=$1
+    builddir=$2
+    do_build
+    make -C "$builddir/contrib" ucx_layout_check
+    "$builddir/contrib/ucx_layout_check"
+}
+
+# The MPI programs with 2 ranks on this host, over hca with the prefix's
+# libraries (hca-run puts them first in LD_LIBRARY_PATH for every rank:
+# Debian's Open MPI links libucp.so.0); run-apps.sh checks every rank's hca
+# counters.
+test_apps_2ranks() {  # builddir
+    HCA_APPS_NP=2 make -C "$1/test/apps" check HCA_APPS_HOSTS=0
+}
+
+# The tests of one more UCX version, from its source (built once, cached).
+#   LEVEL full:  gtest_uct, test/smoke (ucx_info -d, ucx_perftest on both
+#                fabrics), the MPI programs with 2 ranks
+#   LEVEL gtest: gtest_uct
+test_ucx_version() {  # label src level
+    local label=$1 src=$2 level=$3 prefix bdir
+    if [ ! -e "$src" ]; then
+        suite_skipped "UCX $label" "$src not found"
+        return 0
+    fi
+    run_suite "UCX $label: UCX build (cached)" \
+        env HCA_MAKE_JOBS="$jobs" "$topdir/contrib/ucx-build.sh" build "$src"
+    prefix=$("$topdir/contrib/ucx-build.sh" prefix "$src")
+    [ -f "$prefix/.hca-ucx-built" ] || return 0   # its failure is listed
+    if [ -n "${HCA_BUILD_DIR:-}" ]; then
+        bdir=${HCA_BUILD_DIR}-ucx-$label
+    else
+        bdir=$topdir/build-ucx-$label
+    fi
+    log "UCX $label: hca build tree $bdir"
+    run_suite "UCX $label: build hca, layout check" build_against "$prefix" "$bdir"
+    [ -f "$bdir/Makefile" ] || return 0
+    ucx_version_line "$bdir"
+    run_suite "UCX $label: gtest_uct (UCT and UCP)" \
+        make -C "$bdir/test/gtest" check-gtest-uct
+    if [ "$level" = full ]; then
+        run_suite "UCX $label: ucx_info -d, ucx_perftest smoke" \
+            "$topdir/test/smoke/run-smoke.sh" "$bdir"
+        if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
+            run_suite "UCX $label: MPI test/apps, 2 ranks" test_apps_2ranks "$bdir"
+        else
+            suite_skipped "UCX $label: MPI test/apps" "mpirun or mpicc not installed"
+        fi
+    fi
+}
+
+do_test_matrix() {
+    local versions=${HCA_UCX_VERSIONS:-default}
+    local src122=${HCA_UCX_122_SRC:-$topdir/../shared/ucx-src/ucx-1.22.0.tar.xz}
+    local src118=${HCA_UCX_118_SRC:-$topdir/../shared/ucx-src/ucx-1.18.1.tar.xz}
+    case $versions in
+    system|default|all) ;;
+    *) die "HCA_UCX_VERSIONS=$versions: use system, default or all" ;;
+    esac
+    if [ "${1:-}" != others ]; then
+        do_test
+    fi
+    if [ "$versions" != system ]; then
+        test_ucx_version 1.22.0 "$(abspath "$src122")" full
+    fi
+    if [ "$versions" = all ]; then
+        test_ucx_version 1.18.1 "$(abspath "$src118")" gtest
+    fi
+}
+
+finish_test() {
+    print_suites
+    if [ $suites_failed -ne 0 ]; then
+        log "tests: FAILED"
+        exit 1
+    fi
+    log "tests: all suites passed"
 }
 
 # ------------------------------------------------------------ demo
@@ -372,8 +600,10 @@ perftest_pair() {  # tl dev test layout size iters
         pin_srv=(taskset -c 0)
         pin_cli=(taskset -c 1)
     fi
+    # the transport and device for the server too: 1.22's ucx_perftest
+    # checks the server's own parameters before taking the client's test
     timeout 120 "${pin_srv[@]}" "$hcarun" ucx_perftest -p "$port" \
-        >/dev/null 2>&1 &
+        -x "$tl" -d "$dev" >/dev/null 2>&1 &
     srv=$!
     for _ in 1 2 3 4 5 6 7 8 9 10; do
         sleep 0.3
@@ -529,12 +759,16 @@ cmd=${1:-build}
 case $cmd in
 deps)  do_deps ;;
 build) do_deps; do_build ;;
-test)  do_deps; do_build; do_test; do_test_asan ;;
-demo)  do_deps; do_build; do_demo ;;
+test)  do_deps; do_build; use_ucx_prefix_env
+       if [ -n "$ucx_prefix" ]; then do_test; else do_test_matrix; fi
+       finish_test ;;
+demo)  do_deps; do_build; use_ucx_prefix_env; do_demo ;;
+test-ucx-versions)
+       install_packages; do_test_matrix others; finish_test ;;
 ucx)   [ $# -eq 2 ] || die "usage: $0 ucx SUITE|VERSION"
        HCA_BUILD_DIR=$builddir HCA_MAKE_JOBS=$jobs \
            exec "$topdir/contrib/ucx-debian.sh" build "$2" ;;
 -h|--help|help)
     sed -n '3,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
-*)     die "unknown command '$cmd' (use deps, build, demo, test or ucx)" ;;
+*)     die "unknown command '$cmd' (use deps, build, demo, test, test-ucx-versions or ucx)" ;;
 esac

@@ -167,10 +167,17 @@ perftest_pair() {
         cx=(ip netns exec "$(netns_name b)")
         dst=$addr_a
     fi
-    echo "server: ${envw[*]} ucx_perftest -p $port" >"$log.cmd"
+    # the server gets the transport and device of a UCT test too: UCX
+    # 1.22's ucx_perftest checks the server's own parameters before it
+    # takes the client's test
+    local sargs=() i
+    for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+        case ${args[i]} in -x|-d) sargs+=("${args[i]}" "${args[i + 1]}") ;; esac
+    done
+    echo "server: ${envw[*]} ucx_perftest -p $port ${sargs[*]}" >"$log.cmd"
     echo "client: ${envw[*]} ucx_perftest $dst -p $port ${args[*]}" >>"$log.cmd"
     "${sx[@]}" timeout -s KILL "$T" env LD_PRELOAD="$module" "${envw[@]}" \
-        ucx_perftest -p "$port" >"$log.server" 2>&1 &
+        ucx_perftest -p "$port" "${sargs[@]}" >"$log.server" 2>&1 &
     srv=$!
     if ! wait_listen "$([ "$where" = ns ] && echo a)" "$port"; then
         kill -KILL $srv 2>/dev/null
