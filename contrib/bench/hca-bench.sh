@@ -40,6 +40,11 @@
 #                    revision; default: DIR)
 #   -h, --help       this text
 #
+# The UCX is the one the build was configured against: build/ the system's,
+# a build of `HCA_UCX=PREFIX contrib/hca-setup.sh build` (build-ucx-<ver>)
+# that prefix's, e.g. --build build-ucx-1.22.0 measures hca against UCX
+# 1.22.0's own posix, cma and tcp.
+#
 # What it runs (hca and the built-in transports interleaved back to back:
 # hca, built-in, hca, built-in, ...):
 #   uct      ucx_perftest UCT tests, hca0 against posix (short, bcopy,
@@ -245,6 +250,26 @@ if [ ! -x "$pingpong" ]; then
     log "building $pingpong"
     make -C "$builddir/contrib" hca_pingpong_bench >&2 ||
         die "could not build hca_pingpong_bench"
+fi
+
+# The UCX the build was configured against (configure --with-ucx=PREFIX,
+# hca-setup.sh's HCA_UCX): hca-run --env says how that UCX loads hca (the
+# preload, or its directory scan) and, for a prefix, its PATH and
+# LD_LIBRARY_PATH, which every program here then uses: hca and UCX's own
+# transports are measured with the same UCX.
+if [ -z "$ab_old" ]; then
+    make -s -C "$builddir/contrib" hca-run >&2 || die "cannot build hca-run"
+    mapfile -t run_env < <("$builddir/contrib/hca-run" --env) ||
+        die "hca-run --env failed"
+    hca_env=()
+    for e in "${run_env[@]}"; do
+        case $e in
+        PATH=*|LD_LIBRARY_PATH=*) export "${e?}" ;;
+        *) hca_env+=("$e") ;;
+        esac
+    done
+    ucp_hca_env=("${hca_env[@]}" "UCX_TLS=hca,self")
+    log "UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -n 1) ($(command -v ucx_perftest)); hca loaded by ${hca_env[*]}"
 fi
 
 mkdir -p "$outdir/logs" || die "cannot create $outdir"
