@@ -252,6 +252,12 @@ if [ ! -x "$pingpong" ]; then
         die "could not build hca_pingpong_bench"
 fi
 
+# ucx_info -v: "# Version 1.13.1" (1.13), "# Library version: 1.22.0" (1.22)
+ucx_version() {
+    ucx_info -v 2>/dev/null |
+        sed -n 's/^# Version //p; s/^# Library version: //p' | head -n 1
+}
+
 # The UCX the build was configured against (configure --with-ucx=PREFIX,
 # hca-setup.sh's HCA_UCX): hca-run --env says how that UCX loads hca (the
 # preload, or its directory scan) and, for a prefix, its PATH and
@@ -269,7 +275,7 @@ if [ -z "$ab_old" ]; then
         esac
     done
     ucp_hca_env=("${hca_env[@]}" "UCX_TLS=hca,self")
-    log "UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -n 1) ($(command -v ucx_perftest)); hca loaded by ${hca_env[*]}"
+    log "UCX $(ucx_version) ($(command -v ucx_perftest)); hca loaded by ${hca_env[*]}"
 fi
 
 mkdir -p "$outdir/logs" || die "cannot create $outdir"
@@ -299,7 +305,7 @@ fi
     echo "date	$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host	$(uname -n) $(uname -r), $(nproc) cpus"
     echo "mode	$([ "$long" = yes ] && echo long || echo default)"
-    echo "ucx	$(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -n 1)"
+    echo "ucx	$(ucx_version)"
     echo "module	$module"
     echo "loadavg	$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "pinning	$([ ${#pin_srv[@]} -gt 0 ] && echo "ucx_perftest server on CPU 0, client on CPU 1" || echo "none (scheduler)")"
