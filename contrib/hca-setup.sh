@@ -54,8 +54,9 @@
 #                        "default" (the system's, and 1.22.0), "all"
 #                        (also 1.18.1: its gtest_uct), "system" (only it)
 #   HCA_UCX_122_SRC      UCX 1.22.0 source tarball or tree (default:
-#                        <repo>/../shared/ucx-src/ucx-1.22.0.tar.xz; missing:
-#                        a SKIPPED line)
+#                        <repo>/../shared/ucx-src/ucx-1.22.0.tar.xz, else
+#                        the same beside the repository <repo> was cloned
+#                        from; missing: a SKIPPED line)
 #   HCA_UCX_118_SRC      the same for 1.18.1 (ucx-1.18.1.tar.xz)
 #   HCA_CONFIGURE_FLAGS  extra configure flags (e.g. "--enable-asan");
 #                        a change of flags reconfigures and rebuilds build/
@@ -548,10 +549,27 @@ test_ucx_version() {  # label src level
     fi
 }
 
+# The release tarball of UCX VERSION for the matrix: ucx-VERSION.tar.xz in
+# shared/ucx-src beside this tree, else beside the repository this tree was
+# cloned from (a CI clone made elsewhere from a local repository); printed
+# as the first place when neither has it (reported as not found).
+find_ucx_src() {  # version
+    local v=$1 origin d
+    origin=$(git -C "$topdir" config --get remote.origin.url 2>/dev/null || true)
+    origin=${origin#file://}
+    for d in "$topdir/.." ${origin:+"$origin/.."}; do
+        if [ -f "$d/shared/ucx-src/ucx-$v.tar.xz" ]; then
+            echo "$d/shared/ucx-src/ucx-$v.tar.xz"
+            return
+        fi
+    done
+    echo "$topdir/../shared/ucx-src/ucx-$v.tar.xz"
+}
+
 do_test_matrix() {
     local versions=${HCA_UCX_VERSIONS:-default}
-    local src122=${HCA_UCX_122_SRC:-$topdir/../shared/ucx-src/ucx-1.22.0.tar.xz}
-    local src118=${HCA_UCX_118_SRC:-$topdir/../shared/ucx-src/ucx-1.18.1.tar.xz}
+    local src122=${HCA_UCX_122_SRC:-$(find_ucx_src 1.22.0)}
+    local src118=${HCA_UCX_118_SRC:-$(find_ucx_src 1.18.1)}
     case $versions in
     system|default|all) ;;
     *) die "HCA_UCX_VERSIONS=$versions: use system, default or all" ;;
