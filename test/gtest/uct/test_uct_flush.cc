@@ -333,6 +333,24 @@ TEST_P(UctFlush, CancelWithPendingRequests)
     }
     EXPECT_EQ(0, s2.errors_for(ep2));
     s2.destroy_ep(ep2);
+    /* A cancelled put completes with UCS_ERR_CANCELED, but on tcp the part
+     * of its frame already started goes on from a copy and is placed (no
+     * promise is made about the target's memory after a cancel).  A get on
+     * a new ep of the same context travels the same ordered connection:
+     * once it is answered, nothing of the cancelled puts is still coming,
+     * and the target may free its memory (it deregisters without
+     * INVALIDATE: a cached registration stays valid until the memory is
+     * unmapped, which a freed heap block need not be). */
+    uct_ep_h ep3 = s2.create_ep(tgt->dev_addr, tgt->iface_addr);
+    ASSERT_NE(nullptr, ep3);
+    test_comp gc;
+    uct_iov_t giov = {src.data(), 4096, src.memh, 0, 1};
+    st = retry_send([&] {
+        gc.reset();
+        return uct_ep_get_zcopy(ep3, &giov, 1, r.addr, rk.rkey(), &gc.uct);
+    }, e2);
+    EXPECT_EQ(UCS_OK, complete_op(st, gc, e2)) << "the draining get";
+    s2.destroy_ep(ep3);
     rk.release();
     src.free();
     if (topo != TOPO_LOCAL) {
