@@ -12,6 +12,21 @@ using namespace hcat;
 
 namespace {
 
+/* One get_zcopy of len bytes into buf, sent again while the ep has no
+ * resources and waited for: its final status. */
+ucs_status_t get_and_wait(uct_ep_h ep, void *buf, size_t len, uct_mem_h memh,
+                          uint64_t addr, uct_rkey_t rkey,
+                          const std::vector<entity*> &ents)
+{
+    test_comp c;
+    uct_iov_t iov = {buf, len, memh, 0, 1};
+    ucs_status_t st = retry_send([&] {
+        c.reset();
+        return uct_ep_get_zcopy(ep, &iov, 1, addr, rkey, &c.uct);
+    }, ents);
+    return complete_op(st, c, ents);
+}
+
 typedef std::tuple<topology, mem_kind> flush_param;
 
 class UctFlush : public uct_test_base, public topo_sender,
@@ -223,13 +238,8 @@ TEST_P(UctFlush, CancelCompletesEveryOperationOnce)
     /* the iface is still healthy */
     uct_ep_h ep2 = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
     ASSERT_NE(nullptr, ep2);
-    test_comp c;
-    uct_iov_t iov = {dst.data(), 4096, dst.memh, 0, 1};
-    st = retry_send([&] {
-        c.reset();
-        return uct_ep_get_zcopy(ep2, &iov, 1, r.addr, rk.rkey(), &c.uct);
-    }, ents);
-    EXPECT_EQ(UCS_OK, complete_op(st, c, ents));
+    EXPECT_EQ(UCS_OK, get_and_wait(ep2, dst.data(), 4096, dst.memh, r.addr,
+                                   rk.rkey(), ents));
     EXPECT_EQ(-1, pat_check(dst.data(), 4096, 5));
     EXPECT_EQ(UCS_OK, flush_ep(ep2, ents));
     rk.release();
@@ -343,13 +353,8 @@ TEST_P(UctFlush, CancelWithPendingRequests)
      * unmapped, which a freed heap block need not be). */
     uct_ep_h ep3 = s2.create_ep(tgt->dev_addr, tgt->iface_addr);
     ASSERT_NE(nullptr, ep3);
-    test_comp gc;
-    uct_iov_t giov = {src.data(), 4096, src.memh, 0, 1};
-    st = retry_send([&] {
-        gc.reset();
-        return uct_ep_get_zcopy(ep3, &giov, 1, r.addr, rk.rkey(), &gc.uct);
-    }, e2);
-    EXPECT_EQ(UCS_OK, complete_op(st, gc, e2)) << "the draining get";
+    EXPECT_EQ(UCS_OK, get_and_wait(ep3, src.data(), 4096, src.memh, r.addr,
+                                   rk.rkey(), e2)) << "the draining get";
     s2.destroy_ep(ep3);
     rk.release();
     src.free();
@@ -402,13 +407,8 @@ TEST_P(UctFlush, DestroyEpWithOutstandingOperations)
     uct_ep_h ep2 = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
     ASSERT_NE(nullptr, ep2);
     memset(dst.data(), 0, 4096);
-    test_comp c;
-    uct_iov_t iov = {dst.data(), 4096, dst.memh, 0, 1};
-    ucs_status_t st = retry_send([&] {
-        c.reset();
-        return uct_ep_get_zcopy(ep2, &iov, 1, r.addr, rk.rkey(), &c.uct);
-    }, ents);
-    EXPECT_EQ(UCS_OK, complete_op(st, c, ents));
+    EXPECT_EQ(UCS_OK, get_and_wait(ep2, dst.data(), 4096, dst.memh, r.addr,
+                                   rk.rkey(), ents));
     EXPECT_EQ(-1, pat_check(dst.data(), 4096, 61));
     EXPECT_EQ(UCS_OK, flush_iface(sender, ents));
     rk.release();
@@ -597,24 +597,16 @@ TEST_P(UctFlush, DestroyEpCompletesOutstandingInside)
     ASSERT_NO_FATAL_FAILURE(dst.alloc(sender, kind, 4096));
     uct_ep_h y = sender.create_ep(tgt->dev_addr, tgt->iface_addr);
     ASSERT_NE(nullptr, y);
-    test_comp c;
-    uct_iov_t iov = {dst.data(), 4096, dst.memh, 0, 1};
     /* a first get on the new ep: on tcp a WRITE frame that a destroyed ep
      * had started goes on from a copy and is placed at the target (the
      * initiator's buffers are free); the connection is one ordered stream,
      * so once this get's answer is here, the target has placed everything
      * sent before it, and the fill below is not overwritten */
-    ucs_status_t st = retry_send([&] {
-        c.reset();
-        return uct_ep_get_zcopy(y, &iov, 1, r.addr, rk.rkey(), &c.uct);
-    }, ents);
-    EXPECT_EQ(UCS_OK, complete_op(st, c, ents));
+    EXPECT_EQ(UCS_OK, get_and_wait(y, dst.data(), 4096, dst.memh, r.addr,
+                                   rk.rkey(), ents));
     tgt->fill(r.id, 0, 4096, 63, 0);
-    st = retry_send([&] {
-        c.reset();
-        return uct_ep_get_zcopy(y, &iov, 1, r.addr, rk.rkey(), &c.uct);
-    }, ents);
-    EXPECT_EQ(UCS_OK, complete_op(st, c, ents));
+    EXPECT_EQ(UCS_OK, get_and_wait(y, dst.data(), 4096, dst.memh, r.addr,
+                                   rk.rkey(), ents));
     EXPECT_EQ(-1, pat_check(dst.data(), 4096, 63));
     sender.destroy_ep(y);
     rk.release();
@@ -684,14 +676,9 @@ TEST_P(UctFlush, DestroyedEpsReturnTheirCredits)
     /* the credits came back: a signalled operation still goes out */
     uct_ep_h y = s2.create_ep(tgt->dev_addr, tgt->iface_addr);
     ASSERT_NE(nullptr, y);
-    test_comp c;
-    uct_iov_t iov = {dst.data(), 4096, dst.memh, 0, 1};
     memset(dst.data(), 0, 4096);
-    ucs_status_t st = retry_send([&] {
-        c.reset();
-        return uct_ep_get_zcopy(y, &iov, 1, r.addr, rk.rkey(), &c.uct);
-    }, e2);
-    EXPECT_EQ(UCS_OK, complete_op(st, c, e2));
+    EXPECT_EQ(UCS_OK, get_and_wait(y, dst.data(), 4096, dst.memh, r.addr,
+                                   rk.rkey(), e2));
     EXPECT_EQ(-1, pat_check(dst.data(), 4096, 62));
     EXPECT_EQ(0u, s2.errors.size());
     s2.destroy_ep(y);
