@@ -57,10 +57,11 @@ if [ -z "$sources" ]; then
 fi
 
 cflags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra
-        -fno-sanitize-recover=undefined -I$src"
+        -fno-sanitize-recover=undefined -I$src -I$src/shm -I$src/tcp"
 objs=""
 for s in $sources; do
     o=$build/obj/${s%.c}.o
+    mkdir -p "$(dirname "$o")"
     # the library needs coverage but no main: fuzzer-no-link
     "$cc" $cflags -fsanitize=fuzzer-no-link,address,undefined \
         -c "$src/$s" -o "$o" || exit 2
