@@ -3,7 +3,9 @@
  * requester's WQEs (hca_req.c), when the fabric has their response.  The
  * done WQEs become CQEs in post order (hca_qp_report_sq).
  */
-#include "hca_priv.h"
+#include "hca_obj.h"
+#include "hca_state.h"
+#include "hca_engine.h"
 
 void hca_comp_poll_responses(hca_qp_t *qp)
 {

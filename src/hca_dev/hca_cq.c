@@ -12,7 +12,12 @@
  * processes send a byte to it, but only after the consumer armed (flags
  * in shared memory), so the fast path has no syscall.
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_log.h"
+#include "hca_base.h"
+#include "hca_obj.h"
+#include "hca_queue.h"
+#include "hca_state.h"
 
 #include <errno.h>
 #include <numa.h>

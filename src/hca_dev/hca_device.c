@@ -5,7 +5,12 @@
  * There is one device per NUMA node ("hca0" on a single-node machine):
  * its rings and buffers are allocated on that node.
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_log.h"
+#include "hca_base.h"
+#include "hca_registry.h"
+#include "hca_obj.h"
+#include "hca_counters.h"
 
 #include <errno.h>
 #include <numa.h>

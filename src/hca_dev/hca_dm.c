@@ -3,7 +3,9 @@
  * peers on this host map, so that its MRs give them direct loads, stores
  * and CPU atomics (hca_dev.h "Device memory").
  */
-#include "hca_priv.h"
+#include "hca_base.h"
+#include "hca_obj.h"
+#include "hca_state.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -7,7 +7,8 @@
  * verbs_set_ops does; a QP points at its fabric's copy, so the engines
  * call through it without testing anything.
  */
-#include "hca_priv.h"
+#include "hca_registry.h"
+#include "hca_obj.h"
 
 #include <errno.h>
 #include <string.h>

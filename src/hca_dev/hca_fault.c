@@ -7,7 +7,10 @@
  * Set by the environment at device open (off when unset):
  *   HCA_FAULT="map=0.5,reg=0.1,answer_delay_us=2000,ring_stall_ms=300"
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_log.h"
+#include "hca_base.h"
+#include "hca_obj.h"
 
 #include <stdlib.h>
 #include <string.h>

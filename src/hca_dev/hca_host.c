@@ -2,7 +2,9 @@
  * hca_host.c - who is "the same host" for the shm fabric, and process
  * identity (pid + start time, so a reused pid is not taken for a peer).
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_base.h"
+#include "hca_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdio.h>
 
 uint64_t hca_now_ns(void)
 {

@@ -10,7 +10,12 @@
  *
  * Runs in the owner's hca_cq_poll (hca_progress.c).
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_log.h"
+#include "hca_obj.h"
+#include "hca_queue.h"
+#include "hca_state.h"
+#include "hca_engine.h"
 
 #include <errno.h>
 #include <string.h>

@@ -12,7 +12,9 @@
  * in its header) from a dead one.  Objects are 0600 and only mapped if
  * they belong to our user.
  */
-#include "hca_priv.h"
+#include "hca_log.h"
+#include "hca_base.h"
+#include "hca_wire.h"
 
 #include <dirent.h>
 #include <errno.h>

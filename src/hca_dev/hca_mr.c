@@ -6,7 +6,10 @@
  * safe is described at hca_mpt_entry_t in hca_wire.h and in
  * hca_shm_fence.c.
  */
-#include "hca_priv.h"
+#include "hca_base.h"
+#include "hca_obj.h"
+#include "hca_mpt.h"
+#include "hca_state.h"
 
 #include <errno.h>
 #include <sched.h>

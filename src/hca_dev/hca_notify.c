@@ -5,7 +5,9 @@
  * sends it a byte.  The fast path never gets here: producers signal only
  * consumers that armed (flags in shared memory).
  */
-#include "hca_priv.h"
+#include "hca_base.h"
+#include "hca_wire.h"
+#include "hca_obj.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -2,7 +2,8 @@
  * hca_opcode.c - what each work request opcode is, and the names of every
  * enum of the public API.
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_base.h"
 
 #define HCA_ATOMIC_POST  (HCA_OPF_ATOMIC)
 #define HCA_ATOMIC_FETCH (HCA_OPF_ATOMIC | HCA_OPF_FETCH)

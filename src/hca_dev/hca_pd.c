@@ -3,7 +3,7 @@
  * created in; an access passes only if the MR's and the target QP's PDs
  * are the same.
  */
-#include "hca_priv.h"
+#include "hca_obj.h"
 
 #include <errno.h>
 #include <stdlib.h>

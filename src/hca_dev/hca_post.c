@@ -4,7 +4,13 @@
  * nothing is queued), and the transport's fast paths, which go straight
  * to the fabric of the QP.
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_base.h"
+#include "hca_obj.h"
+#include "hca_queue.h"
+#include "hca_mpt.h"
+#include "hca_state.h"
+#include "hca_engine.h"
 
 #include <errno.h>
 #include <string.h>

@@ -7,7 +7,13 @@
  * consumes the receive rings of the CQ.  Also the CQ's verbs that depend
  * on that work: poll, arm (nothing pending) and wait.
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_base.h"
+#include "hca_registry.h"
+#include "hca_obj.h"
+#include "hca_queue.h"
+#include "hca_state.h"
+#include "hca_engine.h"
 
 #include <errno.h>
 #include <poll.h>

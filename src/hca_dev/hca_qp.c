@@ -3,7 +3,13 @@
  * flush on error, completion of WQEs into CQEs.  Posting is hca_post.c,
  * execution the requester's (hca_req.c).
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_base.h"
+#include "hca_registry.h"
+#include "hca_obj.h"
+#include "hca_queue.h"
+#include "hca_counters.h"
+#include "hca_state.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -16,7 +16,14 @@
  * local checks (SGEs against our MPT) run once, on POSTED; the counters of
  * an executed WR are kept here, whichever fabric ran it.
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_log.h"
+#include "hca_base.h"
+#include "hca_obj.h"
+#include "hca_mpt.h"
+#include "hca_counters.h"
+#include "hca_state.h"
+#include "hca_engine.h"
 
 #include <errno.h>
 

@@ -17,7 +17,12 @@
  *   ARRIVED --whole / pulled / notice-->  COMPLETE (receive CQE pushed)
  *   ARRIVED --forged, or its start lost--> DROPPED (counted)
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_registry.h"
+#include "hca_obj.h"
+#include "hca_queue.h"
+#include "hca_state.h"
+#include "hca_engine.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -3,7 +3,11 @@
  * receive ring in shared memory that requesters of any process write
  * into; the receive WQEs stay private.
  */
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_base.h"
+#include "hca_obj.h"
+#include "hca_mpt.h"
+#include "hca_state.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * hca_srq.c - shared receive queues: one receive queue (hca_rq.c) used by
  * many QPs.
  */
-#include "hca_priv.h"
+#include "hca_state.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,7 +1,9 @@
 /*
  * hca_stats.c - counters per QP and per device context.
  */
-#include "hca_priv.h"
+#include "hca_base.h"
+#include "hca_obj.h"
+#include "hca_counters.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <stdio.h>
 
 void hca_counters_add(hca_counters_t *to, const hca_counters_t *from)
 {

@@ -57,7 +57,8 @@ if [ -z "$sources" ]; then
 fi
 
 cflags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra
-        -fno-sanitize-recover=undefined -I$src -I$src/shm -I$src/tcp"
+        -fno-sanitize-recover=undefined -D_GNU_SOURCE -I$src -I$src/shm
+        -I$src/tcp"
 objs=""
 for s in $sources; do
     o=$build/obj/${s%.c}.o

@@ -6,12 +6,14 @@
  */
 #include "hca_shm_fence.h"
 #include "hca_shm_target.h"
+#include "hca_log.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <stdio.h>
 
 /* ---------------------------------------------------------------- ops */
 

@@ -14,6 +14,7 @@
  * fails at its next liveness check instead of waiting forever.
  */
 #include "hca_shm_fabric.h"
+#include "hca_log.h"
 
 #include <stdlib.h>
 #include <string.h>

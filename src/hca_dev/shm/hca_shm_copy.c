@@ -4,6 +4,7 @@
  * single copy (process_vm_readv/writev) to and from another process.
  */
 #include "hca_shm_fabric.h"
+#include "hca_queue.h"
 
 #include <errno.h>
 #include <string.h>

@@ -16,6 +16,8 @@
  */
 #include "hca_shm_fence.h"
 #include "hca_shm_target.h"
+#include "hca_queue.h"
+#include "hca_counters.h"
 
 #include <errno.h>
 #include <string.h>

@@ -16,6 +16,7 @@
  */
 #include "hca_shm_fence.h"
 #include "hca_shm_target.h"
+#include "hca_queue.h"
 
 #include <errno.h>
 #include <string.h>

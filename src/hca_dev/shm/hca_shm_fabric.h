@@ -16,7 +16,9 @@
 #ifndef HCA_SHM_FABRIC_H
 #define HCA_SHM_FABRIC_H
 
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_base.h"
+#include "hca_obj.h"
 
 #include <stddef.h>
 

@@ -26,6 +26,8 @@
  * leaves the access to the owner's responder thread instead.
  */
 #include "hca_shm_fence.h"
+#include "hca_log.h"
+#include "hca_mpt.h"
 
 #include <errno.h>
 #include <linux/membarrier.h>

@@ -4,6 +4,7 @@
  * (receive rings, q objects, device memory); their liveness.
  */
 #include "hca_shm_fence.h"
+#include "hca_log.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -9,6 +9,7 @@
  * hardware HCA.
  */
 #include "hca_shm_target.h"
+#include "hca_mpt.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -8,6 +8,7 @@
 
 #include "hca_shm_fabric.h"
 #include "hca_atomic.h"
+#include "hca_mpt.h"
 
 #include <string.h>
 

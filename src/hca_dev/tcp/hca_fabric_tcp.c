@@ -5,6 +5,7 @@
  * rest is in the hca_tcp_*.c files (see hca_tcp_fabric.h).
  */
 #include "hca_tcp_fabric.h"
+#include "hca_log.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <stdio.h>
 
 /* ---------------------------------------------------------------- device */
 

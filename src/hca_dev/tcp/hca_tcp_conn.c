@@ -5,6 +5,8 @@
  * by the fabric's thread, and death (every QP on it then fails).
  */
 #include "hca_tcp_fabric.h"
+#include "hca_log.h"
+#include "hca_mpt.h"
 
 #include <errno.h>
 #include <netinet/in.h>

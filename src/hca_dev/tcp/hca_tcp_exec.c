@@ -8,8 +8,10 @@
  * means the responder executed it.
  */
 #include "hca_tcp_fabric.h"
+#include "hca_queue.h"
 
 #include <time.h>
+#include <string.h>
 
 /* The next frame of the WQE, whose first `wqe->done` bytes are out: its
  * header and payload.  Returns the payload bytes; *last_p: 1 if it is the

@@ -24,7 +24,8 @@
 #ifndef HCA_TCP_FABRIC_H
 #define HCA_TCP_FABRIC_H
 
-#include "hca_priv.h"
+#include "hca_util.h"
+#include "hca_obj.h"
 #include "hca_tcp_wire.h"
 #include "hca_tcp_auth.h"
 

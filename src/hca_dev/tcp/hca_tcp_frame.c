@@ -3,7 +3,7 @@
  * tcp fabric reads from the network, before any field is used.  Pure
  * functions of the bytes read (the fuzz harness calls them directly).
  */
-#include "hca_priv.h"
+#include "hca_obj.h"
 #include "hca_tcp_wire.h"
 
 #include <stddef.h>

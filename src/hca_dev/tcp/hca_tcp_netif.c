@@ -6,6 +6,7 @@
  * address (IPv4 before IPv6), else loopback.
  */
 #include "hca_tcp_fabric.h"
+#include "hca_log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -23,6 +23,8 @@
  *   them (its stamp, state and QP are checked under tcp->lock).
  */
 #include "hca_tcp_fabric.h"
+#include "hca_mpt.h"
+#include "hca_atomic.h"
 
 #include <errno.h>
 #include <string.h>

@@ -6,6 +6,7 @@
  * connections alive and finds silent or broken ones.
  */
 #include "hca_tcp_fabric.h"
+#include "hca_log.h"
 
 #include <errno.h>
 #include <stdarg.h>

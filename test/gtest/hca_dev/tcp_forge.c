@@ -6,7 +6,7 @@
 #include "tcp_forge.h"
 
 #include "hca_tcp_wire.h"
-#include "hca_priv.h"
+#include "hca_obj.h"
 
 #include <string.h>
 

@@ -1,0 +1,94 @@
+/*
+ * hca_base.h - what the base layer (layer 0) offers the rest: POSIX shared-
+ * memory objects and their names (hca_memobj.c), host and process identity
+ * (hca_host.c), fault injection (hca_fault.c), wakeup sockets (hca_notify.c)
+ * and the opcode table (hca_opcode.c).
+ * Private to libhcadev (not installed).
+ */
+#ifndef HCA_BASE_H
+#define HCA_BASE_H
+
+#include "hca_dev.h"
+#include "hca_util.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- shm */
+
+#define HCA_OBJ_NAME_MAX 96 /* "/hca.<pidns>.<pid>.<ctx>.<nonce>.<kind><id>" */
+
+typedef struct hca_memobj {
+    void   *addr;
+    size_t  length;
+    char    name[HCA_OBJ_NAME_MAX];
+    int     owner;          /* created by us: unlink on close */
+} hca_memobj_t;
+
+int  hca_memobj_create(hca_memobj_t *shm, const char *name, size_t length,
+                    int numa_node);
+int  hca_memobj_map(hca_memobj_t *shm, const char *name, size_t min_length);
+void hca_memobj_destroy(hca_memobj_t *shm);
+void hca_memobj_reclaim(uint32_t pidns, uint32_t self_pid, int first_open);
+void hca_ctx_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
+                  uint32_t ctx);
+void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
+                  uint32_t ctx, uint32_t nonce, const char *kind, uint64_t id);
+
+/* ---------------------------------------------------------------- host */
+
+int      hca_proc_start_time(uint32_t pid, uint64_t *start_p);
+/* 1 if the producer of a claim mark (hca_ring.h) is gone. */
+int      hca_claimer_gone(uint64_t mark);
+uint32_t hca_ns_inode(const char *kind);
+
+/* Fault injection (hca_fault.c): HCA_FAULT="map=P,reg=P,answer_delay_us=N,
+ * ring_stall_ms=N" (P a probability in [0,1]); off by default. */
+typedef enum {
+    HCA_FAULT_MAP = 0,     /* a peer's object cannot be mapped */
+    HCA_FAULT_REG,         /* a registration fails (-ENOMEM) */
+    HCA_FAULT_LAST
+} hca_fault_kind_t;
+
+typedef struct hca_fault_cfg {
+    int              enabled;
+    uint32_t         prob[HCA_FAULT_LAST];  /* of 2^32 */
+    uint32_t         answer_delay_us;       /* before each answer */
+    uint32_t         ring_stall_ms;         /* the owner stops consuming
+                                               its receive rings */
+    _Atomic uint64_t seq;
+} hca_fault_cfg_t;
+
+void hca_fault_init(hca_fault_cfg_t *cfg);
+int  hca_fault_hit(hca_fault_cfg_t *cfg, hca_fault_kind_t kind);
+/* ring_stall_ms: 1 in the first half of every 2 * ring_stall_ms. */
+int  hca_fault_ring_stalled(const hca_fault_cfg_t *cfg);
+
+/* ---------------------------------------------------------------- wakeups */
+
+int      hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p);
+void     hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
+                           uint32_t ctx, uint32_t nonce, uint32_t idx);
+
+/* ---------------------------------------------------------------- opcodes */
+
+enum {
+    HCA_OPF_SEND   = 1u << 0,  /* consumes a receive at the target */
+    HCA_OPF_WRITE  = 1u << 1,  /* moves local data to remote memory */
+    HCA_OPF_READ   = 1u << 2,  /* moves remote data to local memory */
+    HCA_OPF_ATOMIC = 1u << 3,
+    HCA_OPF_FETCH  = 1u << 4,  /* atomic returns the old value */
+    HCA_OPF_IMM    = 1u << 5   /* carries immediate data */
+};
+
+typedef struct hca_opcode_info {
+    const char      *name;
+    unsigned         flags;        /* HCA_OPF_* */
+    unsigned         rem_access;   /* MR and QP right needed at target */
+    hca_wc_opcode_t  wc_opcode;
+} hca_opcode_info_t;
+
+extern const hca_opcode_info_t hca_opcode[HCA_WR_OPCODE_LAST];
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * hca_registry.h - the fabric registry (hca_fabric.c, layer 2): opens the
+ * fabrics of a device context and chooses a QP's fabric. What it offers the
+ * layers above; the fabrics themselves implement hca_fabric.h.
+ * Private to libhcadev (not installed).
+ */
+#ifndef HCA_REGISTRY_H
+#define HCA_REGISTRY_H
+
+#include "hca_fabric.h"
+
+/* The registry (hca_fabric.c). */
+/* Opens every fabric on a new device context (their defaults filled in
+ * dev->fabric_ops); closes them in reverse. */
+int  hca_fabric_open(hca_device_t *dev);
+void hca_fabric_close(hca_device_t *dev);
+/* Every open fabric lets go of the QP (destroy, reset): none of their
+ * threads is inside it after this. */
+void hca_fabric_quiesce_all(hca_qp_t *qp);
+/* A user thread's poll of the fabrics that asked for it (dev->fabric_polls). */
+void hca_fabric_poll(hca_device_t *dev);
+/* The fabric that reaches addr from dev, or NULL (unreachable). */
+const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
+                                            const hca_port_addr_t *addr);
+/* The fabric of a received ring message (today: shm). */
+const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
+                                          const hca_msg_hdr_t *hdr);
+/* A fabric that is not connected: every op fails or is unsupported
+ * (a QP before RTR, or a receive-only target). */
+extern const hca_fabric_ops_t hca_fabric_none;
+
+#endif
