@@ -79,6 +79,7 @@ packages=(
     libucx-dev ucx-utils libnuma-dev googletest libgtest-dev
     openmpi-bin libopenmpi-dev valgrind iproute2 procps
     clang libclang-rt-14-dev util-linux
+    python3
 )
 
 log() { echo "hca-setup: $*"; }

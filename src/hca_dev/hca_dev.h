@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* libhcadev is compiled with -fvisibility=hidden: what is declared here, and
- * only that, is exported from libhcadev.so (contrib/check-layers.sh checks
+ * only that, is exported from libhcadev.so (contrib/check-layers.py checks
  * it).  GCC and clang, C and C++, understand the pragma; other compilers
  * export everything. */
 #if defined(__GNUC__) && (__GNUC__ >= 4)
