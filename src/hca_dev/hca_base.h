@@ -67,9 +67,20 @@ int  hca_fault_ring_stalled(const hca_fault_cfg_t *cfg);
 
 /* ---------------------------------------------------------------- wakeups */
 
+/* A context of this host that wakeups go to: its consumers' sockets are
+ * named after these (hca_notify.c).  The device keeps its own
+ * (dev->notify_self); the shm fabric one per peer. */
+typedef struct hca_notify_ctx {
+    uint32_t pidns;
+    uint32_t pid;
+    uint32_t ctx;
+    uint32_t nonce;
+} hca_notify_ctx_t;
+
 int      hca_notify_bind(hca_device_t *dev, uint32_t idx, int *fd_p);
-void     hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
-                           uint32_t ctx, uint32_t nonce, uint32_t idx);
+/* Wakes consumer idx (a CQ's notify index, or HCA_NOTIFY_SVC) of `to`. */
+void     hca_notify_signal(hca_device_t *dev, const hca_notify_ctx_t *to,
+                           uint32_t idx);
 
 /* ---------------------------------------------------------------- opcodes */
 

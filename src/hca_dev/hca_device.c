@@ -280,6 +280,12 @@ int hca_device_open_attr(const char *name, const hca_open_attr_t *attr,
     if (rc != 0) {
         goto err_close_sock;
     }
+    /* the names our consumers' wakeup sockets bind (the context id is
+     * final now) */
+    dev->notify_self.pidns = dev->pidns;
+    dev->notify_self.pid   = dev->pid;
+    dev->notify_self.ctx   = dev->ctx_id;
+    dev->notify_self.nonce = dev->name_nonce;
 
     hca_stats_open(dev);
     rc = hca_fabric_open(dev);

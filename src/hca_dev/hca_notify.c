@@ -39,13 +39,14 @@ static socklen_t hca_notify_addr(struct sockaddr_un *sa, uint32_t pidns,
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-/* Any thread: wakes the consumer (pid, ctx, idx) of this host.  A full
+/* Any thread: wakes consumer idx of context `to` of this host.  A full
  * socket buffer means a wakeup is already pending, so EAGAIN is fine. */
-void hca_notify_signal(hca_device_t *dev, uint32_t pidns, uint32_t pid,
-                       uint32_t ctx, uint32_t nonce, uint32_t idx)
+void hca_notify_signal(hca_device_t *dev, const hca_notify_ctx_t *to,
+                       uint32_t idx)
 {
     struct sockaddr_un sa;
-    socklen_t len = hca_notify_addr(&sa, pidns, pid, ctx, nonce, idx);
+    socklen_t len = hca_notify_addr(&sa, to->pidns, to->pid, to->ctx,
+                                    to->nonce, idx);
     char byte     = 1;
 
     (void)sendto(dev->send_sock, &byte, 1, MSG_DONTWAIT,

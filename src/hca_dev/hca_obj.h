@@ -44,6 +44,7 @@ struct hca_device {
     uint32_t           pidns;
     uint32_t           ctx_id;
     uint32_t           name_nonce; /* hca_obj_name() of our objects */
+    hca_notify_ctx_t   notify_self;/* our consumers' wakeup names */
     uint64_t           claim_mark; /* in the ring slots we claim */
     uint64_t           start_time;
     hca_host_id_t      host;
@@ -272,8 +273,9 @@ struct hca_qp {
                                      slots stay taken, so a CQ as deep as
                                      the send queue cannot overflow */
     uint32_t          stamp_seq;
-    uint64_t          wait_start; /* ns, first poll that found no news */
-    uint64_t          full_since; /* ns, first -EAGAIN in a row */
+    uint64_t          stall_since;/* ns: the liveness timer, running
+                                     while nothing moves (hca_qp_stalled);
+                                     0: stopped */
     hca_memobj_t         qobj;       /* response slots + bounce area */
     hca_resp_slot_t  *resp;
     uint8_t          *bounce;

@@ -109,17 +109,7 @@ static void hca_wqe_fill(hca_qp_t *qp, hca_wqe_t *wqe, uint64_t idx,
  * the peer is found gone (the QP is then in ERR). */
 int hca_qp_ring_full(hca_qp_t *qp)
 {
-    uint64_t now = hca_now_ns();
-
-    if (qp->full_since == 0) {
-        qp->full_since = now;
-    } else if (now - qp->full_since > HCA_PEER_CHECK_NS) {
-        qp->full_since = now;
-        if (!hca_qp_check_peer(qp)) {
-            return -ECONNRESET;
-        }
-    }
-    return -EAGAIN;
+    return hca_qp_stalled(qp) ? -EAGAIN : -ECONNRESET;
 }
 
 int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
@@ -187,8 +177,8 @@ int hca_post_send(hca_qp_t *qp, hca_send_wr_t *wr, hca_send_wr_t **bad_wr)
     }
     if (rc != 0) {
         *bad_wr = wr;
-    } else {
-        qp->full_since = 0;
+    } else if (qp->sq_exec == qp->sq_head) {
+        hca_qp_progressed(qp); /* every WR went out: the ring had room */
     }
     hca_qp_report_sq(qp);
     hca_progress_mark_busy(qp); /* WRs queued behind others wait for a poll */
@@ -228,7 +218,7 @@ int hca_qp_send_blocked(hca_qp_t *qp)
 HCA_INLINE int hca_fast_send_rc(hca_qp_t *qp, int rc)
 {
     if (HCA_LIKELY(rc == 0)) {
-        qp->full_since = 0;
+        hca_qp_progressed(qp);
     } else if (rc == -EAGAIN) {
         rc = hca_qp_ring_full(qp);
     }

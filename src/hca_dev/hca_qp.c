@@ -508,6 +508,25 @@ int hca_qp_check_peer(hca_qp_t *qp)
     return 0;
 }
 
+/* The first stalled call starts the timer; the peer is checked at most
+ * every HCA_PEER_CHECK_NS after it, so that a QP that waits makes one
+ * syscall per period and one that moves none (hca_qp_progressed stops
+ * the timer). */
+int hca_qp_stalled(hca_qp_t *qp)
+{
+    uint64_t now = hca_now_ns();
+
+    if (qp->stall_since == 0) {
+        qp->stall_since = now;
+        return 1;
+    }
+    if (now - qp->stall_since <= HCA_PEER_CHECK_NS) {
+        return 1;
+    }
+    qp->stall_since = now;
+    return hca_qp_check_peer(qp);
+}
+
 uint32_t hca_qp_outstanding(const hca_qp_t *qp)
 {
     return (uint32_t)(qp->sq_head - qp->sq_tail) + qp->sq_held;

@@ -15,6 +15,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---------------------------------------------------------------- ring send */
+
+/* The one producer path of every ring (a QP's receive ring, whichever
+ * fabric delivers into it, and a context's service ring): claim a slot,
+ * fill it, post it.  Posting publishes the slot and, if the claim found
+ * the consumer armed (and cleared its bit: hca_ring_claim), wakes it
+ * through the notify index the ring's owner keeps in its header. */
+typedef struct hca_ring_send {
+    hca_ring_t *ring;
+    uint64_t    idx;
+    int         wake;      /* the claim cleared the consumer's armed bit */
+} hca_ring_send_t;
+
+/* The claimed slot to fill, or NULL if the ring is full. */
+HCA_INLINE void *hca_ring_send_claim(hca_ring_send_t *s, hca_ring_t *ring)
+{
+    s->ring = ring;
+    s->wake = 0;
+    if (HCA_UNLIKELY(hca_ring_claim(ring, &s->idx, &s->wake) != 0)) {
+        return NULL;
+    }
+    return hca_ring_slot(ring, s->idx);
+}
+
+/* Wakes the consumer of ring (in context `to`) if wake, after the
+ * publishes it is for.  Several posts may share one wake (fragments). */
+HCA_INLINE void hca_ring_wake(hca_device_t *dev, hca_ring_t *ring,
+                              const hca_notify_ctx_t *to, int wake)
+{
+    if (HCA_UNLIKELY(wake)) {
+        hca_notify_signal(dev, to, atomic_load(&ring->hdr->notify_idx));
+    }
+}
+
+/* Publishes the filled slot; returns whether its consumer is owed a
+ * wake (hca_ring_wake, after the last slot of a batch). */
+HCA_INLINE int hca_ring_send_publish(hca_ring_send_t *s)
+{
+    hca_ring_publish(s->ring, s->idx);
+    return s->wake;
+}
+
+/* Publishes the filled slot, then wakes its consumer if it was armed. */
+HCA_INLINE void hca_ring_send_post(hca_device_t *dev, hca_ring_send_t *s,
+                                   const hca_notify_ctx_t *to)
+{
+    hca_ring_wake(dev, s->ring, to, hca_ring_send_publish(s));
+}
+
 /* Phase the entry at index i carries when valid: 1 on the first wrap, so a
  * zeroed ring holds no valid entry. */
 static inline uint32_t hca_cq_phase(const hca_cq_t *cq, uint64_t i)
@@ -111,6 +160,13 @@ HCA_INLINE int hca_sq_idle(const hca_qp_t *qp)
            !qp->sq_sig_all;
 }
 
+/* Something moved on the QP (a WQE executed or completed, a send found
+ * room): its liveness timer stops (hca_qp_stalled starts it again). */
+HCA_INLINE void hca_qp_progressed(hca_qp_t *qp)
+{
+    qp->stall_since = 0;
+}
+
 /* Unlinked by the caller: frees a partial of qp. */
 static inline void hca_partial_free(hca_qp_t *qp, hca_partial_t *p)
 {
@@ -171,6 +227,33 @@ HCA_INLINE int hca_resp_slot_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
 {
     return atomic_load_explicit(&qp->resp[wqe - qp->sq].stamp,
                                 memory_order_acquire) == wqe->resp_stamp;
+}
+
+/* The answering side of a response slot, on any fabric: the status and
+ * the fetched value, then the stamp that makes them the WQE's (release:
+ * hca_resp_slot_poll reads them after it). */
+HCA_INLINE void hca_resp_slot_fill(hca_resp_slot_t *slot, uint32_t stamp,
+                                   hca_wc_status_t status, uint64_t value)
+{
+    slot->status = status;
+    slot->value  = value;
+    atomic_store_explicit(&slot->stamp, stamp, memory_order_release);
+}
+
+/* After a response slot was filled: the requester's send CQ (notify
+ * entry `notify`, consumer cq_idx of context `to`) is woken if it armed.
+ * The producer half of CQ arming (hca_cq_set_armed is the consumer's):
+ * the fence orders the stamp before the read of `armed`, against the
+ * armer's fence between setting it and its last look at the slots; the
+ * exchange lets one producer wake it once. */
+HCA_INLINE void hca_cq_wake_armed(hca_device_t *dev, hca_notify_t *notify,
+                                  const hca_notify_ctx_t *to,
+                                  uint32_t cq_idx)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&notify->armed) && atomic_exchange(&notify->armed, 0)) {
+        hca_notify_signal(dev, to, cq_idx);
+    }
 }
 
 /* A new stamp for an issued WQE's response (never 0: a fresh slot). */

@@ -21,6 +21,7 @@
 #include "hca_base.h"
 #include "hca_obj.h"
 #include "hca_mpt.h"
+#include "hca_queue.h"
 #include "hca_counters.h"
 #include "hca_state.h"
 #include "hca_engine.h"
@@ -46,23 +47,15 @@ static HCA_NOINLINE void hca_req_trace(const hca_qp_t *qp,
             hca_wc_status_str((hca_wc_status_t)wqe->status));
 }
 
-/* Nothing moved for a while: is the peer still there?  Checked at most
- * every HCA_PEER_CHECK_NS so the common path stays syscall-free. */
+/* The send queue holds WQEs: if nothing moved and some wait for the
+ * peer, the QP's liveness timer runs (a dead peer moves the QP to ERR). */
 static void hca_req_check_stall(hca_qp_t *qp, int progressed)
 {
-    uint64_t now;
-
     if (progressed || ((qp->n_issued == 0) && (qp->sq_exec == qp->sq_head))) {
-        qp->wait_start = 0;
+        hca_qp_progressed(qp);
         return;
     }
-    now = hca_now_ns();
-    if (qp->wait_start == 0) {
-        qp->wait_start = now;
-    } else if (now - qp->wait_start > HCA_PEER_CHECK_NS) {
-        qp->wait_start = now;
-        hca_qp_check_peer(qp);
-    }
+    (void)hca_qp_stalled(qp);
 }
 
 static void hca_req_count(hca_qp_t *qp, const hca_wqe_t *wqe)

@@ -69,8 +69,7 @@ static HCA_NOINLINE void hca_rq_recv_posted(hca_rq_t *rq)
 
     rq->rnr_at = 0;
     if ((idx < HCA_MAX_CQ) && atomic_load(&dev->notify[idx].armed)) {
-        hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
-                          dev->name_nonce, idx);
+        hca_notify_signal(dev, &dev->notify_self, idx);
     }
 }
 

@@ -45,6 +45,10 @@ void hca_qp_flush_recv(hca_qp_t *qp);
 /* The target ring was full: -EAGAIN, or -ECONNRESET once it stayed full
  * and its owner is gone (the QP is then in ERR). */
 int  hca_qp_ring_full(hca_qp_t *qp);
+/* The QP's one liveness timer, for whoever finds it blocked with nothing
+ * moving (issued WQEs with no answer, a full target ring): 1 while the
+ * peer lives, 0 once it was found gone (the QP is then in ERR). */
+int  hca_qp_stalled(hca_qp_t *qp);
 hca_qp_t *hca_qp_lookup(hca_device_t *dev, uint32_t qpn);
 
 #endif

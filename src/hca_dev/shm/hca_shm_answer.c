@@ -14,6 +14,7 @@
  * fails at its next liveness check instead of waiting forever.
  */
 #include "hca_shm_fabric.h"
+#include "hca_queue.h"
 #include "hca_log.h"
 
 #include <stdlib.h>
@@ -145,25 +146,15 @@ int hca_answer_begin(hca_device_t *dev, uint32_t src_pid, uint32_t src_ctx,
 void hca_answer_end(hca_device_t *dev, hca_answer_t *a, uint32_t stamp,
                     hca_wc_status_t status, uint64_t value)
 {
-    hca_peer_t *peer      = a->peer;
-    hca_resp_slot_t *slot = &a->map->resp[a->resp_idx];
+    hca_peer_t *peer = a->peer;
     uint32_t cq_idx;
-    hca_notify_t *notify;
 
-    slot->status = status;
-    slot->value  = value;
-    atomic_store_explicit(&slot->stamp, stamp, memory_order_release);
+    hca_resp_slot_fill(&a->map->resp[a->resp_idx], stamp, status, value);
     pthread_mutex_unlock(&hca_shm_dev(dev)->qobj_lock);
-    atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
-
     cq_idx = peer->qp_pub[HCA_QPN_INDEX(a->src_qpn)].send_cq_idx;
-    if (cq_idx >= peer->hdr.max_cq) {
-        return;
-    }
-    notify = &peer->notify[cq_idx];
-    if (atomic_load(&notify->armed) && atomic_exchange(&notify->armed, 0)) {
-        hca_notify_signal(dev, peer->pidns, peer->addr.pid,
-                          peer->addr.ctx_id, peer->hdr.name_nonce, cq_idx);
+    if (cq_idx < peer->hdr.max_cq) {
+        hca_cq_wake_armed(dev, &peer->notify[cq_idx], &peer->notify_to,
+                          cq_idx);
     }
 }
 

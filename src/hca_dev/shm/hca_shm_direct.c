@@ -27,11 +27,11 @@
 HCA_INLINE int hca_shm_reserve(hca_qp_t *qp, uint32_t length_hint,
                                hca_send_slot_t *slot)
 {
+    hca_ring_send_t s;
     hca_qp_pub_t *pub;
     hca_ring_t *ring;
+    uint8_t *msg;
     uint32_t off;
-    uint64_t idx;
-    int wake = 0;
 
     if (HCA_UNLIKELY(!hca_sq_idle(qp)) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
@@ -41,18 +41,19 @@ HCA_INLINE int hca_shm_reserve(hca_qp_t *qp, uint32_t length_hint,
     if (HCA_UNLIKELY(ring == NULL)) {
         return -EBUSY;
     }
-    if (HCA_UNLIKELY(hca_ring_claim(ring, &idx, &wake) != 0)) {
+    msg = hca_ring_send_claim(&s, ring);
+    if (HCA_UNLIKELY(msg == NULL)) {
         /* the caller applies the ring-full rule (hca_qp_send_blocked) */
         qp->cnt->ring_full++;
         return -EAGAIN;
     }
     off              = hca_msg_data_off(length_hint);
-    slot->data       = (uint8_t*)hca_ring_slot(ring, idx) + off;
+    slot->data       = msg + off;
     slot->max_length = hca_msg_room(off);
     slot->data_off   = (uint8_t)off;
-    slot->index      = idx;
+    slot->index      = s.idx;
     slot->ring       = ring;
-    slot->wake       = (uint32_t)wake;
+    slot->wake       = (uint8_t)s.wake;
     return 0;
 }
 
@@ -66,13 +67,12 @@ HCA_INLINE void hca_send_slot_publish(hca_qp_t *qp, hca_send_slot_t *slot,
                                       uint8_t op, uint8_t flags,
                                       uint32_t length, uint32_t imm)
 {
-    hca_ring_t *ring   = slot->ring;
-    hca_msg_hdr_t *msg = hca_ring_slot(ring, slot->index);
+    hca_ring_send_t s  = {slot->ring, slot->index, slot->wake};
+    hca_msg_hdr_t *msg = hca_ring_slot(s.ring, s.idx);
 
     hca_msg_hdr_set(msg, qp, op, flags, slot->data_off, imm, length,
                     length);
-    hca_ring_publish(ring, slot->index);
-    hca_shm_ring_wake(qp, ring, (int)slot->wake);
+    hca_ring_send_post(qp->dev, &s, hca_shm_wake_to(qp));
 }
 
 /* The ring flags of a whole SEND in one slot. */
@@ -357,12 +357,12 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
     int size = (wr->send_flags & HCA_SEND_ATOMIC32) ? 4 : 8;
     hca_mpt_entry_t *entry;
     hca_wc_status_t status;
+    hca_ring_send_t s;
     hca_msg_hdr_t *msg;
     hca_qp_pub_t *pub;
     hca_ring_t *ring;
     void *target;
-    uint64_t idx, old;
-    int wake = 0;
+    uint64_t old;
 
     if (HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
         return 0;
@@ -375,10 +375,9 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
             return 0;
         }
         ring = hca_shm_target_ring(qp, pub);
-        if ((ring == NULL) || (hca_ring_claim(ring, &idx, &wake) != 0)) {
+        if ((ring == NULL) || ((msg = hca_ring_send_claim(&s, ring)) == NULL)) {
             return 0;
         }
-        msg = hca_ring_slot(ring, idx);
         hca_msg_hdr_set(msg, qp, HCA_MSG_SEND,
                         HCA_MSG_FIRST | HCA_MSG_LAST |
                         ((wr->opcode == HCA_WR_SEND_WITH_IMM) ?
@@ -387,8 +386,7 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
                         (uint32_t)length, (uint32_t)length);
         hca_sge_gather(wr->sg_list, (uint32_t)wr->num_sge, 0,
                        (uint8_t*)msg + msg->data_off, length);
-        hca_ring_publish(ring, idx);
-        hca_shm_ring_wake(qp, ring, wake);
+        hca_ring_send_post(qp->dev, &s, hca_shm_wake_to(qp));
         break;
     case HCA_WR_RDMA_WRITE:
     case HCA_WR_RDMA_READ: {

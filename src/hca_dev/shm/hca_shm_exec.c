@@ -40,8 +40,8 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
                                hca_qp_pub_t *pub, hca_wc_status_t *status_p)
 {
     hca_ring_t *ring = hca_shm_target_ring(qp, pub);
+    hca_ring_send_t s;
     hca_msg_hdr_t *msg;
-    uint64_t idx;
     int wake = 0;
 
     if (HCA_UNLIKELY(ring == NULL)) {
@@ -50,18 +50,17 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
     }
 
     if (HCA_LIKELY(wqe->length <= HCA_SLOT_PAYLOAD)) {
-        if (hca_ring_claim(ring, &idx, &wake) != 0) {
+        msg = hca_ring_send_claim(&s, ring);
+        if (msg == NULL) {
             return HCA_EXEC_BUSY;
         }
-        msg = hca_ring_slot(ring, idx);
         hca_msg_fill(qp, msg, HCA_MSG_SEND, HCA_MSG_FIRST | HCA_MSG_LAST,
                      wqe);
         msg->length   = (uint32_t)wqe->length;
         msg->data_off = (uint8_t)hca_msg_data_off(wqe->length);
         hca_sge_gather(wqe->sge, wqe->num_sge, 0,
                        (uint8_t*)msg + msg->data_off, wqe->length);
-        hca_ring_publish(ring, idx);
-        hca_shm_ring_wake(qp, ring, wake);
+        hca_ring_send_post(qp->dev, &s, hca_shm_wake_to(qp));
         *status_p = HCA_WC_SUCCESS;
         return HCA_EXEC_DONE;
     }
@@ -71,10 +70,10 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
          * memory into the receive buffer and answers in our q object */
         hca_pull_hdr_t *pull;
         hca_wire_iov_t *iov;
-        if (hca_ring_claim(ring, &idx, &wake) != 0) {
+        msg = hca_ring_send_claim(&s, ring);
+        if (msg == NULL) {
             return HCA_EXEC_BUSY;
         }
-        msg = hca_ring_slot(ring, idx);
         hca_msg_fill(qp, msg, HCA_MSG_SEND_PULL,
                      HCA_MSG_FIRST | HCA_MSG_LAST, wqe);
         pull = (hca_pull_hdr_t*)(msg + 1);
@@ -87,8 +86,7 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
         wqe->resp_stamp  = hca_qp_next_stamp(qp);
         pull->resp_idx   = (uint32_t)(wqe - qp->sq);
         pull->resp_stamp = wqe->resp_stamp;
-        hca_ring_publish(ring, idx);
-        hca_shm_ring_wake(qp, ring, wake);
+        hca_ring_send_post(qp->dev, &s, hca_shm_wake_to(qp));
         return HCA_EXEC_ISSUED;
     }
 
@@ -96,29 +94,27 @@ static hca_exec_t hca_shm_send(hca_qp_t *qp, hca_wqe_t *wqe,
     while (wqe->done < wqe->length) {
         uint64_t n = wqe->length - wqe->done;
         uint8_t flags = 0;
-        int w;
 
-        if (hca_ring_claim(ring, &idx, &w) != 0) {
+        msg = hca_ring_send_claim(&s, ring);
+        if (msg == NULL) {
             if (wqe->done == 0) {
                 return HCA_EXEC_BUSY;
             }
-            hca_shm_ring_wake(qp, ring, wake);
+            hca_ring_wake(qp->dev, ring, hca_shm_wake_to(qp), wake);
             return HCA_EXEC_PARTIAL;
         }
         n      = (n < HCA_SLOT_PAYLOAD) ? n : HCA_SLOT_PAYLOAD;
         flags |= (wqe->done == 0) ? HCA_MSG_FIRST : 0;
         flags |= (wqe->done + n == wqe->length) ? HCA_MSG_LAST : 0;
-        msg    = hca_ring_slot(ring, idx);
         hca_msg_fill(qp, msg, HCA_MSG_SEND, flags, wqe);
         msg->length   = (uint32_t)n;
         msg->data_off = (uint8_t)hca_msg_data_off(n);
         hca_sge_gather(wqe->sge, wqe->num_sge, wqe->done,
                        (uint8_t*)msg + msg->data_off, n);
-        hca_ring_publish(ring, idx);
+        wake      |= hca_ring_send_publish(&s);
         wqe->done += n;
-        wake      |= w;
     }
-    hca_shm_ring_wake(qp, ring, wake);
+    hca_ring_wake(qp->dev, ring, hca_shm_wake_to(qp), wake);
     *status_p = HCA_WC_SUCCESS;
     return HCA_EXEC_DONE;
 }
@@ -129,22 +125,20 @@ static hca_exec_t hca_shm_write_imm_notice(hca_qp_t *qp, hca_wqe_t *wqe,
                                            hca_wc_status_t *status_p)
 {
     hca_ring_t *ring = hca_shm_target_ring(qp, pub);
+    hca_ring_send_t s;
     hca_msg_hdr_t *msg;
-    uint64_t idx;
-    int wake = 0;
 
     if (ring == NULL) {
         *status_p = HCA_WC_RETRY_EXC_ERR;
         return HCA_EXEC_DONE;
     }
-    if (hca_ring_claim(ring, &idx, &wake) != 0) {
+    msg = hca_ring_send_claim(&s, ring);
+    if (msg == NULL) {
         return HCA_EXEC_PARTIAL; /* data is placed: not "nothing done" */
     }
-    msg = hca_ring_slot(ring, idx);
     hca_msg_fill(qp, msg, HCA_MSG_WRITE_IMM, HCA_MSG_FIRST | HCA_MSG_LAST,
                  wqe);
-    hca_ring_publish(ring, idx);
-    hca_shm_ring_wake(qp, ring, wake);
+    hca_ring_send_post(qp->dev, &s, hca_shm_wake_to(qp));
     *status_p = HCA_WC_SUCCESS;
     return HCA_EXEC_DONE;
 }
@@ -165,14 +159,13 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
                                    uint64_t raddr, uint64_t length)
 {
     hca_peer_t *peer = hca_shm_qp(qp)->peer;
+    hca_ring_send_t s;
     hca_svc_req_t *req;
-    uint64_t idx;
-    int wake = 0;
 
-    if (hca_ring_claim(&peer->svc, &idx, &wake) != 0) {
+    req = hca_ring_send_claim(&s, &peer->svc);
+    if (req == NULL) {
         return HCA_EXEC_BUSY;
     }
-    req              = hca_ring_slot(&peer->svc, idx);
     req->opcode      = wqe->opcode;
     req->size        = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
     req->src_pid     = qp->dev->pid;
@@ -187,12 +180,8 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     req->length      = length;
     req->operand     = wqe->compare_add;
     req->swap        = wqe->swap;
-    hca_ring_publish(&peer->svc, idx);
-    if (HCA_UNLIKELY(wake)) {
-        hca_notify_signal(qp->dev, peer->pidns, peer->addr.pid,
-                          peer->addr.ctx_id, peer->hdr.name_nonce,
-                          HCA_NOTIFY_SVC);
-    }
+    /* the service ring's header names HCA_NOTIFY_SVC (hca_ring_init) */
+    hca_ring_send_post(qp->dev, &s, &peer->notify_to);
     qp->cnt->responder_ops++;
     return HCA_EXEC_ISSUED;
 }

@@ -45,6 +45,7 @@ typedef struct hca_peer {
     uint32_t           pidns;
     hca_memobj_t       ctx;
     hca_ctx_hdr_t      hdr;        /* validated copy */
+    hca_notify_ctx_t   notify_to;  /* its consumers' wakeup names */
     hca_mpt_entry_t   *mpt;
     hca_qp_pub_t      *qp_pub;
     hca_notify_t      *notify;

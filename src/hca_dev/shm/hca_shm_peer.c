@@ -107,6 +107,10 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
     base         = peer->ctx.addr;
     peer->addr   = *addr;
     peer->pidns  = dev->pidns; /* same host: same pid namespace */
+    peer->notify_to.pidns = peer->pidns;
+    peer->notify_to.pid   = addr->pid;
+    peer->notify_to.ctx   = addr->ctx_id;
+    peer->notify_to.nonce = peer->hdr.name_nonce;
     peer->self   = (addr->pid == dev->pid);
     peer->mpt    = (hca_mpt_entry_t*)(base + peer->hdr.mpt_offset);
     peer->qp_pub = (hca_qp_pub_t*)(base + peer->hdr.qp_offset);

@@ -173,8 +173,7 @@ void hca_svc_stop(hca_device_t *dev)
         return;
     }
     atomic_store(&hca_shm_dev(dev)->svc_stop, 1);
-    hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
-                      dev->name_nonce, HCA_NOTIFY_SVC);
+    hca_notify_signal(dev, &dev->notify_self, HCA_NOTIFY_SVC);
     pthread_join(hca_shm_dev(dev)->svc_thread, NULL);
     close(hca_shm_dev(dev)->svc_sock);
     hca_shm_dev(dev)->svc_started = 0;

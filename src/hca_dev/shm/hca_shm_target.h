@@ -62,15 +62,10 @@ HCA_INLINE hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
     return &hca_shm_qp(qp)->tgt_ring->ring;
 }
 
-/* Producer side of arm/notify: the claim that cleared the consumer's
- * armed bit (hca_ring_claim's *wake_p) wakes it, after its publish. */
-HCA_INLINE void hca_shm_ring_wake(hca_qp_t *qp, hca_ring_t *ring, int wake)
+/* Whom the QP's ring sends wake (hca_ring_send_post): its peer. */
+HCA_INLINE const hca_notify_ctx_t *hca_shm_wake_to(hca_qp_t *qp)
 {
-    if (HCA_UNLIKELY(wake)) {
-        hca_notify_signal(qp->dev, hca_shm_qp(qp)->peer->pidns, hca_shm_qp(qp)->peer->addr.pid,
-                          hca_shm_qp(qp)->peer->addr.ctx_id, hca_shm_qp(qp)->peer->hdr.name_nonce,
-                          atomic_load(&ring->hdr->notify_idx));
-    }
+    return &hca_shm_qp(qp)->peer->notify_to;
 }
 
 /* Writes everything of a ring message header but its stamp. */

@@ -24,6 +24,7 @@
  */
 #include "hca_tcp_fabric.h"
 #include "hca_mpt.h"
+#include "hca_queue.h"
 #include "hca_atomic.h"
 
 #include <errno.h>
@@ -181,18 +182,13 @@ static void hca_tcp_resolve(hca_tcp_dev_t *tcp, hca_qp_t *qp, uint32_t idx,
                             uint32_t stamp, hca_wc_status_t status,
                             uint64_t value)
 {
-    hca_device_t *dev     = tcp->dev;
-    hca_resp_slot_t *slot = &qp->resp[idx];
-    uint32_t cq_idx       = qp->pub->send_cq_idx;
+    hca_device_t *dev = tcp->dev;
+    uint32_t cq_idx   = qp->pub->send_cq_idx;
 
-    slot->status = status;
-    slot->value  = value;
-    atomic_store_explicit(&slot->stamp, stamp, memory_order_release);
-    atomic_thread_fence(memory_order_seq_cst); /* stamp before `armed` */
-    if ((cq_idx < HCA_MAX_CQ) && atomic_load(&dev->notify[cq_idx].armed) &&
-        atomic_exchange(&dev->notify[cq_idx].armed, 0)) {
-        hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
-                          dev->name_nonce, cq_idx);
+    hca_resp_slot_fill(&qp->resp[idx], stamp, status, value);
+    if (cq_idx < HCA_MAX_CQ) {
+        hca_cq_wake_armed(dev, &dev->notify[cq_idx], &dev->notify_self,
+                          cq_idx);
     }
 }
 
@@ -204,13 +200,12 @@ static int hca_tcp_ring_put(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                             hca_wc_status_t *status_p)
 {
     hca_device_t *dev = tcp->dev;
+    hca_ring_send_t s;
     hca_qp_pub_t *pub;
     hca_msg_hdr_t *msg;
     hca_ring_t ring;
     hca_qp_t *qp;
-    uint64_t idx;
     uint8_t flags;
-    int wake = 0;
 
     *status_p = hca_tcp_target(tcp, conn, hdr, 0, &pub);
     if (*status_p != HCA_WC_SUCCESS) {
@@ -223,7 +218,8 @@ static int hca_tcp_ring_put(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     }
     ring            = qp->rq->ring; /* a producer's view of it */
     ring.claim_mark = dev->claim_mark;
-    if (hca_ring_claim(&ring, &idx, &wake) != 0) {
+    msg             = hca_ring_send_claim(&s, &ring);
+    if (msg == NULL) {
         return 0;
     }
     flags = HCA_MSG_VIA_TCP;
@@ -234,7 +230,6 @@ static int hca_tcp_ring_put(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                  ((hdr->flags & HCA_TCP_F_LAST) ? HCA_MSG_LAST : 0) |
                  ((hdr->flags & HCA_TCP_F_IMM) ? HCA_MSG_WITH_IMM : 0);
     }
-    msg           = hca_ring_slot(&ring, idx);
     msg->op       = op;
     msg->flags    = flags;
     msg->num_iov  = 0;
@@ -252,12 +247,7 @@ static int hca_tcp_ring_put(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         msg->length   = 0;
         msg->data_off = HCA_MSG_DATA_NEAR;
     }
-    hca_ring_publish(&ring, idx);
-    if (wake) {
-        hca_notify_signal(dev, dev->pidns, dev->pid, dev->ctx_id,
-                          dev->name_nonce,
-                          atomic_load(&ring.hdr->notify_idx));
-    }
+    hca_ring_send_post(dev, &s, &dev->notify_self);
     return 1;
 }
 
