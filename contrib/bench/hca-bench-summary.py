@@ -42,17 +42,29 @@ def matrix_path(outdir):
                         "hca-bench.matrix")
 
 
+# Columns of each record type after the type (hosts: without or with the
+# tcp side), checked so that a matrix of another layout (an output
+# directory's copy from an older tree) fails with its line, not a traceback.
+MATRIX_COLUMNS = {"level": (2,), "table": (2,), "set": (3,), "sizes": (3,),
+                  "uct-builtin": (2,), "ucp-builtin": (2,), "uct": (9,),
+                  "ucp": (7,), "netpipe": (3,), "netpipe-target": (3,),
+                  "hosts": (7, 10), "hosts-mpi": (2,), "osc": (4,)}
+
+
 def read_matrix(path):
     """{record type: [columns]} of the matrix, with the runner's rules:
     "#" lines and blank lines skipped, a "#" after a blank ends the line,
     columns split at "|" and trimmed."""
     recs = defaultdict(list)
     with open(path) as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if re.match(r"[ \t]*(#|$)", line):
                 continue
             line = re.sub(r"[ \t]+#.*$", "", line.rstrip("\n"))
             cols = [c.strip() for c in line.split("|")]
+            if len(cols) - 1 not in MATRIX_COLUMNS.get(cols[0], ()):
+                sys.exit("%s:%d: not a matrix record of this summary: %s" % (
+                    path, n, line))
             recs[cols[0]].append(cols[1:])
     return recs
 
