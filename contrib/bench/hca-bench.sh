@@ -172,14 +172,23 @@ bytes_of() {
     done
 }
 
-# m_NAME: the "set" records, the column of this mode (default or --long);
-# sizeset[NAME]: the "sizes" records in bytes, likewise.
-declare -A sizeset
+# settings[NAME]: the "set" records, the column of this mode (default or
+# --long); sizeset[NAME]: the "sizes" records in bytes, likewise.
+declare -A settings sizeset
 while IFS='|' read -r name v_default v_long; do
     if [ "$long" = yes ]; then v=$v_long; else v=$v_default; fi
     case $v in *[0-9][KM]) bytes_of "$v"; v=$bytes ;; esac
-    printf -v "m_$name" '%s' "$v"
+    settings[$name]=$v
 done < <(matrix_records set)
+# Every setting this script uses: a matrix without one stops the run here,
+# not halfway through with an empty value.
+for name in reps_target reps_other iter_scale run_timeout np_upper \
+            np_repeats np_reps np_timeout hosts_mpi_reps hosts_np_upper \
+            hosts_np_repeats hosts_lat_iters hosts_bw_iters osc_iters \
+            ab_levels; do
+    [ -n "${settings[$name]:-}" ] || die "$matrix: no 'set | $name' record"
+done
+setting() { echo "${settings[$1]}"; }
 while IFS='|' read -r name v_default v_long; do
     if [ "$long" = yes ]; then bytes_of "$v_long"; else bytes_of "$v_default"; fi
     sizeset[$name]=$bytes
@@ -194,23 +203,24 @@ sizes_of() {
     esac
 }
 
-reps_target=${reps_target:-$m_reps_target}
-reps_other=$m_reps_other
-iter_scale=$m_iter_scale
-run_timeout=$m_run_timeout
-np_upper=$m_np_upper; np_repeats=$m_np_repeats; np_reps=$m_np_reps
-np_timeout=$m_np_timeout
-hosts_mpi_reps=$m_hosts_mpi_reps; hosts_np_upper=$m_hosts_np_upper
-hosts_np_repeats=$m_hosts_np_repeats
+reps_target=${reps_target:-$(setting reps_target)}
+reps_other=$(setting reps_other)
+iter_scale=$(setting iter_scale)
+run_timeout=$(setting run_timeout)
+np_upper=$(setting np_upper); np_repeats=$(setting np_repeats); np_reps=$(setting np_reps)
+np_timeout=$(setting np_timeout)
+hosts_mpi_reps=$(setting hosts_mpi_reps); hosts_np_upper=$(setting hosts_np_upper)
+hosts_np_repeats=$(setting hosts_np_repeats)
 
 # The levels, in run order: the matrix's "level" records.
 all_levels=$(matrix_records level | cut -d'|' -f1 | paste -sd, -)
 [ -n "$all_levels" ] || die "$matrix: no levels"
 if [ -n "$ab_old" ]; then
-    [ "$levels_given" = yes ] || levels=$m_ab_levels
+    ab_levels=$(setting ab_levels)
+    [ "$levels_given" = yes ] || levels=$ab_levels
     for l in ${levels//,/ }; do
-        case ",$m_ab_levels," in *",$l,"*) ;;
-        *) die "A/B mode: level '$l' (only ${m_ab_levels//,/, })" ;; esac
+        case ",$ab_levels," in *",$l,"*) ;;
+        *) die "A/B mode: level '$l' (only ${ab_levels//,/, })" ;; esac
     done
 fi
 levels=${levels:-$all_levels}
@@ -779,7 +789,7 @@ perftest_level() {
             out = $1; for (i = 3; i <= NF; i++) out = out "|" $i; print out }' "$matrix")
     for rec in "${recs[@]}"; do
         IFS='|' read -r -a f <<<"$rec"
-        for ((i = 0; i < ${#f[@]}; i++)); do [ "${f[$i]}" = - ] && f[$i]=; done
+        for ((i = 0; i < ${#f[@]}; i++)); do [ "${f[i]}" = - ] && f[i]=; done
         if [ "${f[0]}" = uct ]; then
             # uct | TEST | LAYOUT | METRIC | -O | ALLOC | TARGET | TSIZES | SIZES
             [ ${#f[@]} -eq 9 ] || die "$matrix: uct record of $lv: $rec"
@@ -974,7 +984,7 @@ hosts_osc() {   # KIND TL REP
     local kind=$1 tl=$2 rep=$3 log rc note n
     log=$outdir/logs/hosts-osc-$kind-$rep.log
     hosts_mpirun "$kind" "$tl" "$rep" "$log" "$osc_bench" -m "$MiB" -W 64 \
-        -n "$m_osc_iters"
+        -n "$(setting osc_iters)"
     rc=$?
     n=$(awk -v k="$kind" -v t="$tl" -v r="$rep" '
         $1 ~ /^(put_bw|get_bw|fop_lat)$/ && NF >= 3 {
@@ -997,7 +1007,7 @@ hosts_osc() {   # KIND TL REP
 # The hosts level: the matrix's hosts records (ucx_perftest between the
 # hosts), then its hosts-mpi sets (NetPIPE, hca_osc_bench).
 hosts_level() {
-    local rec recs=() f=() a r nl wl nb wb tcp_put mpi_sets=() kind tl
+    local rec recs=() f=() a v r nl wl nb wb tcp_put mpi_sets=() kind tl
     machine_state hosts
     pt_srv_ns=(ip netns exec "${hosts_ns[0]}")
     pt_cli_ns=(ip netns exec "${hosts_ns[1]}")
@@ -1011,8 +1021,8 @@ hosts_level() {
     echo "hosts_tcp_put	$tcp_put" >>"$outdir/info.tsv"
     # ping-pongs of 8 B: hosts_lat_iters (UCX's tcp has millisecond
     # stalls, and 100000 would take long); 1 MiB streams: hosts_bw_iters
-    nl=$m_hosts_lat_iters; wl=$((nl / 10))
-    nb=$m_hosts_bw_iters; wb=$((nb / 10))
+    nl=$(setting hosts_lat_iters); wl=$((nl / 10))
+    nb=$(setting hosts_bw_iters); wb=$((nb / 10))
     mapfile -t recs < <(matrix_records hosts)
     for rec in "${recs[@]}"; do
         # LABEL SIZE METRIC TARGET HCA_TL HCA_ENV HCA_ARGS [TCP_TL TCP_ENV TCP_ARGS]
@@ -1022,11 +1032,11 @@ hosts_level() {
         [ "${f[3]}" = - ] && f[3]=
         bytes_of "${f[1]}"; f[1]=$bytes
         for ((a = 4; a < ${#f[@]}; a++)); do
-            f[$a]=${f[$a]//\{size\}/${f[1]}}
-            f[$a]=${f[$a]//\{nl\}/$nl}; f[$a]=${f[$a]//\{wl\}/$wl}
-            f[$a]=${f[$a]//\{nb\}/$nb}; f[$a]=${f[$a]//\{wb\}/$wb}
-            f[$a]=${f[$a]//\{if\}/$hosts_if}
-            f[$a]=${f[$a]//\{tcp_put\}/$tcp_put}
+            v=${f[a]//\{size\}/${f[1]}}
+            v=${v//\{nl\}/$nl}; v=${v//\{wl\}/$wl}
+            v=${v//\{nb\}/$nb}; v=${v//\{wb\}/$wb}
+            v=${v//\{if\}/$hosts_if}; v=${v//\{tcp_put\}/$tcp_put}
+            f[a]=$v
         done
         hosts_row "${f[0]}" "${f[1]}" "${f[2]}" "${f[3]}" "$reps_target" \
             "${f[@]:4}"
