@@ -47,7 +47,8 @@
 # 1.22.0's own posix, cma and tcp.
 #
 # What it runs (hca and the built-in transports interleaved back to back:
-# hca, built-in, hca, built-in, ...):
+# hca, built-in, hca, built-in, ...; the levels, sizes, rows, targets and
+# transports are the records of contrib/bench/hca-bench.matrix):
 #   uct      ucx_perftest UCT tests, hca0 against posix (short, bcopy,
 #            atomics) or cma (zcopy), whichever `ucx_info -d` says supports
 #            the operation and size
