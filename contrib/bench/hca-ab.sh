@@ -60,7 +60,7 @@ old_rev=
 old_build=
 new_build=${HCA_BUILD_DIR:-$topdir/build}
 reps=6
-levels=uct,ucp
+levels=            # default: the matrix's ab_levels (uct,ucp)
 outdir=$PWD/ab-out
 build_only=no
 jobs=${HCA_MAKE_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -89,8 +89,16 @@ done
 [ -z "$old_build" ] && old_rev=${old_rev:-HEAD~1}
 case $reps in ''|*[!0-9]*) die "--reps wants a number" ;; esac
 [ "$reps" -ge 2 ] || die "--reps must be 2 or more (the noise needs two old runs)"
+# The A/B levels are the "set | ab_levels" record of the matrix that
+# hca-bench.sh reads; checked here too, so that a wrong level stops the
+# run before the builds rather than after them.
+ab_levels=$(awk -F'|' '{ for (i = 1; i <= NF; i++) gsub(/^[ \t]+|[ \t]+$/, "", $i) }
+    $1 == "set" && $2 == "ab_levels" { print $3 }' "$benchdir/hca-bench.matrix")
+[ -n "$ab_levels" ] || die "no ab_levels in $benchdir/hca-bench.matrix"
+levels=${levels:-$ab_levels}
 for l in ${levels//,/ }; do
-    case $l in uct|ucp) ;; *) die "A/B level '$l': only uct and ucp" ;; esac
+    case ",$ab_levels," in *",$l,"*) ;;
+    *) die "A/B level '$l': only ${ab_levels//,/ and }" ;; esac
 done
 abspath() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 new_build=$(abspath "$new_build")

@@ -2,7 +2,9 @@
 """hca-bench-summary.py OUTDIR - tables and plots of a hca-bench.sh run.
 
 Reads OUTDIR/{info,rows,results,machine,netpipe,skipped}.tsv written by
-hca-bench.sh and the NetPIPE output files, prints one table per level
+hca-bench.sh and the NetPIPE output files, and the matrix the run used
+(OUTDIR/hca-bench.matrix, else contrib/bench/hca-bench.matrix: the levels,
+table titles, NetPIPE and hca_osc_bench targets), prints one table per level
 (hca figure, best built-in figure, ratio hca/built-in, target, PASS/MISS),
 writes gnuplot data files and a script, and runs gnuplot for the PNG plots.
 Level hosts (between two namespace hosts, hca against UCX's tcp) also
@@ -14,27 +16,89 @@ Python 3 standard library only.
 """
 
 import os
+import re
 import statistics
 import subprocess
 import sys
 from collections import OrderedDict, defaultdict
 
-LEVEL_TITLES = OrderedDict([
-    ("uct", "UCT level: ucx_perftest -x hca -d hca0 vs posix/cma (-d memory)"),
-    ("ucp", "UCP level: ucx_perftest, UCX_TLS=hca,self vs UCX_TLS=posix,cma,self"),
-    ("mid", "UCP at mid sizes (1-64 KiB): ucx_perftest, UCX_TLS=hca,self vs "
-     "UCX_TLS=posix,cma,self, UCP's automatic thresholds"),
-    ("netpipe", "NetPIPE (NPopenmpi, OpenMPI pml ucx): hca,self vs posix,cma,self"),
-    ("hosts", "Between hosts (two network namespaces; hca's tcp fabric vs UCX's "
-     "tcp on the hosts' interface):\n  ucx_perftest, server on host a, client "
-     "on host b; uct: -x hca -d hca0 vs -x tcp -d IF; ucp: UCX_TLS=hca,self "
-     "vs tcp,self"),
-    ("hosts-netpipe", "Between hosts: NetPIPE (NPopenmpi, one rank per host, "
-     "hca-run mpirun, pml ucx): hca,self vs tcp,self"),
-    ("hosts-osc", "Between hosts: hca_osc_bench (MPI one-sided, osc ucx, "
-     "one rank per host): hca,self vs tcp,self"),
-])
-ORDER = ["uct", "ucp", "mid", "netpipe", "sweep", "hosts", "end"]
+# Filled from hca-bench.matrix by load_matrix(): the levels, titles,
+# targets and rows that the runner and this summary share.
+LEVEL_TITLES = OrderedDict()   # level or table -> title of its table
+ORDER = []                     # machine_state points, in run order
+PERFTEST_LEVELS = []           # levels whose ucx_perftest rows get a table
+AB_LEVELS = []                 # levels of the A/B mode
+NETPIPE_TARGETS = {}           # netpipe table -> (latency, bandwidth) target
+OSC_ROWS = []                  # (test, label, size, target) of hca_osc_bench
+
+
+def matrix_path(outdir):
+    """The matrix the run used (its copy in OUTDIR), else this tree's (an
+    output directory of a runner older than the matrix)."""
+    p = os.path.join(outdir, "hca-bench.matrix")
+    if os.path.exists(p):
+        return p
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "hca-bench.matrix")
+
+
+# Columns of each record type after the type (hosts: without or with the
+# tcp side), checked so that a matrix of another layout (an output
+# directory's copy from an older tree) fails with its line, not a traceback.
+MATRIX_COLUMNS = {"level": (2,), "table": (2,), "set": (3,), "sizes": (3,),
+                  "uct-builtin": (2,), "ucp-builtin": (2,), "uct": (9,),
+                  "ucp": (7,), "netpipe": (3,), "netpipe-target": (3,),
+                  "hosts": (7, 10), "hosts-mpi": (2,), "osc": (4,)}
+
+
+def read_matrix(path):
+    """{record type: [columns]} of the matrix, with the runner's rules:
+    "#" lines and blank lines skipped, a "#" after a blank ends the line,
+    columns split at "|" and trimmed."""
+    recs = defaultdict(list)
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if re.match(r"[ \t]*(#|$)", line):
+                continue
+            line = re.sub(r"[ \t]+#.*$", "", line.rstrip("\n"))
+            cols = [c.strip() for c in line.split("|")]
+            if len(cols) - 1 not in MATRIX_COLUMNS.get(cols[0], ()):
+                sys.exit("%s:%d: not a matrix record of this summary: %s" % (
+                    path, n, line))
+            recs[cols[0]].append(cols[1:])
+    return recs
+
+
+def to_bytes(s):
+    mult = {"K": 1 << 10, "M": 1 << 20}.get(s[-1:], 1)
+    return int(s[:-1] if mult > 1 else s) * mult
+
+
+def load_matrix(outdir):
+    recs = read_matrix(matrix_path(outdir))
+    LEVEL_TITLES.clear()
+    del ORDER[:], PERFTEST_LEVELS[:], AB_LEVELS[:], OSC_ROWS[:]
+    NETPIPE_TARGETS.clear()
+    rowlevels = set(r[0] for r in recs["uct"] + recs["ucp"])
+    for name, title in recs["level"] + recs["table"]:
+        if title != "-":
+            LEVEL_TITLES[name] = title.replace("\\n", "\n")
+    for name, _ in recs["level"]:
+        ORDER.append(name)
+        # hosts has a table of its own after the netpipe one; the levels
+        # without a title (sweep) are plots only
+        if name in rowlevels and name != "hosts" and name in LEVEL_TITLES:
+            PERFTEST_LEVELS.append(name)
+    ORDER.append("end")
+    for name, default, _ in recs["set"]:
+        if name == "ab_levels":
+            AB_LEVELS.extend(default.split(","))
+    for table, lat, bw in recs["netpipe-target"]:
+        NETPIPE_TARGETS[table] = (lat if lat != "-" else "",
+                                  bw if bw != "-" else "")
+    for test, label, size, target in recs["osc"]:
+        OSC_ROWS.append((test, label, to_bytes(size),
+                         target if target != "-" else ""))
 
 
 def read_tsv(path, ncols):
@@ -151,7 +215,7 @@ def transport_notes(outdir, what):
 
 
 def perftest_tables(outdir, rows, results, machine, skipped, summary,
-                    levels=("uct", "ucp", "mid")):
+                    levels=None):
     byrow = defaultdict(lambda: {"hca": [], "builtin": defaultdict(list),
                                  "fail": []})
     for level, row, kind, tl, rep, value, status, note in results:
@@ -165,7 +229,7 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary,
         else:
             d["builtin"][tl].append(v)
 
-    for level in levels:
+    for level in PERFTEST_LEVELS if levels is None else levels:
         lrows = [r for r in rows if r[0] == level]
         if not lrows:
             continue
@@ -265,7 +329,7 @@ def ab_tables(outdir, info, rows, results, machine, skipped):
               "slower%\tspread_old%\tspread_new%\tnoise%\tpairs_slower\t"
               "verdict\n")
     allrows = []
-    for level in ("uct", "ucp"):
+    for level in AB_LEVELS:
         lrows = [r for r in rows if r[0] == level]
         if not lrows:
             continue
@@ -377,11 +441,12 @@ def read_netpipe(path):
 
 
 def netpipe_table(outdir, runs, machine, summary, level="netpipe",
-                  other="builtin", targets=("<=1.10", ">=0.95")):
+                  other="builtin"):
     """NetPIPE table of one level: netpipe (hca vs the built-in shared
     memory, kind "builtin") or hosts-netpipe (hca vs tcp, kind "tcp")."""
     if not runs:
         return {}
+    targets = NETPIPE_TARGETS.get(level, ("", ""))
     curves = defaultdict(list)          # tl -> [points of each run]
     fails = []
     for kind, tl, rep, path, status, note in runs:
@@ -462,13 +527,6 @@ def netpipe_table(outdir, runs, machine, summary, level="netpipe",
     return curves
 
 
-OSC_ROWS = [("put_bw", 8, ""), ("put_bw", 8192, ""), ("put_bw", 131072, ""),
-            ("put_bw", 1 << 20, ">=1.30"),
-            ("get_bw", 8, ""), ("get_bw", 8192, ""), ("get_bw", 131072, ""),
-            ("get_bw", 1 << 20, ">=1.30"),
-            ("fop_lat", 8, "<=1.00")]
-
-
 def osc_table(outdir, summary):
     """hca_osc_bench between the hosts: medians over the runs of each set,
     per test and size.  Returns {(test, kind): [(size, median)]}."""
@@ -488,7 +546,7 @@ def osc_table(outdir, summary):
     header = ["test", "size", "unit", "hca", "tcp", "(tl)", "runs", "hca/tcp",
               "target", "result"]
     lines = []
-    for test, size, target in OSC_ROWS:
+    for test, label, size, target in OSC_ROWS:
         h, t = data.get((test, size, "hca")), data.get((test, size, "tcp"))
         if not h and not t:
             continue
@@ -498,8 +556,6 @@ def osc_table(outdir, summary):
         res = verdict(ratio, target)
         if target and ratio is None:
             res = "n/a"
-        label = {"put_bw": "MPI_Put bw", "get_bw": "MPI_Get bw",
-                 "fop_lat": "MPI_Fetch_and_op lat"}[test]
         lines.append([label, fsize(size),
                       "us" if test == "fop_lat" else "MB/s",
                       fnum(hm), fnum(tm), tls.get("tcp", "-"),
@@ -644,6 +700,7 @@ def main():
         print(__doc__.strip(), file=sys.stderr)
         return 2
     outdir = sys.argv[1]
+    load_matrix(outdir)
     info = dict((k, v) for k, v in read_tsv(os.path.join(outdir, "info.tsv"), 2))
     rows = read_tsv(os.path.join(outdir, "rows.tsv"), 6)
     results = read_tsv(os.path.join(outdir, "results.tsv"), 8)
@@ -675,8 +732,7 @@ def main():
                     levels=("hosts",))
     hosts_np = read_tsv(os.path.join(outdir, "hosts-netpipe.tsv"), 6)
     hosts_curves = netpipe_table(outdir, hosts_np, machine, summary,
-                                 level="hosts-netpipe", other="tcp",
-                                 targets=("<=1.00", ">=1.30"))
+                                 level="hosts-netpipe", other="tcp")
     osc_curves = osc_table(outdir, summary)
     for lv, what, why in skipped:
         if lv == "hosts" and what == "all rows":

@@ -12,7 +12,8 @@
 #   --build DIR      hca build directory (default: <repo>/build, or
 #                    $HCA_BUILD_DIR)
 #   --levels LIST    comma-separated subset of uct,ucp,mid,netpipe,sweep,
-#                    hosts (default: all six; hosts only as root where network
+#                    hosts, the levels of contrib/bench/hca-bench.matrix
+#                    (default: all six; hosts only as root where network
 #                    namespaces can be made, else a "SKIPPED" line)
 #   --reps N         runs per target row (default 5, --long 7); the other
 #                    rows run once (--long: 3)
@@ -46,7 +47,8 @@
 # 1.22.0's own posix, cma and tcp.
 #
 # What it runs (hca and the built-in transports interleaved back to back:
-# hca, built-in, hca, built-in, ...):
+# hca, built-in, hca, built-in, ...; the levels, sizes, rows, targets and
+# transports are the records of contrib/bench/hca-bench.matrix):
 #   uct      ucx_perftest UCT tests, hca0 against posix (short, bcopy,
 #            atomics) or cma (zcopy), whichever `ucx_info -d` says supports
 #            the operation and size
@@ -97,7 +99,7 @@ benchdir=$topdir/contrib/bench
 builddir=${HCA_BUILD_DIR:-$topdir/build}
 outdir=$PWD/bench-out
 long=no
-levels=uct,ucp,mid,netpipe,sweep,hosts
+levels=            # default: every level of the matrix
 reps_target=
 do_install=yes
 pin=yes
@@ -126,52 +128,120 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-for l in ${levels//,/ }; do
-    case $l in uct|ucp|mid|netpipe|sweep|hosts) ;; *) die "unknown level '$l'" ;; esac
-done
 case $outdir in /*) ;; *) outdir=$PWD/$outdir ;; esac
 case $builddir in /*) ;; *) builddir=$PWD/$builddir ;; esac
 if [ -n "$ab_old" ]; then
     case $ab_old in /*) ;; *) ab_old=$PWD/$ab_old ;; esac
-    [ "$levels_given" = yes ] || levels=uct,ucp
-    for l in ${levels//,/ }; do
-        case $l in uct|ucp) ;; *) die "A/B mode: level '$l' (only uct, ucp)" ;; esac
-    done
     ab_old_label=${ab_old_label:-$ab_old}
 fi
 
 # ---------------------------------------------------------------- settings
+# The matrix (levels, sizes, rows, targets, the other side's transports,
+# the hosts level's commands) is contrib/bench/hca-bench.matrix, which the
+# summary reads too; this script only sequences the runs it describes.
 KiB=1024
 MiB=$((1024 * 1024))
-if [ "$long" = yes ]; then
-    reps_target=${reps_target:-7}
-    reps_other=3
-    sizes=(8 $((4 * KiB)) $((64 * KiB)) "$MiB" $((16 * MiB)))
-    big_sizes=("$MiB" $((16 * MiB)))          # sizes of the bandwidth targets
-    iter_scale=4
-    run_timeout=240
-    np_upper=$((16 * MiB)); np_repeats=200; np_reps=7; np_timeout=900
-    sweep_sizes=(8 64 512 $((4 * KiB)) $((32 * KiB)) $((256 * KiB)) "$MiB"
-                 $((4 * MiB)) $((16 * MiB)))
-    hosts_mpi_reps=5; hosts_np_upper=$((4 * MiB)); hosts_np_repeats=200
-else
-    reps_target=${reps_target:-5}
-    reps_other=1
-    sizes=(8 $((64 * KiB)) "$MiB")
-    big_sizes=("$MiB")
-    iter_scale=1
-    run_timeout=60
-    np_upper=$MiB; np_repeats=200; np_reps=5; np_timeout=180
-    sweep_sizes=(8 64 512 $((4 * KiB)) $((32 * KiB)) $((256 * KiB)) "$MiB"
-                 $((4 * MiB)))
-    hosts_mpi_reps=3; hosts_np_upper=$MiB; hosts_np_repeats=100
+matrix=$benchdir/hca-bench.matrix
+[ -r "$matrix" ] || die "cannot read $matrix"
+
+# matrix_records TYPE: the TYPE records of the matrix without their type,
+# one a line, columns trimmed and joined by "|" ("-" left as it is: `read`
+# with IFS=| keeps empty columns, but a "-" makes a missing one visible).
+matrix_records() {
+    awk -F'|' -v type="$1" '
+        /^[ \t]*(#|$)/ { next }
+        { sub(/[ \t]+#.*$/, "") }
+        {
+            for (i = 1; i <= NF; i++) gsub(/^[ \t]+|[ \t]+$/, "", $i)
+            if ($1 != type) next
+            out = $2
+            for (i = 3; i <= NF; i++) out = out "|" $i
+            print out
+        }' "$matrix"
+}
+
+# bytes_of LIST: sets $bytes to LIST ("8 64K 1M") in bytes ("8 65536 1048576")
+bytes_of() {
+    local s
+    bytes=
+    for s in $1; do
+        case $s in
+        *K) s=$((${s%K} * KiB)) ;;
+        *M) s=$((${s%M} * MiB)) ;;
+        esac
+        bytes+="${bytes:+ }$s"
+    done
+}
+
+# settings[NAME]: the "set" records, the column of this mode (default or
+# --long); sizeset[NAME]: the "sizes" records in bytes, likewise.
+declare -A settings sizeset
+while IFS='|' read -r name v_default v_long; do
+    if [ "$long" = yes ]; then v=$v_long; else v=$v_default; fi
+    case $v in *[0-9][KM]) bytes_of "$v"; v=$bytes ;; esac
+    settings[$name]=$v
+done < <(matrix_records set)
+# Every setting this script uses: a matrix without one stops the run here,
+# not halfway through with an empty value.
+for name in reps_target reps_other iter_scale run_timeout np_upper \
+            np_repeats np_reps np_timeout hosts_mpi_reps hosts_np_upper \
+            hosts_np_repeats hosts_lat_iters hosts_bw_iters osc_iters \
+            ab_levels; do
+    [ -n "${settings[$name]:-}" ] || die "$matrix: no 'set | $name' record"
+done
+setting() { echo "${settings[$1]}"; }
+while IFS='|' read -r name v_default v_long; do
+    if [ "$long" = yes ]; then bytes_of "$v_long"; else bytes_of "$v_default"; fi
+    sizeset[$name]=$bytes
+done < <(matrix_records sizes)
+# sizes_of COLUMN: sets $bytes to the sizes a SIZES column names ("-": none)
+sizes_of() {
+    case $1 in
+    -)     bytes= ;;
+    [0-9]*) bytes_of "$1" ;;
+    *)     [ -n "${sizeset[$1]+set}" ] || die "$matrix: no sizes '$1'"
+           bytes=${sizeset[$1]} ;;
+    esac
+}
+
+reps_target=${reps_target:-$(setting reps_target)}
+reps_other=$(setting reps_other)
+iter_scale=$(setting iter_scale)
+run_timeout=$(setting run_timeout)
+np_upper=$(setting np_upper); np_repeats=$(setting np_repeats); np_reps=$(setting np_reps)
+np_timeout=$(setting np_timeout)
+hosts_mpi_reps=$(setting hosts_mpi_reps); hosts_np_upper=$(setting hosts_np_upper)
+hosts_np_repeats=$(setting hosts_np_repeats)
+
+# The levels, in run order: the matrix's "level" records.
+all_levels=$(matrix_records level | cut -d'|' -f1 | paste -sd, -)
+[ -n "$all_levels" ] || die "$matrix: no levels"
+if [ -n "$ab_old" ]; then
+    ab_levels=$(setting ab_levels)
+    [ "$levels_given" = yes ] || levels=$ab_levels
+    for l in ${levels//,/ }; do
+        case ",$ab_levels," in *",$l,"*) ;;
+        *) die "A/B mode: level '$l' (only ${ab_levels//,/, })" ;; esac
+    done
 fi
+levels=${levels:-$all_levels}
+for l in ${levels//,/ }; do
+    case ",$all_levels," in *",$l,"*) ;; *) die "unknown level '$l'" ;; esac
+done
 
 module=$builddir/src/uct/hca/.libs/libuct_hca.so
 pingpong=$builddir/contrib/hca_pingpong_bench
 hca_env=(LD_PRELOAD="$module")
 ucp_hca_env=(LD_PRELOAD="$module" "UCX_TLS=hca,self")
-ucp_builtin_env=("UCX_TLS=posix,cma,self")
+# The other side of the rows: the matrix's uct-builtin (TL, device) and
+# ucp-builtin (name, environment words) records.
+uct_builtins=(); uct_builtin_devs=(); ucp_builtins=(); ucp_builtin_envs=()
+while IFS='|' read -r tl dev; do
+    uct_builtins+=("$tl"); uct_builtin_devs+=("$dev")
+done < <(matrix_records uct-builtin)
+while IFS='|' read -r tl e; do
+    ucp_builtins+=("$tl"); ucp_builtin_envs+=("$e")
+done < <(matrix_records ucp-builtin)
 if [ -n "$ab_old" ]; then
     # Every row runs as often as a target row.  Each side's libhcadev.so.0
     # is named explicitly: the module's RUNPATH points at its own build,
@@ -280,7 +350,11 @@ fi
 
 mkdir -p "$outdir/logs" || die "cannot create $outdir"
 rm -f "$outdir"/logs/* "$outdir"/*.tsv "$outdir"/*.dat "$outdir"/*.png \
-      "$outdir"/*.gp "$outdir"/summary.txt "$outdir"/hosts-rankfile
+      "$outdir"/*.gp "$outdir"/summary.txt "$outdir"/hosts-rankfile \
+      "$outdir"/hca-bench.matrix
+# the matrix this run used, which the summary then reads (its netpipe and
+# osc targets, the table titles) rather than a later edit of it
+cp "$matrix" "$outdir/hca-bench.matrix" || die "cannot write $outdir"
 results=$outdir/results.tsv     # level row kind tl rep value status note
 rows=$outdir/rows.tsv           # level row label size metric target
 machine=$outdir/machine.tsv     # when raw_shm_ns send_ns rdma_write_ns
@@ -604,8 +678,8 @@ uct_rows() {
         row_hca_args=(-t "$test" -x hca -d hca0 -D "$layout" -s "$size"
                       -n "$n" -w "$w" "${extra[@]}")
         row_builtins=(); row_builtin_env=(); row_builtin_args=()
-        for tl in posix cma; do
-            dev=memory
+        for ((i = 0; i < ${#uct_builtins[@]}; i++)); do
+            tl=${uct_builtins[$i]} dev=${uct_builtin_devs[$i]}
             if [ "${caps[$tl:$op]:-0}" -ge "$size" ]; then
                 row_builtins+=("$tl")
                 row_builtin_env+=("${alloc:+UCX_${tl^^}_ALLOC=$alloc}")
@@ -620,7 +694,7 @@ uct_rows() {
 # ucp_rows LEVEL TEST METRIC OUTSTANDING TARGET TARGETSIZES -- SIZES
 ucp_rows() {
     local level=$1 test=$2 metric=$3 outst=$4 target=$5 tsizes=$6
-    local size reps n w extra=() tgt label=$2
+    local size reps n w extra=() tgt label=$2 i
     shift 7
     [ "$outst" -gt 0 ] && label="$label -O$outst"
     for size in "$@"; do
@@ -640,9 +714,12 @@ ucp_rows() {
         row_hca_env=("${ucp_hca_env[@]}")
         [ -n "$ab_old" ] && row_old_env=("${ucp_hca_env_old[@]}")
         row_hca_args=(-t "$test" -s "$size" -n "$n" -w "$w" "${extra[@]}")
-        row_builtins=("posix,cma,self")
-        row_builtin_env=("${ucp_builtin_env[*]}")
-        row_builtin_args=("${row_hca_args[*]}")
+        row_builtins=("${ucp_builtins[@]}")
+        row_builtin_env=("${ucp_builtin_envs[@]}")
+        row_builtin_args=()
+        for ((i = 0; i < ${#ucp_builtins[@]}; i++)); do
+            row_builtin_args+=("${row_hca_args[*]}")
+        done
         run_row "$level" "$level/$label/$size" "$label" "$size" "$metric" \
             "$tgt" "$reps"
     done
@@ -679,61 +756,61 @@ if [ -n "$ab_old" ]; then
     check_loads new "$builddir" "${hca_env[@]}"
     check_loads old "$ab_old" "${hca_env_old[@]}"
 fi
-if has_level uct; then
+# Capabilities of hca and of the uct-builtin transports, read once, before
+# the first UCT row (level uct: before anything, so that a module UCX does
+# not list stops the run at once).
+caps_read=no
+need_caps() {
+    local i
+    [ "$caps_read" = no ] || return 0
+    caps_read=yes
     read_caps hca hca0 "${hca_env[@]}"
     if [ -n "$ab_old" ]; then
         read_caps_as hca_old hca hca0 "${hca_env_old[@]}"
     else
-        read_caps posix memory
-        read_caps cma memory
+        for ((i = 0; i < ${#uct_builtins[@]}; i++)); do
+            read_caps "${uct_builtins[$i]}" "${uct_builtin_devs[$i]}"
+        done
     fi
     [ -n "${caps[hca:am_bcopy]:-}" ] ||
         die "ucx_info does not list hca0 with LD_PRELOAD=$module"
-fi
+}
+has_level uct && need_caps
 
-L='<=1.10'
-B95='>=0.95'
-if has_level uct; then
-    machine_state uct
-    lat_small=(8); [ "$long" = yes ] && lat_small=(8 $((4 * KiB)))
-    uct_rows uct am_lat  short lat 0  "" "$L" "8" -- 8
-    uct_rows uct am_lat  bcopy lat 0  "" ""   ""  -- "${lat_small[@]}"
-    uct_rows uct put_lat short lat 0  "" "$L" "8" -- 8
-    uct_rows uct get     bcopy lat 0  "" ""   ""  -- "${lat_small[@]}"
-    uct_rows uct get     bcopy bw  16 "" ""   ""  -- "${lat_small[@]}"
-    uct_rows uct get     zcopy lat 0  "" ""   ""  -- "${sizes[@]}"
-    uct_rows uct get     zcopy bw  16 "" "$B95" "${big_sizes[*]}" -- "${sizes[@]}"
-    uct_rows uct get     zcopy bw  16 heap "$B95" "${big_sizes[*]}" -- \
-        $((64 * KiB)) "${big_sizes[@]}"
-    uct_rows uct fadd    short lat 0  "" "$L" "8" -- 8
-    uct_rows uct cswap   short lat 0  "" ""   ""  -- 8
-    am_sizes=(8 $((8 * KiB))); [ "$long" = yes ] && am_sizes=(8 $((4 * KiB)) $((8 * KiB)))
-    uct_rows uct am_bw   bcopy bw  0  "" '>=0.90' "$((8 * KiB))" -- "${am_sizes[@]}"
-    uct_rows uct am_bw   zcopy bw  16 "" ""   ""  -- "${am_sizes[@]}"
-    uct_rows uct put_bw  zcopy bw  16 "" "$B95" "${big_sizes[*]}" -- "${sizes[@]}"
-    uct_rows uct put_bw  zcopy bw  16 heap "$B95" "${big_sizes[*]}" -- \
-        $((64 * KiB)) "${big_sizes[@]}"
-fi
-
-if has_level ucp; then
-    machine_state ucp
-    ucp_rows ucp tag_lat     lat 0 "$L" "8" -- "${sizes[@]}"
-    ucp_rows ucp tag_bw      bw  0 "$B95" "${big_sizes[*]}" -- "${sizes[@]}"
-    ucp_rows ucp ucp_put_lat lat 0 "" "" -- "${sizes[@]}"
-    ucp_rows ucp ucp_put_bw  bw  0 "" "" -- "${sizes[@]}"
-    ucp_rows ucp ucp_get     lat 0 "" "" -- "${sizes[@]}"
-    ucp_rows ucp ucp_fadd    lat 0 "" "" -- 8
-fi
-
-if has_level mid; then
-    machine_state mid
-    mid_sizes=()
-    for ((s = KiB; s <= 64 * KiB; s *= 2)); do mid_sizes+=("$s"); done
-    ucp_rows mid ucp_put_lat lat 0 '<=1.05' "${mid_sizes[*]}" -- "${mid_sizes[@]}"
-    ucp_rows mid ucp_get     lat 0 '<=1.05' "${mid_sizes[*]}" -- "${mid_sizes[@]}"
-    ucp_rows mid ucp_put_bw  bw  0 "$B95" "${mid_sizes[*]}" -- "${mid_sizes[@]}"
-    ucp_rows mid tag_bw      bw  0 "$B95" "${mid_sizes[*]}" -- "${mid_sizes[@]}"
-fi
+# perftest_level LEVEL: the matrix's uct and ucp records of LEVEL, in the
+# matrix's order ("-" columns become empty arguments).
+perftest_level() {
+    local lv=$1 rec recs=() f=() tsizes i
+    machine_state "$lv"
+    # read all records first: ucx_perftest must not see them on its stdin
+    mapfile -t recs < <(awk -F'|' -v lv="$lv" '
+        /^[ \t]*(#|$)/ { next }
+        { sub(/[ \t]+#.*$/, ""); for (i = 1; i <= NF; i++) gsub(/^[ \t]+|[ \t]+$/, "", $i) }
+        ($1 == "uct" || $1 == "ucp") && $2 == lv {
+            out = $1; for (i = 3; i <= NF; i++) out = out "|" $i; print out }' "$matrix")
+    for rec in "${recs[@]}"; do
+        IFS='|' read -r -a f <<<"$rec"
+        for ((i = 0; i < ${#f[@]}; i++)); do [ "${f[i]}" = - ] && f[i]=; done
+        if [ "${f[0]}" = uct ]; then
+            # uct | TEST | LAYOUT | METRIC | -O | ALLOC | TARGET | TSIZES | SIZES
+            [ ${#f[@]} -eq 9 ] || die "$matrix: uct record of $lv: $rec"
+            need_caps
+            sizes_of "${f[7]:--}"; tsizes=$bytes
+            sizes_of "${f[8]}"
+            # shellcheck disable=SC2086  # a list of sizes
+            uct_rows "$lv" "${f[1]}" "${f[2]}" "${f[3]}" "${f[4]}" "${f[5]}" \
+                "${f[6]}" "$tsizes" -- $bytes
+        else
+            # ucp | TEST | METRIC | -O | TARGET | TSIZES | SIZES
+            [ ${#f[@]} -eq 7 ] || die "$matrix: ucp record of $lv: $rec"
+            sizes_of "${f[5]:--}"; tsizes=$bytes
+            sizes_of "${f[6]}"
+            # shellcheck disable=SC2086  # a list of sizes
+            ucp_rows "$lv" "${f[1]}" "${f[2]}" "${f[3]}" "${f[4]}" \
+                "$tsizes" -- $bytes
+        fi
+    done
+}
 
 # NetPIPE over OpenMPI pml ucx.
 netpipe_run() {   # kind tl rep ENV...
@@ -759,22 +836,20 @@ netpipe_run() {   # kind tl rep ENV...
     fi
 }
 
-if has_level netpipe; then
+# The netpipe level: the matrix's netpipe records (KIND | TL | ENV, {module}
+# the hca module), interleaved np_reps times.
+netpipe_level() {
+    local r rec kind tl e sets=() envw=()
+    mapfile -t sets < <(matrix_records netpipe)
     machine_state netpipe
     for ((r = 1; r <= np_reps; r++)); do
-        netpipe_run hca hca,self "$r" LD_PRELOAD="$module" UCX_TLS=hca,self
-        netpipe_run builtin posix,cma,self "$r" UCX_TLS=posix,cma,self
+        for rec in "${sets[@]}"; do
+            IFS='|' read -r kind tl e <<<"$rec"
+            read -r -a envw <<<"${e//\{module\}/$module}"
+            netpipe_run "$kind" "$tl" "$r" "${envw[@]}"
+        done
     done
-fi
-
-if has_level sweep; then
-    machine_state sweep
-    ucp_rows sweep tag_lat lat 0 "" "" -- "${sweep_sizes[@]}"
-    ucp_rows sweep tag_bw  bw  0 "" "" -- "${sweep_sizes[@]}"
-    read_caps hca hca0 "${hca_env[@]}"
-    read_caps cma memory
-    uct_rows sweep put_bw zcopy bw 16 "" "" "" -- "${sweep_sizes[@]}"
-fi
+}
 
 # ------------------------------------------------------------ hosts level
 # Two namespace hosts (contrib/hca-hosts.sh up): host a runs the servers and
@@ -910,7 +985,7 @@ hosts_osc() {   # KIND TL REP
     local kind=$1 tl=$2 rep=$3 log rc note n
     log=$outdir/logs/hosts-osc-$kind-$rep.log
     hosts_mpirun "$kind" "$tl" "$rep" "$log" "$osc_bench" -m "$MiB" -W 64 \
-        -n $((2000 * iter_scale))
+        -n "$(setting osc_iters)"
     rc=$?
     n=$(awk -v k="$kind" -v t="$tl" -v r="$rep" '
         $1 ~ /^(put_bw|get_bw|fop_lat)$/ && NF >= 3 {
@@ -930,7 +1005,10 @@ hosts_osc() {   # KIND TL REP
     fi
 }
 
-if has_level hosts && [ -z "$ab_old" ] && hosts_setup; then
+# The hosts level: the matrix's hosts records (ucx_perftest between the
+# hosts), then its hosts-mpi sets (NetPIPE, hca_osc_bench).
+hosts_level() {
+    local rec recs=() f=() a v r nl wl nb wb tcp_put mpi_sets=() kind tl
     machine_state hosts
     pt_srv_ns=(ip netns exec "${hosts_ns[0]}")
     pt_cli_ns=(ip netns exec "${hosts_ns[1]}")
@@ -942,37 +1020,55 @@ if has_level hosts && [ -z "$ab_old" ] && hosts_setup; then
     tcp_put=zcopy
     [ "${caps[hosts_tcp:put_zcopy]:-0}" -ge "$MiB" ] || tcp_put=bcopy
     echo "hosts_tcp_put	$tcp_put" >>"$outdir/info.tsv"
-    # ping-pongs of 8 B: 20000 iterations (UCX's tcp has millisecond
-    # stalls, and 100000 would take long); 1 MiB streams: 500
-    nl=$((20000 * iter_scale)); wl=$((nl / 10))
-    nb=$((500 * iter_scale)); wb=$((nb / 10))
-    Lh='<=1.00'; Bh='>=1.30'
-    hosts_row "uct am_lat short" 8 lat "$Lh" "$reps_target" \
-        hca "UCX_TLS=hca" "-t am_lat -x hca -d hca0 -D short -s 8 -n $nl -w $wl" \
-        tcp "UCX_TLS=tcp" "-t am_lat -x tcp -d $hosts_if -D short -s 8 -n $nl -w $wl"
-    hosts_row "uct put_bw zcopy -O16" "$MiB" bw "$Bh" "$reps_target" \
-        hca "UCX_TLS=hca" "-t put_bw -x hca -d hca0 -D zcopy -s $MiB -n $nb -w $wb -O 16" \
-        "tcp/$tcp_put" "UCX_TLS=tcp" "-t put_bw -x tcp -d $hosts_if -D $tcp_put -s $MiB -n $nb -w $wb -O 16"
-    # UCX's tcp has no get: hca alone (its absolute figure)
-    hosts_row "uct get zcopy bw -O16" "$MiB" bw "" "$reps_target" \
-        hca "UCX_TLS=hca" "-t get -x hca -d hca0 -D zcopy -s $MiB -n $nb -w $wb -O 16"
-    hosts_row "ucp tag_lat" 8 lat "$Lh" "$reps_target" \
-        hca,self "UCX_TLS=hca,self" "-t tag_lat -s 8 -n $nl -w $wl" \
-        tcp,self "UCX_TLS=tcp,self" "-t tag_lat -s 8 -n $nl -w $wl"
-    hosts_row "ucp tag_bw" "$MiB" bw "$Bh" "$reps_target" \
-        hca,self "UCX_TLS=hca,self" "-t tag_bw -s $MiB -n $nb -w $wb" \
-        tcp,self "UCX_TLS=tcp,self" "-t tag_bw -s $MiB -n $nb -w $wb"
+    # ping-pongs of 8 B: hosts_lat_iters (UCX's tcp has millisecond
+    # stalls, and 100000 would take long); 1 MiB streams: hosts_bw_iters
+    nl=$(setting hosts_lat_iters); wl=$((nl / 10))
+    nb=$(setting hosts_bw_iters); wb=$((nb / 10))
+    mapfile -t recs < <(matrix_records hosts)
+    for rec in "${recs[@]}"; do
+        # LABEL SIZE METRIC TARGET HCA_TL HCA_ENV HCA_ARGS [TCP_TL TCP_ENV TCP_ARGS]
+        IFS='|' read -r -a f <<<"$rec"
+        [ ${#f[@]} -eq 7 ] || [ ${#f[@]} -eq 10 ] ||
+            die "$matrix: hosts record: $rec"
+        [ "${f[3]}" = - ] && f[3]=
+        bytes_of "${f[1]}"; f[1]=$bytes
+        for ((a = 4; a < ${#f[@]}; a++)); do
+            v=${f[a]//\{size\}/${f[1]}}
+            v=${v//\{nl\}/$nl}; v=${v//\{wl\}/$wl}
+            v=${v//\{nb\}/$nb}; v=${v//\{wb\}/$wb}
+            v=${v//\{if\}/$hosts_if}; v=${v//\{tcp_put\}/$tcp_put}
+            f[a]=$v
+        done
+        hosts_row "${f[0]}" "${f[1]}" "${f[2]}" "${f[3]}" "$reps_target" \
+            "${f[@]:4}"
+    done
     pt_srv_ns=(); pt_cli_ns=(); pt_server=localhost
+    mapfile -t mpi_sets < <(matrix_records hosts-mpi)
     for ((r = 1; r <= hosts_mpi_reps; r++)); do
-        hosts_netpipe hca hca,self "$r"
-        hosts_netpipe tcp tcp,self "$r"
+        for rec in "${mpi_sets[@]}"; do
+            IFS='|' read -r kind tl <<<"$rec"
+            hosts_netpipe "$kind" "$tl" "$r"
+        done
     done
     for ((r = 1; r <= hosts_mpi_reps; r++)); do
-        hosts_osc hca hca,self "$r"
-        hosts_osc tcp tcp,self "$r"
+        for rec in "${mpi_sets[@]}"; do
+            IFS='|' read -r kind tl <<<"$rec"
+            hosts_osc "$kind" "$tl" "$r"
+        done
     done
     hosts_down
-fi
+}
+
+# ------------------------------------------------------------------ levels
+# In the matrix's order; netpipe and hosts have records of their own.
+for lv in ${all_levels//,/ }; do
+    has_level "$lv" || continue
+    case $lv in
+    netpipe) netpipe_level ;;
+    hosts)   if [ -z "$ab_old" ] && hosts_setup; then hosts_level; fi ;;
+    *)       perftest_level "$lv" ;;
+    esac
+done
 
 machine_state end
 t_end=$(date +%s)
