@@ -382,20 +382,39 @@ suites_failed=0
 
 # run_suite NAME COMMAND...: COMMAND in a subshell with set -e (a failing
 # step ends that suite only, and `die` ends the subshell).
+suite_failures=()
+# Each suite's output is also kept (in a temporary file) so that a failed
+# suite's failure lines can be repeated at the end: CI shows only the tail
+# of a run of an hour.
 run_suite() {
-    local name=$1 t0=$SECONDS rc
+    local name=$1 t0=$SECONDS rc slog line
     shift
     log "==== $name"
+    slog=$(mktemp "${TMPDIR:-/tmp}/hca-suite.XXXXXX")
     set +e
-    ( set -e; "$@" )
-    rc=$?
+    ( set -e; "$@" ) 2>&1 | tee "$slog"
+    rc=${PIPESTATUS[0]}
     set -e
     if [ $rc -eq 0 ]; then
         suite_results+=("$(printf '%-44s PASS    %5d s' "$name" $((SECONDS - t0)))")
     else
         suite_results+=("$(printf '%-44s FAIL    %5d s  (exit status %d)' "$name" $((SECONDS - t0)) $rc)")
         suites_failed=1
+        suite_failures+=("$name:")
+        while IFS= read -r line; do
+            suite_failures+=("    $line")
+        done < <(failure_lines "$slog")
     fi
+    rm -f "$slog"
+}
+
+# What says why a suite failed: googletest's failed tests, the sanitizers'
+# reports, timeouts, and the FAIL lines of the scripts' own summaries (at
+# most 20 lines, each cut at 200 characters).
+failure_lines() {  # log
+    grep -a -E '^\[  FAILED  \]|ERROR: AddressSanitizer|SUMMARY: (Address|Undefined)Sanitizer|^ *#[0-2] 0x[0-9a-f]+ in |runtime error:|killed after [0-9]+s|^FAIL[ :]|FAILED[:]|^ *FAIL |Assertion .* failed|make.*\*\*\* \[' "$1" |
+        grep -v -E '^\[  FAILED  \] *[0-9]+ tests?, listed below' |
+        awk '!seen[$0]++' | head -n 20 | cut -c1-200
 }
 
 suite_skipped() {  # name why
@@ -409,6 +428,12 @@ print_suites() {
     for r in "${suite_results[@]}"; do
         echo "  $r"
     done
+    if [ ${#suite_failures[@]} -gt 0 ]; then
+        log "what failed (the failed suites' failure lines, repeated):"
+        for r in "${suite_failures[@]}"; do
+            echo "  $r"
+        done
+    fi
 }
 
 # The version of the UCX a build tree was configured against.
