@@ -3,6 +3,7 @@
 # hca-setup.sh - install dependencies, fetch the UCX source, build and test hca.
 #
 # usage: contrib/hca-setup.sh [deps|build|demo|test]     (default: build)
+#        contrib/hca-setup.sh test --quick
 #        contrib/hca-setup.sh test-ucx-versions
 #        contrib/hca-setup.sh ucx SUITE|VERSION
 #
@@ -33,6 +34,11 @@
 #          "UCX version: X.Y.Z" for each UCX built and tested against and
 #          at the end every suite's result and duration.
 #          With HCA_UCX set: the whole of the above against that UCX only.
+#   test --quick
+#          build + the quick tier only (test/run-quick.sh, what `make
+#          check-quick` runs): gtest_hca and gtest_uct on both fabrics with
+#          short sizes, the MPI program p2p with 2 ranks; a few minutes;
+#          every part's result and duration at the end
 #   test-ucx-versions
 #          only the part of `test` for the UCX versions besides the
 #          system's (HCA_UCX_VERSIONS: default 1.22.0, all: and 1.18.1)
@@ -611,6 +617,24 @@ do_test_matrix() {
     fi
 }
 
+# The quick tier, one suite per part of test/run-quick.sh (so that each
+# part's duration is listed), the test programs built first.
+quick_programs() {
+    make -j"$jobs" -C "$builddir/test/gtest" quick-programs
+    make -C "$builddir/test/apps" quick-programs
+}
+
+do_test_quick() {
+    ucx_version_line "$builddir"
+    run_suite "quick: build the test programs" quick_programs
+    run_suite "quick: gtest_hca (shm and tcp, short sizes)" \
+        "$topdir/test/run-quick.sh" "$builddir" hca
+    run_suite "quick: gtest_uct (shm and tcp, short sizes)" \
+        "$topdir/test/run-quick.sh" "$builddir" uct
+    run_suite "quick: MPI p2p, 2 ranks, -q" \
+        "$topdir/test/run-quick.sh" "$builddir" apps
+}
+
 finish_test() {
     print_suites
     if [ $suites_failed -ne 0 ]; then
@@ -804,7 +828,15 @@ case $cmd in
 deps)  do_deps ;;
 build) do_deps; do_build ;;
 test)  do_deps; do_build; use_ucx_prefix_env
-       if [ -n "$ucx_prefix" ]; then do_test; else do_test_matrix; fi
+       if [ "${2:-}" = --quick ]; then
+           do_test_quick
+       elif [ -n "${2:-}" ]; then
+           die "test: unknown option '$2' (use --quick)"
+       elif [ -n "$ucx_prefix" ]; then
+           do_test
+       else
+           do_test_matrix
+       fi
        finish_test ;;
 demo)  do_deps; do_build; use_ucx_prefix_env; do_demo ;;
 test-ucx-versions)
