@@ -220,6 +220,136 @@ INSTANTIATE_TEST_SUITE_P(
             return seam_param_name(i.param, "");
         });
 
+/* ------------------------------------------------------------ fast paths */
+
+/* The fast paths (hca_qp_fast_ops: what the UCT caches per endpoint) on
+ * the fabric axis.  On shm each applies: executed inside the call, the
+ * data where it belongs.  On tcp none does, and each says so in its own
+ * words (caps 0; -EBUSY, -EAGAIN or NULL: "post a WR"), and the same
+ * operation posted as a WR is carried.  The shm paths themselves are
+ * tested in depth by test_direct.cc and test_inplace.cc (shm only: the
+ * tcp fabric reaches no peer memory). */
+class FastPaths : public seam_test<no_param> {
+};
+
+TEST_P(FastPaths, ApplyOnShmSayNotOnTcp)
+{
+    ASSERT_TRUE(open_pair(0));
+    target &t = this->t();
+    conn cn;
+    ASSERT_TRUE(make_conn(c, t, &cn));
+    const bool shm = (fabric() == HCA_FABRIC_SHM);
+    /* device memory at the target: what write_direct, direct_ptr and
+     * atomic_direct serve on shm */
+    uint64_t ra = 0;
+    int rb = t.buf(MEM_DM, 4096, &ra);
+    ASSERT_GE(rb, 0);
+    uint32_t rkey = 0;
+    int rmr = t.mr(cn.tpd, rb, 0, 4096, ACCESS_ALL, &rkey);
+    ASSERT_GE(rmr, 0);
+    ASSERT_EQ(0, t.fill(rb, 0, 4096, BYTE(0)));
+    uint8_t *lb = c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *mr = c.reg(cn.pd, lb, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    const uint32_t lkey = hca_mr_lkey(mr);
+
+    const hca_fast_ops_t *f = hca_qp_fast_ops(cn.qp);
+    ASSERT_NE(nullptr, f);
+    EXPECT_EQ(shm ? (unsigned)(HCA_FAST_SEND | HCA_FAST_WRITE | HCA_FAST_PTR |
+                               HCA_FAST_ATOMIC)
+                  : 0u,
+              f->caps);
+
+    /* RDMA WRITE of 256 bytes at offset 0 */
+    fill_pattern(lb, 256, 11);
+    int rc = f->write_direct(cn.qp, lb, 256, ra, rkey);
+    if (shm) {
+        EXPECT_EQ(0, rc);
+    } else {
+        EXPECT_EQ(-EAGAIN, rc) << "tcp: no direct write";
+        hca_sge_t sg     = mk_sge(lb, 256, lkey);
+        hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1,
+                                 HCA_SEND_SIGNALED, 1, ra, rkey);
+        ASSERT_TRUE(post_and_wait(cn.qp, cn.scq, &wr, HCA_WC_RDMA_WRITE));
+    }
+    EXPECT_EQ(-1, t.check(rb, 0, 256, PAT(11)));
+
+    /* a pointer to write 64 bytes at offset 512 through */
+    void *p = f->direct_ptr(cn.qp, ra + 512, rkey, 64,
+                            HCA_ACCESS_REMOTE_WRITE);
+    if (shm) {
+        ASSERT_NE(nullptr, p);
+        fill_pattern(p, 64, 12);
+        f->direct_done(cn.qp);
+        EXPECT_EQ(-1, t.check(rb, 512, 64, PAT(12)));
+    } else {
+        EXPECT_EQ(nullptr, p) << "tcp: no pointer to peer memory";
+    }
+
+    /* fetch-and-add 5 on the 8 bytes at offset 1024 (0 before) */
+    uint64_t *res = reinterpret_cast<uint64_t*>(lb + 2048);
+    *res = ~0ull;
+    rc   = f->atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8, ra + 1024,
+                            rkey, 5, 0, res);
+    if (shm) {
+        EXPECT_EQ(0, rc);
+    } else {
+        EXPECT_EQ(-EAGAIN, rc) << "tcp: no direct atomic";
+        EXPECT_EQ(~0ull, *res) << "a refused atomic stores no result";
+        hca_sge_t sg     = mk_sge(res, 8, lkey);
+        hca_send_wr_t wr = mk_wr(HCA_WR_ATOMIC_FETCH_ADD, &sg, 1,
+                                 HCA_SEND_SIGNALED, 2, ra + 1024, rkey);
+        wr.compare_add   = 5;
+        ASSERT_TRUE(post_and_wait(cn.qp, cn.scq, &wr, HCA_WC_ATOMIC));
+    }
+    EXPECT_EQ(0u, *res) << "the old value";
+    uint64_t now = 0;
+    ASSERT_EQ(0, t.read(rb, 1024, &now, 8));
+    EXPECT_EQ(5u, now);
+
+    /* a SEND with immediate data of 8 + 24 bytes into a posted receive
+     * (the target's buffer at offset 3072) */
+    ASSERT_EQ(0, t.post_recv(cn.tqp, rmr, rb, 3072, 64, 77));
+    uint64_t hdr = 0x1122334455667788ull;
+    fill_pattern(lb + 256, 24, 13);
+    rc = f->send_short(cn.qp, &hdr, 8, lb + 256, 24, HCA_WR_SEND_WITH_IMM,
+                       99);
+    if (shm) {
+        EXPECT_EQ(0, rc);
+    } else {
+        EXPECT_EQ(-EBUSY, rc) << "tcp: no send into the peer's ring";
+        hca_send_slot_t sl;
+        memset(&sl, 0, sizeof(sl));
+        EXPECT_EQ(-EBUSY, f->send_reserve(cn.qp, 32, &sl));
+        memcpy(lb + 512, &hdr, 8);
+        memcpy(lb + 520, lb + 256, 24);
+        hca_sge_t sg     = mk_sge(lb + 512, 32, lkey);
+        hca_send_wr_t wr = mk_wr(HCA_WR_SEND_WITH_IMM, &sg, 1,
+                                 HCA_SEND_SIGNALED, 3);
+        wr.imm_data      = 99;
+        ASSERT_TRUE(post_and_wait(cn.qp, cn.scq, &wr, HCA_WC_SEND));
+    }
+    std::vector<hca_wc_t> wcs;
+    ASSERT_EQ(1, t.poll_recv(cn.tqp, 1, &wcs, TIMEOUT_MS));
+    EXPECT_EQ(HCA_WC_SUCCESS, wcs[0].status);
+    EXPECT_EQ(77u, wcs[0].wr_id);
+    EXPECT_EQ(32u, wcs[0].byte_len);
+    EXPECT_EQ(99u, wcs[0].imm_data);
+    uint64_t got = 0;
+    ASSERT_EQ(0, t.read(rb, 3072, &got, 8));
+    EXPECT_EQ(hdr, got);
+    EXPECT_EQ(-1, t.check(rb, 3080, 24, PAT(13)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, FastPaths,
+        ::testing::Combine(::testing::ValuesIn(seams()),
+                           ::testing::Values(no_param())),
+        [](const ::testing::TestParamInfo<FastPaths::param_type> &i) {
+            return seam_param_name(i.param, "");
+        });
+
 /* ------------------------------------------------------------ atomics */
 
 /* opcode, 32-bit, memory, open flags */
