@@ -1,6 +1,8 @@
 /*
  * test_direct.cc - direct RDMA WRITE and atomics (hca_write_direct,
- * hca_atomic_direct, and hca_direct_ptr) on a peer's device memory:
+ * hca_atomic_direct, and hca_direct_ptr) on a peer's device memory, on
+ * the shm fabric: the tcp fabric maps no peer memory, and says so for
+ * every one of these paths (test_ops.cc, FastPaths on both fabrics):
  *
  *  - data lands exactly (sizes 0..4096, aligned and not, at both ends of an
  *    MR, alternating between MRs so that the QP's cached MPT entry changes),

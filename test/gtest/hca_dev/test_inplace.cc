@@ -1,7 +1,10 @@
 /*
  * test_inplace.cc - direct send (hca_send_reserve / hca_send_commit /
  * hca_send_cancel) and in-place receive (hca_recv_peek / hca_recv_release
- * on a QP created with HCA_QP_CREATE_RECV_INPLACE):
+ * on a QP created with HCA_QP_CREATE_RECV_INPLACE).  On the fabric axis
+ * (InplaceFabric): in-place receive applies on both fabrics, the direct
+ * send on shm only (tcp says -EBUSY); the rest runs on shm, where both
+ * apply:
  *
  *  - every size up to the full slot, SEND and SEND_WITH_IMM, by direct
  *    send and by hca_post_send, read in place; no CQE on either side;
@@ -260,9 +263,10 @@ struct side {
     ::testing::AssertionResult open(unsigned flags, unsigned cflags,
                                     size_t blen, int sig_all = 0,
                                     uint32_t depth = 128,
-                                    int extra_qps = 0)
+                                    int extra_qps = 0,
+                                    hca_fabric_type_t fab = HCA_FABRIC_SHM)
     {
-        ::testing::AssertionResult r = c.open(flags);
+        ::testing::AssertionResult r = c.open(flags, fab);
         if (!r) {
             return r;
         }
@@ -984,6 +988,104 @@ TEST_F(Inplace, SendShortRingFull)
     }
     EXPECT_TRUE(expect_peek_none());
 }
+
+/* In-place receive on the fabric axis: a SEND that fits a ring slot,
+ * posted as a WR by the sender, is peeked in place by the receiver on
+ * either fabric (tcp's thread delivers it into the same receive ring), in
+ * order, with its immediate data; a larger one waits for a posted receive
+ * and completes as a CQE.  The direct send into the peer's ring
+ * (hca_send_reserve) applies on shm only; on tcp it says so (-EBUSY). */
+class InplaceFabric : public ::testing::TestWithParam<hca_fabric_type_t> {
+protected:
+    side s, r;
+};
+
+TEST_P(InplaceFabric, PeekWhatFitsASlot)
+{
+    const hca_fabric_type_t fab = GetParam();
+    ASSERT_TRUE(s.open(0, 0, 1u << 20, 0, 128, 0, fab));
+    ASSERT_TRUE(r.open(0, HCA_QP_CREATE_RECV_INPLACE, 1u << 20, 0, 128, 3,
+                       fab));
+    ASSERT_EQ(0, connect_qp(r.qp, s.c.addr, s.qpn));
+    ASSERT_EQ(0, connect_qp(s.qp, r.c.addr, r.qpn));
+    hca_port_attr_t pa;
+    memset(&pa, 0, sizeof(pa));
+    ASSERT_EQ(0, hca_port_query(r.c.dev, 1, &pa));
+    ASSERT_GE(pa.mtu, 256u);
+
+    if (fab == HCA_FABRIC_SHM) {
+        EXPECT_NE(0u, hca_qp_fast_ops(s.qp)->caps & HCA_FAST_SEND);
+    } else {
+        hca_send_slot_t sl;
+        memset(&sl, 0, sizeof(sl));
+        EXPECT_EQ(0u, hca_qp_fast_ops(s.qp)->caps);
+        EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl))
+                << "tcp: no direct send into the peer's ring";
+    }
+
+    /* three small SENDs (WRs), then one larger than a slot */
+    const uint32_t big = 2 * pa.mtu + 100;
+    ASSERT_EQ(0, r.post_recv(0, big, 500));
+    for (uint64_t k = 0; k < 3; ++k) {
+        fill_pattern(s.buf + 4096 * k, 64, 20 + k);
+        hca_sge_t sg     = mk_sge(s.buf + 4096 * k, 64, hca_mr_lkey(s.mr));
+        hca_send_wr_t wr = mk_wr(HCA_WR_SEND_WITH_IMM, &sg, 1, 0, k);
+        wr.imm_data      = (uint32_t)(1000 + k);
+        ASSERT_EQ(0, post_retry(s.qp, &wr));
+    }
+    fill_pattern(s.buf + 65536, big, 30);
+    hca_sge_t sg     = mk_sge(s.buf + 65536, big, hca_mr_lkey(s.mr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &sg, 1, HCA_SEND_SIGNALED, 9);
+    /* signaled: its CQE (at the end) says every SEND before it is done */
+    ASSERT_EQ(0, post_retry(s.qp, &wr));
+
+    std::vector<uint8_t> want(64);
+    for (uint64_t k = 0; k < 3; ++k) {
+        hca_recv_msg_t rm;
+        memset(&rm, 0, sizeof(rm));
+        int n = 0;
+        const double t0 = now_ms();
+        while (((n = hca_recv_peek(r.qp, &rm)) == 0) &&
+               (now_ms() - t0 < TIMEOUT_MS)) {
+            hca_wc_t wc;
+            ASSERT_GE(hca_cq_poll(r.rcq->cq, 1, &wc), 0);
+        }
+        ASSERT_EQ(1, n) << "message " << k << " in place";
+        EXPECT_EQ(64u, rm.byte_len);
+        EXPECT_EQ((uint32_t)(1000 + k), rm.imm_data);
+        fill_pattern(want.data(), 64, 20 + k);
+        EXPECT_EQ(0, memcmp(want.data(), rm.data, 64)) << "message " << k;
+        hca_recv_release(r.qp, &rm);
+    }
+    /* the larger one: placed in the posted receive, reported as a CQE */
+    hca_wc_t wc;
+    memset(&wc, 0, sizeof(wc));
+    int n = 0;
+    const double t0 = now_ms();
+    while (((n = hca_cq_poll(r.rcq->cq, 1, &wc)) == 0) &&
+           (now_ms() - t0 < TIMEOUT_MS)) {
+        hca_recv_msg_t rm;
+        EXPECT_EQ(0, hca_recv_peek(r.qp, &rm)) << "nothing else in place";
+    }
+    ASSERT_EQ(1, n);
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status);
+    EXPECT_EQ(500u, wc.wr_id);
+    EXPECT_EQ(big, wc.byte_len);
+    std::vector<uint8_t> wbig(big);
+    fill_pattern(wbig.data(), big, 30);
+    EXPECT_EQ(0, memcmp(wbig.data(), r.buf, big));
+    hca_wc_t swc;
+    ASSERT_TRUE(wait_cqe(s.scq, &swc, "sender"));
+    EXPECT_EQ(HCA_WC_SUCCESS, swc.status);
+    EXPECT_EQ(9u, swc.wr_id);
+    EXPECT_EQ(HCA_WC_SEND, swc.opcode);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Inplace, InplaceFabric, ::testing::ValuesIn(test_fabrics()),
+        [](const ::testing::TestParamInfo<hca_fabric_type_t> &i) {
+            return std::string(hca_fabric_type_str(i.param));
+        });
 
 /* hca_qp_fast_ops follows the connection: before RTR and after a reset
  * no path applies (caps 0, every call "does not apply"); connected, the
