@@ -694,6 +694,14 @@ typedef struct hca_counters {
     uint64_t tcp_conns_lost;   /* closed: reset, timeout, bad frame, refusal */
 } hca_counters_t;
 
+/* A QP's requester counts (tx_*, fabric_tx_*, mapped_ops) are kept in the
+ * process and published to the object other processes read every this
+ * many operations of an opcode, and when the QP resets or closes: seen
+ * from another process (hca_host_counters), a live QP's figures are less
+ * than this many operations per opcode behind; the process's own calls
+ * (hca_qp_counters, hca_device_counters) see every operation. */
+#define HCA_COUNTERS_PUBLISH_OPS 256
+
 /* Sums over every QP ever created on the context (closed ones included). */
 int  hca_device_counters(hca_device_t *dev, hca_counters_t *cnt);
 /* Host-wide: every process's live QPs and contexts plus the totals of

@@ -243,6 +243,25 @@ typedef struct hca_wqe {
     hca_sge_t       sge[HCA_MAX_SGE];
 } hca_wqe_t;
 
+/* What a QP's requester counts of one opcode, in the QP's own memory.
+ * 32 bytes, 32-aligned: the per-operation count touches one cache line
+ * (hca_count_tx), and nothing another process maps. */
+typedef struct hca_tally_op {
+    uint64_t ops;
+    uint64_t bytes;
+    uint64_t mapped;   /* of them, done straight in mapped device memory */
+    uint64_t pad;
+} hca_tally_op_t;
+
+/* The tally and what of it the shared counters (qp->cnt) already have:
+ * hca_tally.c publishes the difference, under seq (odd while it writes)
+ * for the process's other threads that read counters. */
+typedef struct hca_tally {
+    _Alignas(64) hca_tally_op_t tx[HCA_WR_OPCODE_LAST];
+    hca_tally_op_t published[HCA_WR_OPCODE_LAST];
+    _Atomic uint32_t seq;
+} hca_tally_t;
+
 struct hca_qp {
     hca_device_t     *dev;
     hca_pd_t         *pd;
@@ -292,6 +311,9 @@ struct hca_qp {
     hca_counters_t   *cnt;        /* in the q object: hca_devinfo reads it */
     /* the fabric's per-QP state (its own struct, private to it) */
     _Alignas(64) unsigned char fabric_priv[HCA_FABRIC_QP_PRIV];
+    /* the requester's counts, in memory only this process writes (after
+     * fabric_priv, so that no hot field moved); hca_counters.h */
+    hca_tally_t       tally;
 };
 
 /* ---------------------------------------------------------------- faults */

@@ -91,10 +91,13 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     if (rc != 0) {
         return rc;
     }
-    qp = calloc(1, sizeof(*qp));
+    /* the struct's alignment (its fabric part and tally start lines of
+     * their own), which calloc does not give */
+    qp = aligned_alloc(_Alignof(hca_qp_t), sizeof(*qp));
     if (qp == NULL) {
         return -ENOMEM;
     }
+    memset(qp, 0, sizeof(*qp));
     depth            = hca_roundup_pow2(attr->max_send_wr);
     qp->dev          = dev;
     qp->pd           = pd;
@@ -235,6 +238,7 @@ int hca_qp_destroy(hca_qp_t *qp)
     }
     hca_qp_free_partials(qp);
 
+    hca_tally_publish(qp);
     pthread_mutex_lock(&dev->lock);
     dev->qps[qp->index] = NULL;
     hca_counters_add(&dev->retired, qp->cnt);
@@ -396,6 +400,7 @@ static void hca_qp_reset(hca_qp_t *qp)
     }
     hca_qp_free_partials(qp);
     qp->fabric->disconnect(qp);
+    hca_tally_publish(qp); /* counted for the fabric it leaves */
     qp->fabric = &hca_fabric_none;
     atomic_store(&qp->pub->dest_qpn, 0);
     hca_qp_set_state(qp, HCA_QPS_RESET);
@@ -544,7 +549,7 @@ uint64_t hca_qp_sq_retired(const hca_qp_t *qp)
 
 int hca_qp_counters(hca_qp_t *qp, hca_counters_t *cnt)
 {
-    *cnt = *qp->cnt;
+    hca_tally_read(qp, cnt);
     return 0;
 }
 

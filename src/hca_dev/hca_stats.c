@@ -33,7 +33,10 @@ int hca_device_counters(hca_device_t *dev, hca_counters_t *cnt)
     hca_counters_add(cnt, dev->svc_cnt);
     for (uint32_t i = 1; i < HCA_MAX_QP; ++i) {
         if (dev->qps[i] != NULL) {
-            hca_counters_add(cnt, dev->qps[i]->cnt);
+            hca_counters_t q;
+
+            hca_tally_read(dev->qps[i], &q);
+            hca_counters_add(cnt, &q);
         }
     }
     pthread_mutex_unlock(&dev->lock);
@@ -184,8 +187,8 @@ int hca_host_counters(const char *devname, hca_counters_t *cnt)
         return 0;
     }
     while ((de = readdir(dir)) != NULL) {
-        unsigned ns, pid, ctx;
-        int pos = 0;
+        unsigned ns, pid, ctx, nonce;
+        int pos = 0, kind = 0;
 
         if ((sscanf(de->d_name, "hca.%u.%u.%u.%n", &ns, &pid, &ctx, &pos) !=
              3) || (pos == 0) || (ns != pidns)) {
@@ -194,7 +197,12 @@ int hca_host_counters(const char *devname, hca_counters_t *cnt)
         snprintf(path, sizeof(path), "/%s", de->d_name);
         if (strcmp(de->d_name + pos, "ctx0") == 0) {
             hca_stats_add_object(path, 1, cnt);
-        } else if (de->d_name[pos] == 'q') {
+            continue;
+        }
+        /* the other objects have the nonce before their kind
+         * (hca_memobj.c): <nonce>.q<id> is a QP's */
+        if ((sscanf(de->d_name + pos, "%8x.%n", &nonce, &kind) == 1) &&
+            (kind != 0) && (de->d_name[pos + kind] == 'q')) {
             hca_stats_add_object(path, 0, cnt);
         }
     }

@@ -267,8 +267,7 @@ void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
         hca_shm_qp(qp)->dcache.open = 1;
         /* the caller moves the data now, then calls hca_direct_done():
          * count it as that RDMA op */
-        hca_count_tx(qp, op, length);
-        qp->cnt->mapped_ops++;
+        hca_count_tx_mapped(qp, op, length);
     }
     return p;
 }
@@ -293,8 +292,7 @@ int hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
         memcpy(dst, buf, length);
     }
     hca_access_end(qp);
-    hca_count_tx(qp, HCA_WR_RDMA_WRITE, length);
-    qp->cnt->mapped_ops++;
+    hca_count_tx_mapped(qp, HCA_WR_RDMA_WRITE, length);
     return 0;
 }
 
@@ -325,8 +323,7 @@ int hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
     if (result != NULL) {
         hca_atomic_store_old(result, (int)size, old);
     }
-    hca_count_tx(qp, opcode, size);
-    qp->cnt->mapped_ops++;
+    hca_count_tx_mapped(qp, opcode, size);
     return 0;
 }
 
@@ -420,7 +417,7 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
             hca_atomic_store_old((void*)(uintptr_t)wr->sg_list[0].addr,
                                  size, old);
         }
-        qp->cnt->mapped_ops++;
+        qp->tally.tx[wr->opcode].mapped++;
         length = (uint64_t)size;
         break;
     }

@@ -17,6 +17,8 @@
  */
 #include "test_common.h"
 
+#include <atomic>
+#include <thread>
 #include <tuple>
 
 using namespace hcat;
@@ -231,6 +233,111 @@ INSTANTIATE_TEST_SUITE_P(
  * tcp fabric reaches no peer memory). */
 class FastPaths : public seam_test<no_param> {
 };
+
+/* The requester counts in the process and publishes every
+ * HCA_COUNTERS_PUBLISH_OPS operations (hca_tally.c): the process's own
+ * readers see every operation, by opcode, by fabric and as mapped (shm's
+ * direct write), while a reader thread polls the device's counters (never
+ * going back, never ahead: a publication racing a read must not count
+ * twice); another process's view (hca_host_counters reads the shared
+ * objects) is less than HCA_COUNTERS_PUBLISH_OPS behind, and exact once
+ * the QP is destroyed. */
+TEST_P(FastPaths, CountsAreExactInProcessAndPublished)
+{
+    ASSERT_TRUE(open_pair(0));
+    target &t = this->t();
+    conn cn;
+    ASSERT_TRUE(make_conn(c, t, &cn));
+    const bool shm = (fabric() == HCA_FABRIC_SHM);
+    const uint64_t n = shm ? 5000 : 1000, len = 8;
+    uint64_t ra = 0;
+    int rb = t.buf(MEM_DM, 4096, &ra);
+    ASSERT_GE(rb, 0);
+    uint32_t rkey = 0;
+    ASSERT_GE(t.mr(cn.tpd, rb, 0, 4096, ACCESS_ALL, &rkey), 0);
+    uint8_t *lb = c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, lb);
+    hca_mr_t *mr = c.reg(cn.pd, lb, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    const hca_fast_ops_t *f = hca_qp_fast_ops(cn.qp);
+    ASSERT_NE(nullptr, f);
+
+    hca_counters_t d0, h0;
+    ASSERT_EQ(0, hca_device_counters(c.dev, &d0));
+    ASSERT_EQ(0, hca_host_counters(dev_name().c_str(), &h0));
+    const uint64_t w0 = d0.tx_ops[HCA_WR_RDMA_WRITE];
+
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> reads{0}, back{0}, ahead{0};
+    std::atomic<uint64_t> done{0};
+    std::thread reader([&] {
+        uint64_t last = w0;
+        while (!stop.load()) {
+            hca_counters_t x;
+            if (hca_device_counters(c.dev, &x) != 0) {
+                break;
+            }
+            const uint64_t w = x.tx_ops[HCA_WR_RDMA_WRITE];
+            back  += (w < last);
+            ahead += (w > w0 + done.load() + 1);
+            last   = w;
+            ++reads;
+        }
+    });
+    for (uint64_t i = 0; i < n; ++i) {
+        if (shm) {
+            ASSERT_EQ(0, f->write_direct(cn.qp, lb, len, ra, rkey))
+                    << "write " << i;
+        } else {
+            hca_sge_t sg     = mk_sge(lb, len, hca_mr_lkey(mr));
+            hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1,
+                                     HCA_SEND_SIGNALED, i, ra, rkey);
+            ASSERT_TRUE(post_and_wait(cn.qp, cn.scq, &wr, HCA_WC_RDMA_WRITE))
+                    << "write " << i;
+        }
+        done.store(i + 1);
+        if ((i % 500) == 499) {
+            /* let the reader in (2 cores, a tight loop of writes) */
+            const uint64_t r = reads.load(), end = now_ms() + TIMEOUT_MS;
+            while ((reads.load() == r) && (now_ms() < end)) {
+                sched_yield();
+            }
+        }
+    }
+    stop = true;
+    reader.join();
+    EXPECT_GT(reads.load(), 0u);
+    EXPECT_EQ(0u, back.load()) << "a device count went back";
+    EXPECT_EQ(0u, ahead.load()) << "a device count ran ahead of the writes";
+
+    hca_counters_t q;
+    ASSERT_EQ(0, hca_qp_counters(cn.qp, &q));
+    EXPECT_EQ(n, q.tx_ops[HCA_WR_RDMA_WRITE]);
+    EXPECT_EQ(n * len, q.tx_bytes[HCA_WR_RDMA_WRITE]);
+    EXPECT_EQ(n, q.fabric_tx_ops[fabric()][HCA_WR_RDMA_WRITE]);
+    EXPECT_EQ(n * len, q.fabric_tx_bytes[fabric()][HCA_WR_RDMA_WRITE]);
+    EXPECT_EQ(shm ? n : 0u, q.mapped_ops) << "shm writes device memory "
+                                             "straight; tcp never maps";
+
+    /* what another process sees of this live QP */
+    hca_counters_t h1;
+    ASSERT_EQ(0, hca_host_counters(dev_name().c_str(), &h1));
+    const uint64_t seen = h1.tx_ops[HCA_WR_RDMA_WRITE] -
+                          h0.tx_ops[HCA_WR_RDMA_WRITE];
+    EXPECT_GE(seen + HCA_COUNTERS_PUBLISH_OPS - 1, n)
+            << "the shared counters lag by " << (n - seen);
+
+    /* destroyed: every operation published and retired */
+    ASSERT_EQ(0, c.destroy_qp(cn.qp));
+    hca_counters_t d1, h2;
+    ASSERT_EQ(0, hca_device_counters(c.dev, &d1));
+    EXPECT_EQ(w0 + n, d1.tx_ops[HCA_WR_RDMA_WRITE]);
+    EXPECT_EQ(d0.fabric_tx_ops[fabric()][HCA_WR_RDMA_WRITE] + n,
+              d1.fabric_tx_ops[fabric()][HCA_WR_RDMA_WRITE]);
+    ASSERT_EQ(0, hca_host_counters(dev_name().c_str(), &h2));
+    EXPECT_GE(h2.tx_ops[HCA_WR_RDMA_WRITE], h0.tx_ops[HCA_WR_RDMA_WRITE] + n)
+            << "a closed QP's counts are all kept";
+}
 
 TEST_P(FastPaths, ApplyOnShmSayNotOnTcp)
 {
