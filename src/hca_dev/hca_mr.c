@@ -82,6 +82,8 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     atomic_store_explicit(&entry->accessors, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->unfenced, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->key, mr->key, memory_order_relaxed);
+    atomic_store_explicit(&entry->serial, ++dev->mpt_serial,
+                          memory_order_relaxed);
     atomic_store_explicit(&entry->state, HCA_MPT_VALID,
                           memory_order_release);
     dev->mrs[index] = mr;
@@ -102,7 +104,9 @@ void hca_mr_revoke(hca_mr_t *mr)
     unsigned spins         = 0;
 
     /* 1. no new access passes the check (seq_cst: pairs with the
-     *    accessors' announce-then-check, hca_shm_fence.c) */
+     *    accessors' announce-then-check, hca_shm_fence.c): neither the
+     *    full one (state) nor a cached one (serial, hca_shm_direct.c) */
+    atomic_store(&entry->serial, 0);
     atomic_store(&entry->state, HCA_MPT_INVALID);
     /* 2. our own threads (responder, tcp fabric thread, a QP to
      *    ourselves) that passed it: they copy into this process's memory,

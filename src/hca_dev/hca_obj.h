@@ -58,6 +58,7 @@ struct hca_device {
     hca_ring_t         svc;
     uint32_t           mpt_next;   /* search hint */
     uint8_t           *mpt_tag;    /* next tag per entry */
+    uint64_t           mpt_serial; /* the last registration's serial */
     struct hca_mr    **mrs;
     struct hca_qp    **qps;        /* by QPN index */
     uint32_t          *qp_gen;

@@ -18,9 +18,10 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     8  /* 7: counters by fabric and opcode; 8: a
+#define HCA_WIRE_VERSION     9  /* 7: counters by fabric and opcode; 8: a
                                     QP's accepted source has its host
-                                    (hca_qp_pub_t.dest_host) */
+                                    (hca_qp_pub_t.dest_host); 9: an MPT
+                                    entry has its registration's serial */
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */
@@ -76,7 +77,12 @@ typedef struct hca_mpt_entry {
     _Atomic uint32_t unfenced;  /* an accessor relies on the owner's
                                    membarrier (its busy store has no fence
                                    of its own): dereg must run it */
-    uint32_t         reserved[2];
+    _Atomic uint64_t serial;    /* the registration's number, unique in the
+                                   context (never reused, unlike the key's
+                                   tag); 0 from its revocation on.  One
+                                   load tells a requester that the entry
+                                   is still the registration it checked
+                                   and marked (hca_shm_direct.c) */
 } hca_mpt_entry_t;              /* one cache line: no entry straddles two */
 
 #define HCA_MPT_ACCESSORS_MANY 0xffffffffu

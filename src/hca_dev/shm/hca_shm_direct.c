@@ -145,28 +145,31 @@ int hca_shm_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
 
 /* ---------------------------------------------------------------- RDMA */
 
-void hca_direct_forget(hca_qp_t *qp)
-{
-    memset(&hca_shm_qp(qp)->dcache, 0, sizeof(hca_shm_qp(qp)->dcache));
-}
-
-/* Looks rkey up in the peer's MPT and caches it: only a valid MR of the
- * target QP's PD inside device memory we can map. */
+/* Looks rkey up in the peer's MPT for the full check that follows (in
+ * hca_direct_target, after the access is announced and marked): only a
+ * valid MR of the target QP's PD inside device memory we can map.  Plain
+ * memory is remembered as such while its registration lives, so that the
+ * next call with that key says "no" at once and the caller's WR path is
+ * the only one that checks it. */
 static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
 {
     hca_peer_t *peer = hca_shm_qp(qp)->peer;
     uint32_t index   = hca_key_index(rkey);
     hca_mpt_entry_t *entry;
-    uint64_t addr, length, dm_off;
+    uint64_t addr, length, dm_off, serial;
     uint32_t access, dm_id, pd;
     hca_map_t *map;
 
-    hca_direct_forget(qp);
+    hca_shm_qp(qp)->dcache.rkey = 0;
     if ((index == 0) || (index >= peer->hdr.max_mr)) {
         return -EINVAL;
     }
-    entry = &peer->mpt[index];
-    if ((atomic_load_explicit(&entry->state, memory_order_acquire) !=
+    entry  = &peer->mpt[index];
+    /* the serial first: the checks below then vouch for it (a
+     * registration after this load has another serial) */
+    serial = atomic_load_explicit(&entry->serial, memory_order_acquire);
+    if ((serial == 0) ||
+        (atomic_load_explicit(&entry->state, memory_order_acquire) !=
          HCA_MPT_VALID) ||
         (atomic_load_explicit(&entry->key, memory_order_acquire) != rkey)) {
         return -EINVAL;
@@ -178,8 +181,15 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     access = entry->access;
     dm_id  = entry->dm_id;
     pd     = entry->pd_handle;
-    if ((dm_id == 0) || (pd != pub->pd_handle)) {
-        return -EINVAL; /* plain memory: CMA or the responder */
+    if (dm_id == 0) {
+        /* plain memory: CMA or the responder (a WR) */
+        hca_shm_qp(qp)->dcache.plain_rkey   = rkey;
+        hca_shm_qp(qp)->dcache.plain_serial = serial;
+        hca_shm_qp(qp)->dcache.plain_entry  = entry;
+        return -EINVAL;
+    }
+    if (pd != pub->pd_handle) {
+        return -EINVAL;
     }
     map = hca_peer_dm(qp->dev, peer, dm_id);
     if ((map == NULL) || (dm_off > map->obj.length) ||
@@ -196,44 +206,84 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     hca_shm_qp(qp)->dcache.length = length;
     hca_shm_qp(qp)->dcache.access = access;
     hca_shm_qp(qp)->dcache.dm_id  = dm_id;
-    hca_shm_qp(qp)->dcache.rkey   = rkey;
+    hca_shm_qp(qp)->dcache.serial = serial;
+    return 0;
+}
+
+/* rkey is plain memory of the peer, as found for this registration: the
+ * direct path does not apply, and nothing else needs checking here. */
+HCA_INLINE int hca_direct_is_plain(hca_qp_t *qp, uint32_t rkey)
+{
+    return HCA_UNLIKELY(rkey == hca_shm_qp(qp)->dcache.plain_rkey) &&
+           (rkey != 0) &&
+           (atomic_load_explicit(&hca_shm_qp(qp)->dcache.plain_entry->serial,
+                                 memory_order_relaxed) ==
+            hca_shm_qp(qp)->dcache.plain_serial);
+}
+
+/* The full check of a freshly filled cache, after the access was
+ * announced: mark the entry (its deregistration then waits for our busy
+ * word), then check it is still the registration we read. */
+static HCA_NOINLINE int hca_direct_check_marked(hca_qp_t *qp, uint32_t rkey)
+{
+    hca_mpt_entry_t *entry = hca_shm_qp(qp)->dcache.entry;
+
+    /* the mark is made once per registration (a new one starts unmarked,
+     * with a new serial, and comes here again) */
+    hca_access_mark(entry, (uint32_t)hca_shm_qp(qp)->peer->mapper_slot,
+                    hca_shm_qp(qp)->dcache.mode == HCA_ACCESS_BUSY);
+    if (HCA_UNLIKELY((atomic_load_explicit(&entry->serial,
+                                           memory_order_seq_cst) !=
+                      hca_shm_qp(qp)->dcache.serial) ||
+                     (atomic_load_explicit(&entry->state,
+                                           memory_order_relaxed) !=
+                      HCA_MPT_VALID) ||
+                     (atomic_load_explicit(&entry->key,
+                                           memory_order_relaxed) != rkey) ||
+                     (entry->addr != hca_shm_qp(qp)->dcache.addr) ||
+                     (entry->length != hca_shm_qp(qp)->dcache.length) ||
+                     (entry->dm_id != hca_shm_qp(qp)->dcache.dm_id))) {
+        hca_shm_qp(qp)->dcache.rkey = 0; /* deregistered (or reused) */
+        return -EINVAL;
+    }
+    hca_shm_qp(qp)->dcache.rkey = rkey;
     return 0;
 }
 
 /* Begins a direct access: our mapping of [raddr, raddr+length) of the MR
  * rkey, or NULL.  Until hca_access_end() a deregistration of that MR
- * waits for us (see hca_shm_fence.c). */
+ * waits for us (see hca_shm_fence.c).
+ *
+ * The cached registration (same key, checked in full and marked by us
+ * before) costs one load after the announce: its serial, which the owner
+ * zeroes before it looks at busy words (hca_mr_revoke), so either our
+ * access is waited for or it sees the zero and fails. */
 HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
                                       uint32_t rkey, uint64_t raddr,
                                       uint64_t length, unsigned access,
                                       unsigned align)
 {
-    hca_mpt_entry_t *entry;
     uint64_t off;
 
-    if (HCA_UNLIKELY((hca_shm_qp(qp)->dcache.rkey != rkey) || (rkey == 0)) &&
-        (hca_direct_fill(qp, pub, rkey) != 0)) {
-        return NULL;
-    }
-    entry = hca_shm_qp(qp)->dcache.entry;
-    /* announce, mark, then check: the owner invalidates, then looks (see
-     * hca_shm_fence.c); the mark is renewed on every access because a
-     * new registration under the same key starts unmarked */
-    hca_access_announce(qp, hca_shm_qp(qp)->dcache.mode);
-    hca_access_mark(entry, (uint32_t)hca_shm_qp(qp)->peer->mapper_slot,
-                    hca_shm_qp(qp)->dcache.mode == HCA_ACCESS_BUSY);
-    if (HCA_UNLIKELY((atomic_load_explicit(&entry->state,
-                                           memory_order_seq_cst) !=
-                      HCA_MPT_VALID) ||
-                     (atomic_load_explicit(&entry->key,
-                                           memory_order_relaxed) != rkey) ||
-                     /* the same key after its tag wrapped: another MR */
-                     (entry->addr != hca_shm_qp(qp)->dcache.addr) ||
-                     (entry->length != hca_shm_qp(qp)->dcache.length) ||
-                     (entry->dm_id != hca_shm_qp(qp)->dcache.dm_id))) {
-        hca_access_end(qp);
-        hca_direct_forget(qp); /* deregistered (or reused) */
-        return NULL;
+    if (HCA_LIKELY((hca_shm_qp(qp)->dcache.rkey == rkey) && (rkey != 0))) {
+        hca_access_announce(qp, hca_shm_qp(qp)->dcache.mode);
+        if (HCA_UNLIKELY(atomic_load_explicit(
+                                 &hca_shm_qp(qp)->dcache.entry->serial,
+                                 memory_order_seq_cst) !=
+                         hca_shm_qp(qp)->dcache.serial)) {
+            hca_access_end(qp);
+            hca_shm_qp(qp)->dcache.rkey = 0; /* revoked: check it again */
+            return NULL;
+        }
+    } else {
+        if (hca_direct_fill(qp, pub, rkey) != 0) {
+            return NULL;
+        }
+        hca_access_announce(qp, hca_shm_qp(qp)->dcache.mode);
+        if (hca_direct_check_marked(qp, rkey) != 0) {
+            hca_access_end(qp);
+            return NULL;
+        }
     }
     off = raddr - hca_shm_qp(qp)->dcache.addr;
     if (HCA_UNLIKELY(((hca_shm_qp(qp)->dcache.access & access) != access) ||
@@ -257,7 +307,7 @@ void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
 
     if (HCA_UNLIKELY((access != HCA_ACCESS_REMOTE_READ) &&
                      (access != HCA_ACCESS_REMOTE_WRITE)) ||
-        HCA_UNLIKELY(!hca_sq_idle(qp)) ||
+        HCA_UNLIKELY(!hca_sq_idle(qp)) || hca_direct_is_plain(qp, rkey) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & access))) {
         return NULL;
@@ -278,7 +328,7 @@ int hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
     hca_qp_pub_t *pub;
     uint8_t *dst;
 
-    if (HCA_UNLIKELY(!hca_sq_idle(qp)) ||
+    if (HCA_UNLIKELY(!hca_sq_idle(qp)) || hca_direct_is_plain(qp, rkey) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_WRITE))) {
         return -EAGAIN;
@@ -308,6 +358,7 @@ int hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
         HCA_UNLIKELY((unsigned)opcode >= HCA_WR_OPCODE_LAST) ||
         HCA_UNLIKELY(!(hca_opcode[opcode].flags & HCA_OPF_ATOMIC)) ||
         HCA_UNLIKELY((size != 4) && (size != 8)) ||
+        hca_direct_is_plain(qp, rkey) ||
         HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_ATOMIC))) {
         return -EAGAIN;

@@ -109,16 +109,24 @@ typedef struct hca_shm_qp {
     hca_peer_t       *peer;
     hca_map_t        *tgt_ring;   /* cached target ring mapping */
     uint32_t          tgt_ring_id;
-    struct {                      /* direct path: the last peer MR used */
+    struct {                      /* direct path: the last peer MR used,
+                                     checked in full and marked under
+                                     registration serial (hca_shm_direct.c) */
         uint32_t          rkey;   /* 0: empty */
         uint32_t          access;
-        uint32_t          dm_id;
-        int               mode;   /* HCA_ACCESS_BUSY or _BUSY_FENCED */
-        int               open;   /* hca_direct_ptr access not ended */
+        uint64_t          serial;
         hca_mpt_entry_t  *entry;
         uint8_t          *base;   /* our mapping of its addr */
         uint64_t          addr;
         uint64_t          length;
+        int               mode;   /* HCA_ACCESS_BUSY or _BUSY_FENCED */
+        int               open;   /* hca_direct_ptr access not ended */
+        uint32_t          dm_id;
+        /* the last key found to be plain memory (no direct path: the
+         * caller posts a WR), while its registration lives */
+        uint32_t          plain_rkey;
+        uint64_t          plain_serial;
+        hca_mpt_entry_t  *plain_entry;
     } dcache;
 } hca_shm_qp_t;
 
@@ -215,8 +223,6 @@ int   hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode,
                             uint64_t swap, void *result);
 int   hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                        size_t length, void **ptr_p);
-/* Empties the direct path's MPT cache (new connection). */
-void  hca_direct_forget(hca_qp_t *qp);
 /* Ends an access hca_shm_direct_ptr left open (disconnect). */
 void  hca_direct_close(hca_qp_t *qp);
 
