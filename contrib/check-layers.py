@@ -25,6 +25,11 @@ both layers:
      (besides UCX's and the system's, which the check does not see).
      Includes are read textually, "x.h" and <x.h> alike, and matched on
      basenames: an include that names no header of the tree is not checked.
+  g. no function of hca_dev.h (the public API) is defined inside a
+     fabric: an entry point of the device belongs to the core, which
+     dispatches to the fabric through its ops (a caller of the API would
+     otherwise reach a fabric past the registry, unseen by rule b, because
+     the module's references are checked against the API only).
 
 Sources and headers are found recursively under src/hca_dev and
 src/uct/hca, and every map pattern is a basename glob, so files may move
@@ -563,6 +568,17 @@ class Checker:
                                        "registry only" % fab)
         return defs, nchecked
 
+    # rule g
+    def check_api_homes(self, defs):
+        for s in self.api:
+            home = defs.get(("lib", s))
+            if home is None or home not in self.fabric_of:
+                continue                        # rule e says if missing
+            self.violation("%s: %s of %s's API is defined inside fabric %s "
+                           "(the core's entry point dispatches to a fabric "
+                           "op)" % (self.where(home), s, self.header,
+                                    self.fabric_of[home]))
+
     # rule e
     def check_exports(self, lib_so, uct_so, defs):
         if lib_so:
@@ -766,6 +782,7 @@ def main(argv):
     nfiles = chk.built_files(units)
     defs, nrefs = chk.check_references(units)
     chk.check_exports(lib_so, uct_so, defs)
+    chk.check_api_homes(defs)
     nheaders, nincludes = chk.check_includes(units)
 
     if chk.nviol:

@@ -336,6 +336,8 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
     HCA_FABRIC_FILL(to, from, fast.direct_done);
     HCA_FABRIC_FILL(to, from, fast.atomic_direct);
     HCA_FABRIC_FILL(to, from, rkey_ptr);
+    /* dm_view_*: not per device (hca_dm_view_open asks the fabrics' own
+     * tables, hca_fabrics[]) */
 }
 
 /* ---------------------------------------------------------------- registry */
@@ -416,4 +418,43 @@ const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
     /* the tcp fabric's receiver marks what it places in our rings */
     return ((hdr->flags & HCA_MSG_VIA_TCP) && dev->fabric_open[HCA_FABRIC_TCP]) ?
            &dev->fabric_ops[HCA_FABRIC_TCP] : &dev->fabric_ops[HCA_FABRIC_SHM];
+}
+
+/* ---------------------------------------------------------------- dm views */
+
+/* UCT's rkey_ptr has a component, not a device: the fabrics are asked in
+ * order, and the first that can map the peer's memory makes the view. */
+int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
+                     hca_dm_view_t **view_p)
+{
+    int rc;
+
+    for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        const hca_fabric_ops_t *f = hca_fabrics[t];
+
+        if ((f == NULL) || (f->dm_view_open == NULL)) {
+            continue;
+        }
+        rc = f->dm_view_open(addr, dm_id, view_p);
+        if (rc != -EHOSTUNREACH) {
+            if (rc == 0) {
+                (*view_p)->fabric = f;
+            }
+            return rc;
+        }
+    }
+    return -EHOSTUNREACH;
+}
+
+int hca_dm_view_ptr(hca_dm_view_t *view, uint32_t rkey, uint64_t remote_addr,
+                    void **ptr_p)
+{
+    return view->fabric->dm_view_ptr(view, rkey, remote_addr, ptr_p);
+}
+
+void hca_dm_view_close(hca_dm_view_t *view)
+{
+    if (view != NULL) {
+        view->fabric->dm_view_close(view);
+    }
 }

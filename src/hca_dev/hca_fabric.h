@@ -101,6 +101,22 @@ typedef struct hca_fabric_ops {
     hca_fast_ops_t fast;
     int   (*rkey_ptr)(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                       size_t length, void **ptr_p);
+
+    /* ---- optional: views of a peer's device memory without a device
+     * context (hca_dev.h hca_dm_view_*, UCT's rkey_ptr), dispatched by
+     * the registry (hca_fabric.c).  view_open says -EHOSTUNREACH for a
+     * peer this fabric cannot map; the view it makes starts with
+     * struct hca_dm_view, which names the fabric for ptr and close. */
+    int   (*dm_view_open)(const hca_port_addr_t *addr, uint32_t dm_id,
+                          hca_dm_view_t **view_p);
+    int   (*dm_view_ptr)(hca_dm_view_t *view, uint32_t rkey,
+                         uint64_t remote_addr, void **ptr_p);
+    void  (*dm_view_close)(hca_dm_view_t *view);
 } hca_fabric_ops_t;
+
+/* The head of every fabric's device memory view. */
+struct hca_dm_view {
+    const hca_fabric_ops_t *fabric;
+};
 
 #endif

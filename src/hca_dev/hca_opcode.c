@@ -1,9 +1,12 @@
 /*
  * hca_opcode.c - what each work request opcode is, and the names of every
- * enum of the public API.
+ * enum of the public API (and the text of its network address).
  */
 #include "hca_util.h"
 #include "hca_base.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
 
 #define HCA_ATOMIC_POST  (HCA_OPF_ATOMIC)
 #define HCA_ATOMIC_FETCH (HCA_OPF_ATOMIC | HCA_OPF_FETCH)
@@ -128,4 +131,19 @@ const char *hca_port_state_str(hca_port_state_t state)
         return "PORT_ACTIVE";
     }
     return "unknown port state";
+}
+
+void hca_net_addr_str(const hca_net_addr_t *addr, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN];
+
+    if (addr->family == HCA_NET_IPV4) {
+        inet_ntop(AF_INET, addr->addr, ip, sizeof(ip));
+        snprintf(buf, len, "%s:%u", ip, addr->port);
+    } else if (addr->family == HCA_NET_IPV6) {
+        inet_ntop(AF_INET6, addr->addr, ip, sizeof(ip));
+        snprintf(buf, len, "[%s]:%u", ip, addr->port);
+    } else {
+        snprintf(buf, len, "-");
+    }
 }

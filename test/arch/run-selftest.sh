@@ -70,6 +70,9 @@ cat >lib/fab_core.c <<'C'
 #include "base.h"
 int fab_private(void) { return low_fn(); }
 const struct { int (*fn)(void); } hca_fabric_x_ops = { fab_private };
+#ifdef BAD_API_HOME
+void hca_api_close(void) { }                /* the API inside a fabric */
+#endif
 C
 cat >lib/reg.c <<'C'
 extern const struct { int (*fn)(void); } hca_fabric_x_ops;
@@ -82,7 +85,9 @@ const void *fabric_get(void);
 int high_fn(void) { return low_fn(); }
 int hca_internal_fn(void) { return fabric_get() != 0; }
 int hca_api_open(int flags) { return flags + high_fn() + hca_internal_fn(); }
+#ifndef BAD_API_HOME
 void hca_api_close(void) { }
+#endif
 #ifdef BAD_FABRIC
 int fab_private(void);
 int high_peek(void) { return fab_private(); }   /* fabric-private */
@@ -122,6 +127,7 @@ variant up -DBAD_UP
 variant fabric -DBAD_FABRIC
 variant entry -DBAD_ENTRY
 variant api -DBAD_API
+variant apihome -DBAD_API_HOME
 "$cc" -shared good/low.o good/fab_core.o good/reg.o good/high.o \
     -o good/libtiny.so || exit 1
 variant exported
@@ -171,6 +177,8 @@ check "fabric entry outside the registry fails" 1 \
     'error: high\.c .* -> hca_fabric_x_ops in fab_core\.c .*: entry of fabric x for its registry only$' entry
 check "non-API reference from uct fails" 1 \
     'error: uct_ep\.c \(uct\) -> hca_internal_fn in high\.c \(layer 2 top\): not in api\.h.s API$' api
+check "API function defined inside a fabric fails" 1 \
+    'error: fab_core\.c \(layer 1 fabric, fabric x\): hca_api_close of api\.h.s API is defined inside fabric x \(the core.s entry point dispatches to a fabric op\)$' apihome
 HCA_SELFTEST_COUNT=2 \
 check "unassigned source fails (and unbuilt)" 1 \
     'error: new_file\.c: no layer in the map' good \

@@ -187,4 +187,7 @@ const hca_fabric_ops_t hca_fabric_shm_ops = {
         .atomic_direct = hca_shm_atomic_direct,
     },
     .rkey_ptr       = hca_shm_rkey_ptr,
+    .dm_view_open   = hca_shm_dm_view_open,
+    .dm_view_ptr    = hca_shm_dm_view_ptr,
+    .dm_view_close  = hca_shm_dm_view_close,
 };

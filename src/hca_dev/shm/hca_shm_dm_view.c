@@ -19,19 +19,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct hca_dm_view {
-    hca_memobj_t              dm;
+typedef struct hca_shm_dm_view {
+    struct hca_dm_view     base;   /* first: the registry's handle */
+    hca_memobj_t           dm;
     hca_memobj_t              ctx;
     const hca_mpt_entry_t *mpt;
     uint32_t               max_mr;
     uint32_t               dm_id;
-};
+} hca_shm_dm_view_t;
 
-int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
-                     hca_dm_view_t **view_p)
+HCA_INLINE hca_shm_dm_view_t *hca_shm_dm_view(hca_dm_view_t *view)
+{
+    return (hca_shm_dm_view_t*)(void*)view;
+}
+
+int hca_shm_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
+                         hca_dm_view_t **view_p)
 {
     hca_host_id_t self;
-    hca_dm_view_t *view;
+    hca_shm_dm_view_t *view;
     hca_ctx_hdr_t hdr;
     char name[HCA_OBJ_NAME_MAX];
     int rc;
@@ -71,7 +77,7 @@ int hca_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
                                             hdr.mpt_offset);
     view->max_mr = hdr.max_mr;
     view->dm_id  = dm_id;
-    *view_p      = view;
+    *view_p      = &view->base; /* the registry names the fabric */
     return 0;
 
 err:
@@ -80,10 +86,11 @@ err:
     return rc;
 }
 
-int hca_dm_view_ptr(hca_dm_view_t *view, uint32_t rkey, uint64_t remote_addr,
-                    void **ptr_p)
+int hca_shm_dm_view_ptr(hca_dm_view_t *handle, uint32_t rkey,
+                        uint64_t remote_addr, void **ptr_p)
 {
-    const unsigned need = HCA_RKEY_PTR_ACCESS;
+    hca_shm_dm_view_t *view = hca_shm_dm_view(handle);
+    const unsigned need     = HCA_RKEY_PTR_ACCESS;
     uint32_t index      = hca_key_index(rkey);
     const hca_mpt_entry_t *entry;
     uint64_t addr, length, dm_off;
@@ -117,11 +124,10 @@ int hca_dm_view_ptr(hca_dm_view_t *view, uint32_t rkey, uint64_t remote_addr,
     return 0;
 }
 
-void hca_dm_view_close(hca_dm_view_t *view)
+void hca_shm_dm_view_close(hca_dm_view_t *handle)
 {
-    if (view == NULL) {
-        return;
-    }
+    hca_shm_dm_view_t *view = hca_shm_dm_view(handle);
+
     hca_memobj_destroy(&view->dm);
     hca_memobj_destroy(&view->ctx);
     free(view);

@@ -223,6 +223,15 @@ int   hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode,
                             uint64_t swap, void *result);
 int   hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                        size_t length, void **ptr_p);
+
+/* ---------------------------------------------------------------- dm view */
+
+/* hca_shm_dm_view.c: a peer's device memory mapped for rkey_ptr */
+int   hca_shm_dm_view_open(const hca_port_addr_t *addr, uint32_t dm_id,
+                           hca_dm_view_t **view_p);
+int   hca_shm_dm_view_ptr(hca_dm_view_t *view, uint32_t rkey,
+                          uint64_t remote_addr, void **ptr_p);
+void  hca_shm_dm_view_close(hca_dm_view_t *view);
 /* Ends an access hca_shm_direct_ptr left open (disconnect). */
 void  hca_direct_close(hca_qp_t *qp);
 

@@ -16,21 +16,6 @@
 #include <stdio.h>
 #include <string.h>
 
-void hca_net_addr_str(const hca_net_addr_t *addr, char *buf, size_t len)
-{
-    char ip[INET6_ADDRSTRLEN];
-
-    if (addr->family == HCA_NET_IPV4) {
-        inet_ntop(AF_INET, addr->addr, ip, sizeof(ip));
-        snprintf(buf, len, "%s:%u", ip, addr->port);
-    } else if (addr->family == HCA_NET_IPV6) {
-        inet_ntop(AF_INET6, addr->addr, ip, sizeof(ip));
-        snprintf(buf, len, "[%s]:%u", ip, addr->port);
-    } else {
-        snprintf(buf, len, "-");
-    }
-}
-
 int hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len)
 {
     if (addr->family == HCA_NET_IPV4) {
