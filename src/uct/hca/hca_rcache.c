@@ -29,6 +29,20 @@
 /* What UCX's IB md uses: after the allocator's own handlers */
 #define UCT_HCA_RCACHE_EVENT_PRIO 1000
 
+/* Whether a region in use takes more users (registrations of its range).
+ * UCP 1.13 registers each request's buffer with the md itself: requests of
+ * one buffer share a region here, and an INVALIDATE completion waits for
+ * the last of them (ucp_request_dt_invalidate gives the request's own
+ * completion and waits for it).  Later UCPs put their own rcache in front
+ * (one registration per UCP region) and give INVALIDATE a completion on
+ * the stack that must have been invoked when uct_md_mem_dereg_v2 returns
+ * (ucp_memh_dereg in 1.18 and 1.22: "ucs_assert(comp.count == 1)"); a
+ * second user of a region - UCP's new region over the same range while
+ * the invalidated one is still held - would defer it into a dead frame.
+ * There, a region in use has one user, so INVALIDATE completes in the
+ * call.  1.14 to 1.17 were not checked: they get the safe side. */
+#define UCT_HCA_RCACHE_SHARE_IN_USE (!UCT_HCA_UCX_AT_LEAST(1, 14))
+
 enum {
     UCT_HCA_RCACHE_FREE,        /* on the free list, no MR */
     UCT_HCA_RCACHE_LIVE,        /* hashed; idle ones on the LRU list */
@@ -361,13 +375,15 @@ ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rc, void *address,
     pthread_spin_lock(&rc->lock);
     for (e = rc->hash[uct_hca_rcache_hash(rc, start)]; e != NULL; e = e->next) {
         /* An idle region serves any range it covers; one in use only the
-         * same range.  Its users share one key, and so the completion of
-         * an INVALIDATE, which comes at the last one's put: a request's
-         * buffer inside an application's ucp_mem_map region (held until
-         * ucp_mem_unmap, which waits for the request) must not join it,
-         * or UCP's purge of a failed endpoint waits for itself. */
-        if ((e->start == start) &&
-            ((e->end == end) || ((e->end > end) && (e->refs == 0)))) {
+         * same range (and only where UCT_HCA_RCACHE_SHARE_IN_USE).  Its
+         * users share one key, and so the completion of an INVALIDATE,
+         * which comes at the last one's put: a request's buffer inside an
+         * application's ucp_mem_map region (held until ucp_mem_unmap,
+         * which waits for the request) must not join it, or UCP's purge of
+         * a failed endpoint waits for itself. */
+        if ((e->start == start) && (e->end >= end) &&
+            ((e->refs == 0) ||
+             (UCT_HCA_RCACHE_SHARE_IN_USE && (e->end == end)))) {
             if (e->refs++ == 0) {
                 ucs_list_del(&e->list);
             }
