@@ -179,7 +179,8 @@ static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
     }
     if (memh->entry != NULL) {
         /* stays registered in the cache; invalidated, it is deregistered
-         * at its last put, which invokes the completion */
+         * at its last holder's put, which then invokes the completion once
+         * for each invalidating deregistration (as UCX's IB md) */
         uct_hca_rcache_put(md->rcache, memh,
                            flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE,
                            (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) ?

@@ -3,12 +3,14 @@
  * semantics and why it is not ucs_rcache).
  *
  * Entries come from one array made at creation: a hit or a put allocates
- * nothing.  A region is LIVE (in the hash: found by its start address) or
- * REVOKED (out of the hash, its key revoked: unmapped or invalidated, but
- * still held by a user or not yet deregistered).  Idle LIVE regions wait
- * in the LRU list; idle REVOKED ones in the dead list, which any later
- * call deregisters (the memory hook may not: hca_mr_dereg takes the
- * device's lock and frees).
+ * nothing (a put with INVALIDATE allocates its completion's record).  A
+ * region is LIVE (in the hash: found by its start address), INVALIDATED
+ * (out of the hash by UCT_MD_MEM_DEREG_FLAG_INVALIDATE, its key still
+ * valid for the users that hold it) or REVOKED (out of the hash, its key
+ * revoked: unmapped, but still held by a user or not yet deregistered).
+ * Idle LIVE regions wait in the LRU list; idle INVALIDATED and REVOKED
+ * ones in the dead list, which any later call deregisters (the memory hook
+ * may not: hca_mr_dereg takes the device's lock and frees).
  *
  * The lock is a spinlock: the memory hook runs in whichever thread unmaps,
  * and nothing under the lock allocates, frees, maps or unmaps (so a hook
@@ -27,11 +29,34 @@
 /* What UCX's IB md uses: after the allocator's own handlers */
 #define UCT_HCA_RCACHE_EVENT_PRIO 1000
 
+/* Whether a region in use takes more users (registrations of its range).
+ * UCP 1.13 registers each request's buffer with the md itself: requests of
+ * one buffer share a region here, and an INVALIDATE completion waits for
+ * the last of them (ucp_request_dt_invalidate gives the request's own
+ * completion and waits for it).  Later UCPs put their own rcache in front
+ * (one registration per UCP region) and give INVALIDATE a completion on
+ * the stack that must have been invoked when uct_md_mem_dereg_v2 returns
+ * (ucp_memh_dereg in 1.18 and 1.22: "ucs_assert(comp.count == 1)"); a
+ * second user of a region - UCP's new region over the same range while
+ * the invalidated one is still held - would defer it into a dead frame.
+ * There, a region in use has one user, so INVALIDATE completes in the
+ * call.  1.14 to 1.17 were not checked: they get the safe side. */
+#define UCT_HCA_RCACHE_SHARE_IN_USE (!UCT_HCA_UCX_AT_LEAST(1, 14))
+
 enum {
-    UCT_HCA_RCACHE_FREE,    /* on the free list, no MR */
-    UCT_HCA_RCACHE_LIVE,    /* hashed; idle ones on the LRU list */
-    UCT_HCA_RCACHE_REVOKED  /* unhashed, key revoked; idle: dead list */
+    UCT_HCA_RCACHE_FREE,        /* on the free list, no MR */
+    UCT_HCA_RCACHE_LIVE,        /* hashed; idle ones on the LRU list */
+    UCT_HCA_RCACHE_INVALIDATED, /* unhashed by INVALIDATE, key still valid
+                                   for its holders; goes at the last put */
+    UCT_HCA_RCACHE_REVOKED      /* unhashed, key revoked; idle: dead list */
 };
+
+/* A completion of a deregistration with UCT_MD_MEM_DEREG_FLAG_INVALIDATE,
+ * invoked once the region is deregistered (as ucs_rcache's comp_list). */
+typedef struct uct_hca_rcache_comp {
+    struct uct_hca_rcache_comp *next;
+    uct_completion_t           *comp;
+} uct_hca_rcache_comp_t;
 
 struct uct_hca_rcache_entry {
     uct_hca_memh_t          memh;   /* UCP's handle: memh.entry == this */
@@ -41,6 +66,7 @@ struct uct_hca_rcache_entry {
     int                     state;
     uct_hca_rcache_entry_t *next;   /* hash chain, or free/reap list */
     ucs_list_link_t         list;   /* LRU or dead list, while idle */
+    uct_hca_rcache_comp_t  *comps;  /* INVALIDATE completions, in order */
 };
 
 struct uct_hca_rcache {
@@ -82,6 +108,14 @@ static inline unsigned uct_hca_rcache_hash(const uct_hca_rcache_t *rc,
            rc->hash_mask;
 }
 
+/* A region whose key still passes the check: in the cache, or invalidated
+ * while other users hold it. */
+static inline int uct_hca_rcache_key_valid(const uct_hca_rcache_entry_t *e)
+{
+    return (e->state == UCT_HCA_RCACHE_LIVE) ||
+           (e->state == UCT_HCA_RCACHE_INVALIDATED);
+}
+
 /* Lock held. */
 static void uct_hca_rcache_unhash(uct_hca_rcache_t *rc,
                                   uct_hca_rcache_entry_t *e)
@@ -95,12 +129,14 @@ static void uct_hca_rcache_unhash(uct_hca_rcache_t *rc,
     e->next = NULL;
 }
 
-/* Lock held: a LIVE region loses its key now and leaves the hash; an idle
- * one moves to the dead list. */
+/* Lock held: a LIVE or INVALIDATED region loses its key now (and a LIVE
+ * one leaves the hash); an idle one moves to the dead list. */
 static void uct_hca_rcache_revoke(uct_hca_rcache_t *rc,
                                   uct_hca_rcache_entry_t *e)
 {
-    uct_hca_rcache_unhash(rc, e);
+    if (e->state == UCT_HCA_RCACHE_LIVE) {
+        uct_hca_rcache_unhash(rc, e);
+    }
     e->state = UCT_HCA_RCACHE_REVOKED;
     hca_mr_revoke(e->memh.mr);
     if (e->refs == 0) {
@@ -164,6 +200,16 @@ static void uct_hca_rcache_reap(uct_hca_rcache_t *rc,
         e->memh.mr = NULL;
         bytes     += e->end - e->start;
         ++n;
+        /* the key is dead: the INVALIDATE completions are due, one
+         * uct_invoke_completion per such deregistration (as ucs_rcache
+         * does in ucs_mem_region_destroy_internal) */
+        while (e->comps != NULL) {
+            uct_hca_rcache_comp_t *c = e->comps;
+
+            e->comps = c->next;
+            uct_invoke_completion(c->comp, UCS_OK);
+            ucs_free(c);
+        }
     }
     pthread_spin_lock(&rc->lock);
     for (e = reap; e != NULL; e = next) {
@@ -206,7 +252,7 @@ static void uct_hca_rcache_unmapped(ucm_event_type_t event_type,
     if ((start < rc->hi) && (end > rc->lo)) {
         for (unsigned i = 0; i < rc->max_regions; ++i) {
             e = &rc->entries[i];
-            if ((e->state == UCT_HCA_RCACHE_LIVE) && (e->start < end) &&
+            if (uct_hca_rcache_key_valid(e) && (e->start < end) &&
                 (e->end > start)) {
                 rc->stats.unmapped++;
                 uct_hca_rcache_revoke(rc, e);
@@ -328,7 +374,16 @@ ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rc, void *address,
 
     pthread_spin_lock(&rc->lock);
     for (e = rc->hash[uct_hca_rcache_hash(rc, start)]; e != NULL; e = e->next) {
-        if ((e->start == start) && (e->end >= end)) {
+        /* An idle region serves any range it covers; one in use only the
+         * same range (and only where UCT_HCA_RCACHE_SHARE_IN_USE).  Its
+         * users share one key, and so the completion of an INVALIDATE,
+         * which comes at the last one's put: a request's buffer inside an
+         * application's ucp_mem_map region (held until ucp_mem_unmap,
+         * which waits for the request) must not join it, or UCP's purge of
+         * a failed endpoint waits for itself. */
+        if ((e->start == start) && (e->end >= end) &&
+            ((e->refs == 0) ||
+             (UCT_HCA_RCACHE_SHARE_IN_USE && (e->end == end)))) {
             if (e->refs++ == 0) {
                 ucs_list_del(&e->list);
             }
@@ -422,23 +477,34 @@ void uct_hca_rcache_put(uct_hca_rcache_t *rc, uct_hca_memh_t *memh,
 {
     uct_hca_rcache_entry_t *e    = memh->entry;
     uct_hca_rcache_entry_t *reap = NULL;
+    uct_hca_rcache_comp_t *c     = NULL;
+    uct_hca_rcache_comp_t **pp;
 
-    if (invalidate) {
-        /* no new hits, and the key fenced now for every holder (our
-         * reference keeps the MR alive meanwhile).  Not deferred to the
-         * last holder as ucs_rcache does: UCP invalidates while purging a
-         * failed endpoint, one request after another, and a completion
-         * that waits for the other requests' registrations never came
-         * (test/reliability peer-death am/tag hung). */
-        pthread_spin_lock(&rc->lock);
-        if (e->state == UCT_HCA_RCACHE_LIVE) {
-            uct_hca_rcache_unhash(rc, e);
-            e->state = UCT_HCA_RCACHE_REVOKED;
+    if (invalidate && (comp != NULL)) {
+        c = ucs_malloc(sizeof(*c), "hca_rcache_comp");
+        if (c == NULL) {
+            /* no room to wait for the other holders: fence the key for
+             * all of them now (our reference keeps the MR), so that the
+             * completion does not lie */
+            hca_mr_invalidate(e->memh.mr);
+            uct_invoke_completion(comp, UCS_OK);
+        } else {
+            c->next = NULL;
+            c->comp = comp;
         }
-        pthread_spin_unlock(&rc->lock);
-        hca_mr_invalidate(e->memh.mr);
     }
     pthread_spin_lock(&rc->lock);
+    if (invalidate && (e->state == UCT_HCA_RCACHE_LIVE)) {
+        /* no new hits; the users that hold it keep its key, as with
+         * ucs_rcache: the region is deregistered at the last put */
+        uct_hca_rcache_unhash(rc, e);
+        e->state = UCT_HCA_RCACHE_INVALIDATED;
+    }
+    if (c != NULL) {
+        for (pp = &e->comps; *pp != NULL; pp = &(*pp)->next) {
+        }
+        *pp = c;
+    }
     if (--e->refs == 0) {
         if (e->state == UCT_HCA_RCACHE_LIVE) {
             ucs_list_add_tail(&rc->lru, &e->list);
@@ -447,13 +513,11 @@ void uct_hca_rcache_put(uct_hca_rcache_t *rc, uct_hca_memh_t *memh,
             ucs_list_add_tail(&rc->dead, &e->list);
         }
     }
-    /* dead regions go now: a hit-only workload must not keep them */
+    /* dead regions go now (with their completions): a hit-only workload
+     * must not keep them */
     uct_hca_rcache_take_dead(rc, &reap);
     pthread_spin_unlock(&rc->lock);
     uct_hca_rcache_reap(rc, reap);
-    if (invalidate && (comp != NULL)) {
-        uct_invoke_completion(comp, UCS_OK);
-    }
 }
 
 void uct_hca_rcache_flush_range(uct_hca_rcache_t *rc, void *address,
@@ -466,7 +530,7 @@ void uct_hca_rcache_flush_range(uct_hca_rcache_t *rc, void *address,
     pthread_spin_lock(&rc->lock);
     for (unsigned i = 0; i < rc->max_regions; ++i) {
         e = &rc->entries[i];
-        if ((e->state == UCT_HCA_RCACHE_LIVE) && (e->start < end) &&
+        if (uct_hca_rcache_key_valid(e) && (e->start < end) &&
             (e->end > start)) {
             uct_hca_rcache_revoke(rc, e);
         }

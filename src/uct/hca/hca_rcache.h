@@ -20,11 +20,24 @@
  *     before the memory leaves the address space; accesses that passed the
  *     check just before may still finish while munmap runs, and the full
  *     fence (hca_mr_dereg) runs at the cache's next call.
- *   - UCT_MD_MEM_DEREG_FLAG_INVALIDATE: the region leaves the cache, its
- *     key is fenced for every holder (hca_mr_invalidate), then the
- *     completion is invoked, in the call.  ucs_rcache defers it to the last
- *     holder's put; here that hung UCP's purge of a failed endpoint, which
- *     invalidates its requests one after another (uct_hca_rcache_put).
+ *   - UCT_MD_MEM_DEREG_FLAG_INVALIDATE, as uct_ib_mem_rcache_dereg with
+ *     ucs_rcache_region_invalidate: the region leaves the cache (no new
+ *     hits); the users that still hold it keep its key; at the last
+ *     holder's deregistration (with or without the flag) the region is
+ *     deregistered - its key fenced - and then each invalidating
+ *     deregistration's completion is invoked once (uct_invoke_completion:
+ *     comp->count drops by one per such call, all at that moment).
+ *   - a region in use is shared only by registrations of the same range
+ *     (an idle one serves any range it covers): its holders wait for each
+ *     other's deregistration.  Built against UCX 1.14 or later not even
+ *     that: UCP's own rcache holds each registration once and wants the
+ *     INVALIDATE completion in the call (UCT_HCA_RCACHE_SHARE_IN_USE).  UCP 1.13's purge of a failed endpoint
+ *     invalidates a rendezvous request's registration and completes the
+ *     request when the completion comes; when that registration was a hit
+ *     on the application's ucp_mem_map region around the buffer (held by
+ *     UCP until ucp_mem_unmap, which the application calls after its
+ *     requests completed), the request waited for itself
+ *     (test/reliability peer-death am/tag heap hung).
  */
 #ifndef UCT_HCA_RCACHE_H
 #define UCT_HCA_RCACHE_H
@@ -63,7 +76,9 @@ ucs_status_t uct_hca_rcache_create(hca_pd_t *pd, unsigned access,
 void uct_hca_rcache_destroy(uct_hca_rcache_t *rcache);
 
 /* A registration covering [address, address + length) (length > 0): a
- * cached one, or a new one that is cached.  *memh_p lives in the cache.
+ * cached one (an idle region that starts there and covers it, or with
+ * UCX 1.13 one in use of exactly that range), or a new one that is cached.  *memh_p lives
+ * in the cache.
  * UCS_ERR_NO_RESOURCE: every entry is in use (register uncached);
  * UCS_ERR_IO_ERROR / UCS_ERR_NO_MEMORY: the device refused (*rc_p). */
 ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rcache, void *address,
@@ -71,8 +86,9 @@ ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rcache, void *address,
                                 int *rc_p);
 
 /* Gives back a registration from uct_hca_rcache_get.  invalidate
- * (UCT_MD_MEM_DEREG_FLAG_INVALIDATE): the region leaves the cache and its
- * key is fenced for every holder; then comp (if not NULL) is invoked. */
+ * (UCT_MD_MEM_DEREG_FLAG_INVALIDATE): the region leaves the cache (no new
+ * hits); it is deregistered - its key fenced - at its last put, and comp
+ * (if not NULL) is invoked then, once, maybe in this call. */
 void uct_hca_rcache_put(uct_hca_rcache_t *rcache, struct uct_hca_memh *memh,
                         int invalidate, uct_completion_t *comp);
 

@@ -3,9 +3,10 @@
  * the semantics of UCX's IB md and its rcache:
  *   - registering the same buffer again is a hit: the same key;
  *   - uct_md_mem_dereg keeps a cached region registered (its rkey works);
- *   - a real deregistration ends it: UCT_MD_MEM_DEREG_FLAG_INVALIDATE (for
- *     every holder at once), an munmap or free() that unmaps the memory,
- *     eviction over the limits,
+ *   - a real deregistration ends it: UCT_MD_MEM_DEREG_FLAG_INVALIDATE (at
+ *     the last holder's deregistration, which invokes the completion once
+ *     per invalidating call, as UCX's IB md with ucs_rcache), an munmap or
+ *     free() that unmaps the memory, eviction over the limits,
  *     uct_mem_free of device memory holding a cached sub-registration;
  *     after it no remote access passes with the old key and nothing lands;
  *   - memory reused at new (or the same) addresses moves correct data;
@@ -18,6 +19,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 #include <algorithm>
+#include <set>
 #include <sys/mman.h>
 
 using namespace hcat;
@@ -25,6 +27,13 @@ using namespace hcat;
 namespace {
 
 const size_t PG = 4096;
+
+/* As the md's UCT_HCA_RCACHE_SHARE_IN_USE (hca_rcache.c): built against
+ * UCX 1.13 a region in use takes more registrations of its range, and its
+ * INVALIDATE completions wait for the last of them (UCX's IB md with
+ * ucs_rcache); against later UCX, whose UCP wants them in the call, a
+ * region in use has one user. */
+const bool SHARES_IN_USE = (UCT_VERNO_MAJOR == 1) && (UCT_VERNO_MINOR < 14);
 
 class UctRcache : public uct_test_base, public with_fabric<int> {
 protected:
@@ -125,8 +134,11 @@ protected:
 
     void dereg(uct_mem_h memh) { EXPECT_EQ(UCS_OK, uct_md_mem_dereg(tgt.md, memh)); }
 
-    /* uct_md_mem_dereg_v2 with UCT_MD_MEM_DEREG_FLAG_INVALIDATE */
-    ucs_status_t dereg_invalidate(uct_mem_h memh, test_comp &comp)
+    /* uct_md_mem_dereg_v2 with flags (0 or
+     * UCT_MD_MEM_DEREG_FLAG_INVALIDATE) and a completion, every field set
+     * as UCX's test_md sets them */
+    ucs_status_t dereg_v2(uct_mem_h memh, unsigned flags,
+                          uct_completion_t *comp)
     {
         hcat_md_mem_dereg_params_t p;
 
@@ -134,9 +146,94 @@ protected:
                        HCAT_MD_MEM_DEREG_FIELD_FLAGS |
                        HCAT_MD_MEM_DEREG_FIELD_COMPLETION;
         p.memh       = memh;
-        p.flags      = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
-        p.comp       = &comp.uct;
+        p.flags      = flags;
+        p.comp       = comp;
         return uct_md_mem_dereg_v2(tgt.md, &p);
+    }
+
+    ucs_status_t dereg_invalidate(uct_mem_h memh, test_comp &comp)
+    {
+        return dereg_v2(memh, HCAT_MD_MEM_DEREG_FLAG_INVALIDATE, &comp.uct);
+    }
+
+    /* UCX's test_md.invalidate on this md: one buffer registered n times
+     * (the same memh each time, from the cache), then deregistered in
+     * reverse order, every other call with INVALIDATE and one completion
+     * whose count is the number of those calls: uct_invoke_completion
+     * once per invalidating call, all when the region is deregistered at
+     * the last call, so the callback runs once, at the end.  last_inv:
+     * the last call invalidates (UCX's order) or is a plain one (then
+     * only the last holder, not the last invalidation, may complete).
+     * Without SHARES_IN_USE each registration is a region of its own and
+     * each invalidating call completes in the call: the callback runs at
+     * the last of them.  dead_keys: the keys of invalidated regions, which
+     * no later registration may get back. */
+    void invalidate_mixed(unsigned n, bool last_inv,
+                          std::set<std::string> &dead_keys)
+    {
+        std::vector<char> buf(1 << 20);
+        std::vector<uct_mem_h> memhs;
+        std::vector<std::string> keys;
+        test_comp comp;
+        unsigned invs = 0, last_call = 0;
+
+        for (unsigned i = 0; i < n; ++i) {
+            /* the last call has the parity of n - 1 */
+            if (((i & 1) == ((n - 1) & 1)) == last_inv) {
+                ++invs;
+                last_call = i;
+            }
+        }
+        if (SHARES_IN_USE) {
+            last_call = n - 1; /* the last holder's */
+        }
+        comp.reset(invs);
+        for (unsigned i = 0; i < n; ++i) {
+            memhs.push_back(reg(buf.data(), buf.size()));
+            keys.push_back(pack(memhs.back()));
+            if (SHARES_IN_USE) {
+                ASSERT_EQ(memhs[0], memhs.back())
+                    << "n=" << n << ": registration " << i << " was no hit";
+            }
+            EXPECT_EQ(0u, dead_keys.count(keys.back()))
+                << "n=" << n << ": the key of an invalidated region came "
+                << "back";
+        }
+        for (unsigned i = 0; i < n; ++i) {
+            bool inv = ((i & 1) == ((n - 1) & 1)) == last_inv;
+
+            ASSERT_EQ(0, comp.calls)
+                << "n=" << n << " last_inv=" << last_inv
+                << ": completed before deregistration " << i << " of " << n
+                << " (" << invs << " invalidating; count now "
+                << comp.uct.count << ")";
+            ASSERT_EQ(UCS_OK,
+                      dereg_v2(memhs.back(),
+                               inv ? HCAT_MD_MEM_DEREG_FLAG_INVALIDATE : 0,
+                               &comp.uct));
+            if (inv) {
+                dead_keys.insert(keys.back());
+            }
+            memhs.pop_back();
+            keys.pop_back();
+            if ((invs > 0) && (i == last_call)) {
+                break; /* the completion is due: checked below */
+            }
+        }
+        EXPECT_EQ((invs > 0) ? 1 : 0, comp.calls)
+            << "n=" << n << " last_inv=" << last_inv << " (" << invs
+            << " invalidating; count now " << comp.uct.count << ")";
+        if (invs > 0) {
+            EXPECT_EQ(0, comp.uct.count);
+            EXPECT_EQ(UCS_OK, comp.status);
+        }
+        /* the plain calls after the last invalidating one (regions of
+         * their own) */
+        while (!memhs.empty()) {
+            dereg(memhs.back());
+            memhs.pop_back();
+        }
+        EXPECT_EQ((invs > 0) ? 1 : 0, comp.calls);
     }
 
     /* malloc maps a 4 MiB buffer and free unmaps it (threshold 256 KiB):
@@ -191,11 +288,27 @@ TEST_P(UctRcache, SameBufferIsAHit)
     dereg(m1);
     uct_mem_h m2 = reg(buf.data(), PG);
     EXPECT_EQ(k1, pack(m2)) << "the second registration made a new key";
-    /* a shorter range at the same start is covered by the cached region */
+    uct_mem_h m2b = reg(buf.data(), PG);
+    std::string k2b = pack(m2b);
+    if (SHARES_IN_USE) {
+        EXPECT_EQ(m2, m2b) << "the same range, held, is shared";
+    } else {
+        EXPECT_NE(m2, m2b) << "a region in use took a second user";
+    }
+    /* a shorter range at the same start: not while the region is held
+     * (its users would wait for each other's INVALIDATE), ... */
     uct_mem_h m3 = reg(buf.data(), 64);
-    EXPECT_EQ(k1, pack(m3));
+    EXPECT_NE(k1, pack(m3));
     dereg(m3);
+    dereg(m2b);
     dereg(m2);
+    /* ... but once it is idle, the cached region covers it (a range the
+     * 64-byte region just made does not cover; without SHARES_IN_USE m2b's
+     * region is another idle one that does) */
+    m3 = reg(buf.data(), 128);
+    std::string k3 = pack(m3);
+    EXPECT_TRUE((k3 == k1) || (!SHARES_IN_USE && (k3 == k2b)));
+    dereg(m3);
     /* a longer one is not: a new region */
     uct_mem_h m4 = reg(buf.data(), 2 * PG);
     EXPECT_NE(k1, pack(m4));
@@ -245,10 +358,12 @@ TEST_P(UctRcache, CachedKeyWorksAfterDeregUntilInvalidated)
     dereg(m);
 }
 
-/* INVALIDATE while another user holds the same registration: the key is
- * fenced for both at once and the completion comes in the call (not
- * deferred to the last holder as ucs_rcache does: see hca_rcache.h); the
- * other holder's deregistration afterwards frees it. */
+/* As ucs_rcache's region invalidation for UCX's IB md: the invalidated
+ * region takes no new hits, but a user still holding the same registration
+ * keeps its key; the region is deregistered, and the completion invoked,
+ * at that user's deregistration.  Without SHARES_IN_USE the two users hold
+ * regions of their own: the invalidated one ends, and completes, in the
+ * call, and the other's key works on. */
 TEST_P(UctRcache, InvalidateWhileAnotherHolderKeepsIt)
 {
     std::vector<char> buf(PG);
@@ -256,19 +371,83 @@ TEST_P(UctRcache, InvalidateWhileAnotherHolderKeepsIt)
     uct_mem_h a = reg(buf.data(), PG);
     uct_mem_h b = reg(buf.data(), PG); /* the same region, twice held */
     std::string k = pack(a);
-    EXPECT_EQ(k, pack(b));
+    std::string kb = pack(b);
+    EXPECT_EQ(SHARES_IN_USE, k == kb);
     test_comp comp;
     ASSERT_EQ(UCS_OK, dereg_invalidate(a, comp));
+    if (SHARES_IN_USE) {
+        EXPECT_EQ(0, comp.calls) << "completed while b still holds the region";
+    } else {
+        EXPECT_EQ(1, comp.calls);
+        EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 8));
+        EXPECT_EQ(-1, pat_check(buf.data(), PG, 7)) << "a byte landed";
+    }
+    /* b's key still works ... */
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)buf.data(), kb, PG));
+    EXPECT_EQ(-1, pat_check(local.data(), PG, 7));
+    /* ... but the region takes no new hits */
+    uct_mem_h c = reg(buf.data(), PG);
+    std::string k2 = pack(c);
+    EXPECT_NE(k, k2) << "a hit on the invalidated region";
+    /* b's deregistration (a plain one) is the last: the region goes, the
+     * completion comes, and the old key fails without writing */
+    dereg(b);
     EXPECT_EQ(1, comp.calls);
     EXPECT_EQ(UCS_OK, comp.status);
     EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), k, 64, 8));
     EXPECT_EQ(-1, pat_check(buf.data(), PG, 7)) << "a byte landed";
-    uct_mem_h c = reg(buf.data(), PG);
-    std::string k2 = pack(c);
-    EXPECT_NE(k, k2) << "a hit on the invalidated region";
-    dereg(b);
     ASSERT_EQ(UCS_OK, remote_get((uintptr_t)buf.data(), k2, 64)) << "c's key";
     dereg(c);
+}
+
+/* UCX's test_md.invalidate (test/gtest/uct/test_md.cc): n registrations of
+ * one buffer, n/2 plain and n/2 invalidating deregistrations mixed; the
+ * completion counted once per invalidating call and called once, at the
+ * last deregistration - in UCX's order (the last call invalidates) and
+ * with a plain call last. */
+TEST_P(UctRcache, InvalidateMixedCompletesOnceAtTheLastHolder)
+{
+    std::set<std::string> dead_keys;
+
+    for (unsigned n = 1; n < 64; ++n) {
+        ASSERT_NO_FATAL_FAILURE(invalidate_mixed(n, true, dead_keys));
+        if (n > 1) { /* n = 1 with a plain call: nothing invalidates */
+            ASSERT_NO_FATAL_FAILURE(invalidate_mixed(n, false, dead_keys));
+        }
+    }
+}
+
+/* A registration inside a region another user holds (UCP registering a
+ * request's buffer inside the application's ucp_mem_map region) is a
+ * region of its own: its INVALIDATE completes at its own deregistration,
+ * not when the application unmaps (UCP's purge of a failed endpoint waits
+ * for that completion before it completes the request, and the
+ * application unmaps after its requests completed). */
+TEST_P(UctRcache, InvalidateInsideAHeldRegionDoesNotWaitForIt)
+{
+    std::vector<char> buf(16 * PG);
+    pat_fill(buf.data(), buf.size(), 21);
+    uct_mem_h map = reg(buf.data(), buf.size()); /* ucp_mem_map */
+    std::string kmap = pack(map);
+    uct_mem_h req = reg(buf.data(), 2 * PG);     /* a request's buffer */
+    EXPECT_NE(map, req) << "joined the region another user holds";
+    std::string kreq = pack(req);
+    EXPECT_NE(kmap, kreq);
+    test_comp comp;
+    ASSERT_EQ(UCS_OK, dereg_invalidate(req, comp));
+    EXPECT_EQ(1, comp.calls) << "waited for the other user's region";
+    EXPECT_EQ(UCS_OK, comp.status);
+    EXPECT_NE(UCS_OK, remote_put((uintptr_t)buf.data(), kreq, 64, 22))
+        << "the invalidated key still worked";
+    EXPECT_EQ(-1, pat_check(buf.data(), buf.size(), 21)) << "a byte landed";
+    /* the application's key is untouched */
+    ASSERT_EQ(UCS_OK, remote_get((uintptr_t)buf.data(), kmap, 64));
+    EXPECT_EQ(-1, pat_check(local.data(), 64, 21));
+    dereg(map);
+    /* idle, the big region serves a shorter range again */
+    uct_mem_h again = reg(buf.data(), 2 * PG);
+    EXPECT_EQ(map, again);
+    dereg(again);
 }
 
 /* A region unmapped while a user holds its registration: the key ends at
