@@ -31,8 +31,8 @@
  *     (an idle one serves any range it covers): its holders wait for each
  *     other's deregistration.  Built against UCX 1.14 or later not even
  *     that: UCP's own rcache holds each registration once and wants the
- *     INVALIDATE completion in the call (UCT_HCA_RCACHE_SHARE_IN_USE).  UCP 1.13's purge of a failed endpoint
- *     invalidates a rendezvous request's registration and completes the
+ *     INVALIDATE completion in the call (UCT_HCA_RCACHE_SHARE_IN_USE).
+ *     UCP 1.13's purge of a failed endpoint invalidates a rendezvous request's registration and completes the
  *     request when the completion comes; when that registration was a hit
  *     on the application's ucp_mem_map region around the buffer (held by
  *     UCP until ucp_mem_unmap, which the application calls after its
@@ -77,8 +77,8 @@ void uct_hca_rcache_destroy(uct_hca_rcache_t *rcache);
 
 /* A registration covering [address, address + length) (length > 0): a
  * cached one (an idle region that starts there and covers it, or with
- * UCX 1.13 one in use of exactly that range), or a new one that is cached.  *memh_p lives
- * in the cache.
+ * UCX 1.13 one in use of exactly that range), or a new one that is cached.
+ * *memh_p lives in the cache.
  * UCS_ERR_NO_RESOURCE: every entry is in use (register uncached);
  * UCS_ERR_IO_ERROR / UCS_ERR_NO_MEMORY: the device refused (*rc_p). */
 ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rcache, void *address,
