@@ -513,26 +513,37 @@ uint64_t hca_qp_sq_retired(const hca_qp_t *qp);
 
 /* ------------------------------------------- direct send, in-place receive */
 
-/* A transport's small-message fast path, one copy end to end: the sender
- * writes the payload straight into a slot of the target's receive ring,
- * and the receiver reads it there (like a NIC's inline WQE and a
- * receive ring in host memory).
+/* A transport's fast paths, one way each: the QP's fast ops
+ * (hca_qp_fast_ops()), which a transport caches per endpoint - a call
+ * through a pointer is the whole path, no dispatch in between.  Each
+ * answers "does not apply" (-EBUSY, -EAGAIN, NULL) where the QP's fabric
+ * has no such path; caps says which may apply, so a caller can skip the
+ * call.  Valid from RTR until the QP is reset or destroyed; before RTR
+ * every path is "does not apply".  Every path runs only on an idle send
+ * queue (nothing queued or waiting for a response) of a QP in RTS without
+ * sq_sig_all, so it never overtakes a WR: every earlier WR has completed,
+ * and a fence is satisfied too.  What completes in the call has no CQE (as
+ * an unsignalled hca_post_send would have none).
  *
- * Direct send: hca_send_reserve() claims a slot of the target QP's ring;
- * the caller writes up to max_length bytes at data, then
- * hca_send_commit() publishes it as a SEND / SEND_WITH_IMM, which is then
- * complete (no CQE; as an unsignalled hca_post_send would be).  Only on an
- * idle send queue (nothing queued or waiting for a response) of a QP in
- * RTS without sq_sig_all, so it never overtakes a WR: every earlier WR has
- * completed, so a fence is satisfied too.  Returns 0, or
- *   -EAGAIN      the target's ring is full (retry later, as for
- *                hca_post_send; nothing was sent);
- *   -ECONNRESET  it stayed full and its owner is gone (the QP is in ERR);
+ * Direct send, one copy end to end: the sender writes the payload straight
+ * into a slot of the target's receive ring, and the receiver reads it
+ * there (like a NIC's inline WQE and a receive ring in host memory).
+ * send_reserve claims a slot of the target QP's ring; the caller writes
+ * up to max_length bytes at data, then send_commit publishes it as a SEND
+ * / SEND_WITH_IMM, which is then complete.  Returns 0, or
+ *   -EAGAIN      the target's ring is full: nothing was sent; apply
+ *                hca_qp_send_blocked() (below), then retry later as for
+ *                hca_post_send;
  *   -EBUSY       the direct path does not apply (queue not idle, QP not
  *                in RTS, target refuses): post a WR instead, which
  *                queues, waits or reports the error.
  * Between reserve and commit the ring is held: commit (or cancel) at
- * once, and post nothing on the QP in between. */
+ * once, and post nothing on the QP in between.
+ *
+ * Direct RDMA WRITE and atomics, and the direct pointer: executed in the
+ * call when the target MR is device memory of a peer on this host (which
+ * this process maps); -EAGAIN or NULL: post a WR instead (which also
+ * reports a bad key or range). */
 typedef struct hca_send_slot {
     void     *data;        /* write the payload here */
     uint32_t  max_length;  /* bytes available at data */
@@ -543,55 +554,6 @@ typedef struct hca_send_slot {
     void     *ring;        /* opaque */
 } hca_send_slot_t;
 
-/* length_hint: the payload size if known (a small one shares the
- * header's cache line), else the largest expected (data is then cache-line
- * aligned for fast copies); max_length says what really fits. */
-int  hca_send_reserve(hca_qp_t *qp, uint32_t length_hint,
-                      hca_send_slot_t *slot);
-/* opcode HCA_WR_SEND or HCA_WR_SEND_WITH_IMM; -EINVAL (and the slot is
- * cancelled) if length > max_length or the opcode is not a SEND. */
-int  hca_send_commit(hca_qp_t *qp, hca_send_slot_t *slot, uint32_t length,
-                     hca_wr_opcode_t opcode, uint32_t imm_data);
-/* Gives the slot back: the target skips it. */
-void hca_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot);
-/* reserve, copy hdr then data, commit - in one call (a header and a
- * payload that fit one slot together).  Returns as hca_send_reserve, and
- * -EBUSY also when they do not fit (post a WR instead). */
-int  hca_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
-                    const void *data, uint32_t length, hca_wr_opcode_t opcode,
-                    uint32_t imm_data);
-
-/* Direct RDMA WRITE and atomics: executed inside the call when the target
- * MR is device memory of a peer on this host (which this process maps)
- * and the send queue is idle, as for hca_send_reserve(); 0 when done
- * (complete, no CQE; the old value is stored at result, size bytes, unless
- * result is NULL: pass NULL for the post forms), else
- * -EAGAIN: post a WR instead (which also reports a bad key or range). */
-int  hca_write_direct(hca_qp_t *qp, const void *buf, size_t length,
-                      uint64_t remote_addr, uint32_t rkey);
-/* The same check without the copy, for a caller that moves the data
- * itself (scatter/gather, an unpack callback): our mapping of
- * [remote_addr, remote_addr + length) for access HCA_ACCESS_REMOTE_READ or
- * _WRITE, counted as that RDMA op.  Move the data at once, then call
- * hca_direct_done() (a deregistration of the MR waits until then); post
- * nothing on the QP in between.  NULL: post a WR instead. */
-void *hca_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
-                     size_t length, unsigned access);
-/* (Deregistering that MR from the same thread before this would wait
- * forever; destroying the QP ends the access.) */
-void  hca_direct_done(hca_qp_t *qp);
-/* opcode: any HCA_WR_ATOMIC_*; size 4 or 8 (remote_addr aligned to it). */
-int  hca_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
-                       uint64_t remote_addr, uint32_t rkey,
-                       uint64_t compare_add, uint64_t swap, void *result);
-
-/* The fast paths of a connected QP's fabric, for a transport that caches
- * them per endpoint: each pointer does what the function of the same name
- * above does (a call through it is the whole fast path: no dispatch in
- * between), and answers "does not apply" (-EBUSY, -EAGAIN, NULL) where
- * the fabric has no such path; caps says which may apply, so a caller
- * can skip the call.  Valid from RTR until the QP is reset or destroyed;
- * before RTR every path is "does not apply". */
 enum {
     HCA_FAST_SEND   = 1u << 0, /* send_reserve/commit/cancel, send_short */
     HCA_FAST_WRITE  = 1u << 1, /* write_direct */
@@ -601,20 +563,42 @@ enum {
 
 typedef struct hca_fast_ops {
     unsigned caps;             /* HCA_FAST_* */
+    /* length_hint: the payload size if known (a small one shares the
+     * header's cache line), else the largest expected (data is then
+     * cache-line aligned for fast copies); max_length says what really
+     * fits. */
     int   (*send_reserve)(hca_qp_t *qp, uint32_t length_hint,
                           hca_send_slot_t *slot);
+    /* opcode HCA_WR_SEND or HCA_WR_SEND_WITH_IMM; -EINVAL (and the slot
+     * is cancelled) if length > max_length or the opcode is not a SEND. */
     int   (*send_commit)(hca_qp_t *qp, hca_send_slot_t *slot,
                          uint32_t length, hca_wr_opcode_t opcode,
                          uint32_t imm_data);
+    /* Gives the slot back: the target skips it. */
     void  (*send_cancel)(hca_qp_t *qp, hca_send_slot_t *slot);
+    /* reserve, copy hdr then data, commit - in one call (a header and a
+     * payload that fit one slot together).  Returns as send_reserve, and
+     * -EBUSY also when they do not fit (post a WR instead). */
     int   (*send_short)(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
                         const void *data, uint32_t length,
                         hca_wr_opcode_t opcode, uint32_t imm_data);
+    /* RDMA WRITE of [buf, buf + length) to remote_addr: 0 when done. */
     int   (*write_direct)(hca_qp_t *qp, const void *buf, size_t length,
                           uint64_t remote_addr, uint32_t rkey);
+    /* The same check without the copy, for a caller that moves the data
+     * itself (scatter/gather, an unpack callback): our mapping of
+     * [remote_addr, remote_addr + length) for access
+     * HCA_ACCESS_REMOTE_READ or _WRITE, counted as that RDMA op.  Move the
+     * data at once, then call direct_done (a deregistration of the MR
+     * waits until then; deregistering it from the same thread before
+     * would wait forever, destroying the QP ends the access); post nothing
+     * on the QP in between.  NULL: post a WR instead. */
     void *(*direct_ptr)(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                         size_t length, unsigned access);
     void  (*direct_done)(hca_qp_t *qp);
+    /* opcode: any HCA_WR_ATOMIC_*; size 4 or 8 (remote_addr aligned to
+     * it).  0 when done: the old value is stored at result, size bytes,
+     * unless result is NULL (pass NULL for the post forms). */
     int   (*atomic_direct)(hca_qp_t *qp, hca_wr_opcode_t opcode,
                            unsigned size, uint64_t remote_addr,
                            uint32_t rkey, uint64_t compare_add,
@@ -622,9 +606,9 @@ typedef struct hca_fast_ops {
 } hca_fast_ops_t;
 
 const hca_fast_ops_t *hca_qp_fast_ops(const hca_qp_t *qp);
-/* After a fast send_reserve answered -EAGAIN (the target's ring is full):
- * the rule hca_send_reserve applies itself - -EAGAIN, or -ECONNRESET once
- * the ring stayed full and its owner is gone (the QP is then in ERR). */
+/* After send_reserve or send_short answered -EAGAIN (the target's ring is
+ * full): -EAGAIN, or -ECONNRESET once the ring stayed full and its owner
+ * is gone (the QP is then in ERR). */
 int hca_qp_send_blocked(hca_qp_t *qp);
 
 /* In-place receive, for a QP created with HCA_QP_CREATE_RECV_INPLACE:

@@ -56,7 +56,7 @@ static int hca_shm_connect(hca_qp_t *qp)
 
 static void hca_shm_disconnect(hca_qp_t *qp)
 {
-    /* an access begun with hca_direct_ptr and never ended must not hold
+    /* an access begun with direct_ptr and never ended must not hold
      * a deregistration forever */
     hca_direct_close(qp);
     memset(hca_shm_qp(qp), 0, sizeof(hca_shm_qp_t));

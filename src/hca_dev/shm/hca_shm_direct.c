@@ -4,7 +4,7 @@
  * with no work request, no WQE and no CQE.
  *
  *   - direct send: the caller writes the payload straight into a claimed
- *     slot of the target's receive ring (hca_send_reserve/commit);
+ *     slot of the target's receive ring (fast ops send_reserve/commit);
  *   - direct RDMA WRITE and atomics on a peer's device memory, which this
  *     process maps: a memcpy or one CPU atomic.  The QP caches the last
  *     MPT entry it used, so the key check is two loads of a line that
@@ -47,6 +47,8 @@ HCA_INLINE int hca_shm_reserve(hca_qp_t *qp, uint32_t length_hint,
         qp->cnt->ring_full++;
         return -EAGAIN;
     }
+    /* the ring had room: a full-ring timer (hca_qp_send_blocked) stops */
+    hca_qp_progressed(qp);
     off              = hca_msg_data_off(length_hint);
     slot->data       = msg + off;
     slot->max_length = hca_msg_room(off);
@@ -315,7 +317,7 @@ void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
     p = hca_direct_target(qp, pub, rkey, remote_addr, length, access, 1);
     if (HCA_LIKELY(p != NULL)) {
         hca_shm_qp(qp)->dcache.open = 1;
-        /* the caller moves the data now, then calls hca_direct_done():
+        /* the caller moves the data now, then calls direct_done:
          * count it as that RDMA op */
         hca_count_tx_mapped(qp, op, length);
     }

@@ -120,7 +120,7 @@ typedef struct hca_shm_qp {
         uint64_t          addr;
         uint64_t          length;
         int               mode;   /* HCA_ACCESS_BUSY or _BUSY_FENCED */
-        int               open;   /* hca_direct_ptr access not ended */
+        int               open;   /* a direct_ptr access not ended */
         uint32_t          dm_id;
         /* the last key found to be plain memory (no direct path: the
          * caller posts a WR), while its registration lives */

@@ -11,7 +11,7 @@
  *     to (they never receive);
  *   - an ep is a QP connected to the remote iface's target QP.
  * Active messages are SEND_WITH_IMM (imm = AM id), written straight into
- * the target's ring when the send queue is idle (hca_send_reserve); puts
+ * the target's ring when the send queue is idle (its fast ops' send_reserve); puts
  * and gets are RDMA WRITE/READ and atomics the device's atomics, executed
  * in the call on a peer's mapped device memory (hca_*_direct).
  */

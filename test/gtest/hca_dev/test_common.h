@@ -85,6 +85,60 @@ inline std::ostream &operator<<(std::ostream &os, hca_wr_opcode_t o)
 
 std::ostream &operator<<(std::ostream &os, hca_wc_opcode_t o);
 
+/* The device's fast paths as a transport calls them: through the QP's fast
+ * ops (hca_dev.h: one way each), with the ring-full rule applied after a
+ * send that found the target's ring full, as the UCT applies it. */
+inline int fast_send_reserve(hca_qp_t *qp, uint32_t length_hint,
+                             hca_send_slot_t *slot)
+{
+    int rc = hca_qp_fast_ops(qp)->send_reserve(qp, length_hint, slot);
+    return (rc == -EAGAIN) ? hca_qp_send_blocked(qp) : rc;
+}
+inline int fast_send_commit(hca_qp_t *qp, hca_send_slot_t *slot,
+                            uint32_t length, hca_wr_opcode_t opcode,
+                            uint32_t imm_data)
+{
+    return hca_qp_fast_ops(qp)->send_commit(qp, slot, length, opcode,
+                                            imm_data);
+}
+inline void fast_send_cancel(hca_qp_t *qp, hca_send_slot_t *slot)
+{
+    hca_qp_fast_ops(qp)->send_cancel(qp, slot);
+}
+inline int fast_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
+                           const void *data, uint32_t length,
+                           hca_wr_opcode_t opcode, uint32_t imm_data)
+{
+    int rc = hca_qp_fast_ops(qp)->send_short(qp, hdr, hdr_length, data,
+                                             length, opcode, imm_data);
+    return (rc == -EAGAIN) ? hca_qp_send_blocked(qp) : rc;
+}
+inline int fast_write_direct(hca_qp_t *qp, const void *buf, size_t length,
+                             uint64_t remote_addr, uint32_t rkey)
+{
+    return hca_qp_fast_ops(qp)->write_direct(qp, buf, length, remote_addr,
+                                             rkey);
+}
+inline void *fast_direct_ptr(hca_qp_t *qp, uint64_t remote_addr,
+                             uint32_t rkey, size_t length, unsigned access)
+{
+    return hca_qp_fast_ops(qp)->direct_ptr(qp, remote_addr, rkey, length,
+                                           access);
+}
+inline void fast_direct_done(hca_qp_t *qp)
+{
+    hca_qp_fast_ops(qp)->direct_done(qp);
+}
+inline int fast_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode,
+                              unsigned size, uint64_t remote_addr,
+                              uint32_t rkey, uint64_t compare_add,
+                              uint64_t swap, void *result)
+{
+    return hca_qp_fast_ops(qp)->atomic_direct(qp, opcode, size, remote_addr,
+                                              rkey, compare_add, swap,
+                                              result);
+}
+
 
 namespace hcat {
 

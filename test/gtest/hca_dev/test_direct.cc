@@ -1,6 +1,6 @@
 /*
- * test_direct.cc - direct RDMA WRITE and atomics (hca_write_direct,
- * hca_atomic_direct, and hca_direct_ptr) on a peer's device memory, on
+ * test_direct.cc - direct RDMA WRITE and atomics (fast_write_direct,
+ * fast_atomic_direct, and fast_direct_ptr) on a peer's device memory, on
  * the shm fabric: the tcp fabric maps no peer memory, and says so for
  * every one of these paths (test_ops.cc, FastPaths on both fabrics):
  *
@@ -17,7 +17,7 @@
  *  - every atomic opcode, 4 and 8 bytes: new value and old value exactly as
  *    computed locally, cmp_swp matching and not, a long random sequence;
  *    misaligned, no REMOTE_ATOMIC, non-atomic opcode, bad size: -EAGAIN;
- *  - hca_direct_ptr: the same checks, the mapping of exactly the range;
+ *  - fast_direct_ptr: the same checks, the mapping of exactly the range;
  *  - across processes: contention on one word (no lost update, no
  *    duplicate old value), deregistration while a peer writes, dead peer.
  *
@@ -271,7 +271,7 @@ tx_snap snap(hca_qp_t *qp)
     return ::testing::AssertionSuccess();
 }
 
-/* hca_write_direct must say -EAGAIN and do nothing: no counter, nothing
+/* fast_write_direct must say -EAGAIN and do nothing: no counter, nothing
  * queued, the QP state kept (the caller then posts a WR). */
 void expect_write_refused(hca_qp_t *qp, const void *p, size_t len,
                           uint64_t raddr, uint32_t rkey)
@@ -279,8 +279,8 @@ void expect_write_refused(hca_qp_t *qp, const void *p, size_t len,
     tx_snap before          = snap(qp);
     hca_qp_state_t st       = hca_qp_state(qp);
     uint32_t outstanding    = hca_qp_outstanding(qp);
-    EXPECT_EQ(-EAGAIN, hca_write_direct(qp, p, len, raddr, rkey))
-            << "hca_write_direct(len " << len << ", raddr 0x" << std::hex
+    EXPECT_EQ(-EAGAIN, fast_write_direct(qp, p, len, raddr, rkey))
+            << "fast_write_direct(len " << len << ", raddr 0x" << std::hex
             << raddr << ", rkey 0x" << rkey << ")";
     EXPECT_TRUE(same_tx(before, snap(qp)));
     EXPECT_EQ(st, hca_qp_state(qp)) << "a refused call changed the QP state";
@@ -294,9 +294,9 @@ void expect_atomic_refused(hca_qp_t *qp, hca_wr_opcode_t op, unsigned size,
     hca_qp_state_t st    = hca_qp_state(qp);
     uint32_t outstanding = hca_qp_outstanding(qp);
     uint64_t old         = OLD_MARK;
-    EXPECT_EQ(-EAGAIN, hca_atomic_direct(qp, op, size, raddr, rkey, 1, 2,
+    EXPECT_EQ(-EAGAIN, fast_atomic_direct(qp, op, size, raddr, rkey, 1, 2,
                                          &old))
-            << "hca_atomic_direct(" << op << ", size " << size
+            << "fast_atomic_direct(" << op << ", size " << size
             << ", raddr 0x" << std::hex << raddr << ", rkey 0x" << rkey
             << ")";
     EXPECT_EQ(OLD_MARK, old) << "a refused atomic wrote at result";
@@ -435,7 +435,7 @@ TEST_P(DirectWrite, SizesLandExactly)
             uint32_t rkey = 0;
             int m = make_mr(t, e.tpd, b, off, size, ACCESS_ALL, &rkey);
             ASSERT_GE(m, 0);
-            EXPECT_EQ(0, hca_write_direct(cn.qp, lbuf.data() + GUARD, size,
+            EXPECT_EQ(0, fast_write_direct(cn.qp, lbuf.data() + GUARD, size,
                                           b.addr + off, rkey));
             EXPECT_EQ(0u, hca_qp_outstanding(cn.qp));
             ++nops;
@@ -461,7 +461,7 @@ TEST_P(DirectWrite, SizesLandExactly)
                          " at +" + std::to_string(off));
             uint64_t seed = 7 + size + off;
             fill_pattern(lbuf.data(), size, seed);
-            EXPECT_EQ(0, hca_write_direct(cn.qp, lbuf.data(), size,
+            EXPECT_EQ(0, fast_write_direct(cn.qp, lbuf.data(), size,
                                           b.addr + off, rkey));
             ++nops;
             nbytes += size;
@@ -515,7 +515,7 @@ TEST_P(DirectWrite, AlternatingMrs)
             x.seed    = ++seed;
             fill_pattern(lbuf.data(), x.wlen, x.seed);
             ASSERT_EQ(0, t.fill(b[x.buf].id, x.off, x.len, BYTE(SENTINEL)));
-            ASSERT_EQ(0, hca_write_direct(cn.qp, lbuf.data(), x.wlen,
+            ASSERT_EQ(0, fast_write_direct(cn.qp, lbuf.data(), x.wlen,
                                           b[x.buf].addr + x.off + x.len -
                                                   x.wlen,
                                           x.rkey));
@@ -564,7 +564,7 @@ TEST_P(DirectWrite, PlainMemoryRefused)
         EXPECT_TRUE(untouched(t, m));
     }
     /* after a successful direct write (cache filled with the DM MR) */
-    EXPECT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr + 1024, dkey));
+    EXPECT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr + 1024, dkey));
     expect_write_refused(cn.qp, e.src, 64, m.addr + 1024, mkey);
     EXPECT_TRUE(untouched(t, m));
     /* the WR path writes it */
@@ -574,7 +574,7 @@ TEST_P(DirectWrite, PlainMemoryRefused)
     EXPECT_EQ(-1, t.check(m.id, 5120, 8192 - 5120, BYTE(SENTINEL)));
     /* and device memory still goes direct */
     ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
-    EXPECT_EQ(0, hca_write_direct(cn.qp, e.src, 4096, d.addr + 1024, dkey));
+    EXPECT_EQ(0, fast_write_direct(cn.qp, e.src, 4096, d.addr + 1024, dkey));
     EXPECT_TRUE(buf_is(t, d, 1024, 4096, PAT(SRC_SEED)));
     EXPECT_TRUE(expect_no_wc(cn.scq, 10));
 }
@@ -615,7 +615,7 @@ TEST_P(DirectWrite, BadKeyRefused)
             conn cn;
             ASSERT_TRUE(e.connect(&cn));
             if (warm) {
-                ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 16, d.addr + 2048,
+                ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 16, d.addr + 2048,
                                               rkey));
                 ASSERT_TRUE(buf_is(t, d, 2048, 16, PAT(SRC_SEED)));
                 ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
@@ -625,7 +625,7 @@ TEST_P(DirectWrite, BadKeyRefused)
             }
             EXPECT_TRUE(untouched(t, d));
             /* the good key still works on this QP */
-            EXPECT_EQ(0, hca_write_direct(cn.qp, e.src, 8, d.addr + 1024,
+            EXPECT_EQ(0, fast_write_direct(cn.qp, e.src, 8, d.addr + 1024,
                                           rkey));
             EXPECT_TRUE(buf_is(t, d, 1024, 8, PAT(SRC_SEED)));
             ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
@@ -677,7 +677,7 @@ TEST_P(DirectWrite, OutOfRangeRefused)
             conn cn;
             ASSERT_TRUE(e.connect(&cn));
             if (warm) {
-                ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, MLEN, start,
+                ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, MLEN, start,
                                               rkey));
                 ASSERT_TRUE(buf_is(t, d, MOFF, MLEN, PAT(SRC_SEED)));
                 ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
@@ -694,10 +694,10 @@ TEST_P(DirectWrite, OutOfRangeRefused)
     /* the exact bounds are accepted */
     conn cn;
     ASSERT_TRUE(e.connect(&cn));
-    EXPECT_EQ(0, hca_write_direct(cn.qp, e.src, 1, end - 1, rkey));
+    EXPECT_EQ(0, fast_write_direct(cn.qp, e.src, 1, end - 1, rkey));
     EXPECT_TRUE(buf_is(t, d, MOFF + MLEN - 1, 1, PAT(SRC_SEED)));
     ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
-    EXPECT_EQ(0, hca_write_direct(cn.qp, e.src, 1, start, rkey));
+    EXPECT_EQ(0, fast_write_direct(cn.qp, e.src, 1, start, rkey));
     EXPECT_TRUE(buf_is(t, d, MOFF, 1, PAT(SRC_SEED)));
 }
 
@@ -723,7 +723,7 @@ TEST_P(DirectWrite, MrWithoutRemoteWrite)
     EXPECT_TRUE(untouched(t, d));
     /* the atomic right of that MR fills the cache */
     uint64_t old = 0;
-    ASSERT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
+    ASSERT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
                                    d.addr + 8, nkey, 1, 0, &old));
     EXPECT_EQ(0xa5a5a5a5a5a5a5a5ull, old);
     ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
@@ -752,7 +752,7 @@ TEST_P(DirectWrite, QpWithoutRemoteWrite)
     EXPECT_TRUE(untouched(t, d));
     /* atomics are allowed by that QP: they still go direct */
     uint64_t old = 0;
-    ASSERT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_SWAP, 8, d.addr + 64,
+    ASSERT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_SWAP, 8, d.addr + 64,
                                    rkey, 0x0123456789abcdefull, 0, &old));
     EXPECT_EQ(0x0123456789abcdefull, read_word(t, d, 64, 8));
     ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
@@ -796,7 +796,7 @@ TEST_P(DirectWrite, QpNotInRts)
         SCOPED_TRACE(what);
         std::vector<uint8_t> p(64);
         fill_pattern(p.data(), 64, seed);
-        EXPECT_EQ(0, hca_write_direct(qp, p.data(), 64, d.addr + 128, rkey));
+        EXPECT_EQ(0, fast_write_direct(qp, p.data(), 64, d.addr + 128, rkey));
         EXPECT_TRUE(buf_is(t, d, 128, 64, PAT(seed)));
         ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
     };
@@ -875,7 +875,7 @@ TEST_P(DirectWrite, TargetQpNotAccepting)
                   wr_write(e, cn, 64, d.addr, rkey, 1));
         EXPECT_TRUE(untouched(t, d));
         /* other itself still writes directly */
-        EXPECT_EQ(0, hca_write_direct(other.qp, e.src, 64, d.addr, rkey));
+        EXPECT_EQ(0, fast_write_direct(other.qp, e.src, 64, d.addr, rkey));
         EXPECT_TRUE(buf_is(t, d, 0, 64, PAT(SRC_SEED)));
         ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
     }
@@ -883,7 +883,7 @@ TEST_P(DirectWrite, TargetQpNotAccepting)
         SCOPED_TRACE("target QP destroyed");
         conn cn;
         ASSERT_TRUE(e.connect(&cn));
-        ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr, rkey));
+        ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr, rkey));
         ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
         ASSERT_EQ(0, t.destroy_qp(cn.tqp));
         expect_write_refused(cn.qp, e.src, 64, d.addr, rkey);
@@ -902,7 +902,7 @@ TEST_P(DirectWrite, TargetQpNotAccepting)
         conn cn;
         ASSERT_TRUE(e.connect(&cn));
         hca_qp_t *tq = lt->qps[cn.tqp].qp;
-        ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr, rkey));
+        ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr, rkey));
         ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
         ASSERT_EQ(0, qp_to_state(tq, HCA_QPS_ERR));
         expect_write_refused(cn.qp, e.src, 64, d.addr, rkey);
@@ -915,7 +915,7 @@ TEST_P(DirectWrite, TargetQpNotAccepting)
         expect_write_refused(cn.qp, e.src, 64, d.addr, rkey);
         EXPECT_TRUE(untouched(t, d));
         ASSERT_EQ(0, qp_to_rtr(tq, c.addr, cn.qpn));
-        EXPECT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr, rkey))
+        EXPECT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr, rkey))
                 << "a target QP in RTR accepts RDMA";
         EXPECT_TRUE(buf_is(t, d, 0, 64, PAT(SRC_SEED)));
     }
@@ -941,11 +941,11 @@ TEST_P(DirectWrite, AfterDereg)
         uint32_t rkey = 0;
         int m = make_mr(t, e.tpd, d, 1024, 4096, ACCESS_ALL, &rkey);
         ASSERT_GE(m, 0);
-        ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 4096, d.addr + 1024,
+        ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 4096, d.addr + 1024,
                                       rkey));
         ASSERT_TRUE(buf_is(t, d, 1024, 4096, PAT(SRC_SEED)));
         uint64_t old = 0;
-        ASSERT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
+        ASSERT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
                                        d.addr + 1024, rkey, 1, 0, &old));
         ASSERT_EQ(0, t.dereg(m));
         ASSERT_EQ(0, t.fill(d.id, 0, d.len, BYTE(SENTINEL)));
@@ -967,7 +967,7 @@ TEST_P(DirectWrite, AfterDereg)
         EXPECT_TRUE(untouched(t, d));
         std::vector<uint8_t> p(4096);
         fill_pattern(p.data(), 4096, 77);
-        EXPECT_EQ(0, hca_write_direct(cn.qp, p.data(), 4096, d.addr + 8192,
+        EXPECT_EQ(0, fast_write_direct(cn.qp, p.data(), 4096, d.addr + 8192,
                                       nkey));
         EXPECT_TRUE(buf_is(t, d, 8192, 4096, PAT(77)));
         ASSERT_EQ(0, t.fill(d.id, 0, d.len, BYTE(SENTINEL)));
@@ -1016,7 +1016,7 @@ TEST_P(DirectWrite, ReconnectForgetsCache)
         ASSERT_GE(make_mr(t, e.tpd, d, 0, 8192, ACCESS_ALL, &rkey), 0);
         conn cn;
         ASSERT_TRUE(e.connect(&cn));
-        ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr, rkey));
+        ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr, rkey));
         ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
         int tpd2 = t.pd();
         ASSERT_GE(tpd2, 0);
@@ -1050,7 +1050,7 @@ TEST_P(DirectWrite, ReconnectForgetsCache)
         ASSERT_GE(make_mr(*t2, p2, d2, 0, 8192, ACCESS_ALL, &k2), 0);
         conn cn;
         ASSERT_TRUE(e.connect(&cn, REMOTE_ALL, p1, t1));
-        ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d1.addr, k1));
+        ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d1.addr, k1));
         ASSERT_TRUE(buf_is(*t1, d1, 0, 64, PAT(SRC_SEED)));
         ASSERT_EQ(0, t1->fill(d1.id, 0, 8192, BYTE(SENTINEL)));
         uint32_t q2n = 0;
@@ -1062,7 +1062,7 @@ TEST_P(DirectWrite, ReconnectForgetsCache)
         std::vector<uint8_t> p(64);
         fill_pattern(p.data(), 64, 99);
         /* same offset in both: the address of the other context's MR */
-        EXPECT_EQ(0, hca_write_direct(cn.qp, p.data(), 64, d2.addr, k2));
+        EXPECT_EQ(0, fast_write_direct(cn.qp, p.data(), 64, d2.addr, k2));
         EXPECT_TRUE(buf_is(*t2, d2, 0, 64, PAT(99)));
         EXPECT_TRUE(untouched(*t1, d1))
                 << "the write went to the previous context (keys 0x"
@@ -1095,7 +1095,7 @@ TEST_P(DirectWrite, UnpolledCqeIsIdle)
     std::vector<uint8_t> p(256);
     fill_pattern(p.data(), 256, 55);
     /* no poll in between (no RPC either: it would progress the CQs) */
-    int rc = hca_write_direct(cn.qp, p.data(), 256, d.addr + 4096, rkey);
+    int rc = fast_write_direct(cn.qp, p.data(), 256, d.addr + 4096, rkey);
     EXPECT_EQ(0, rc) << "a completed WR whose CQE was not polled yet";
     ASSERT_TRUE(wait_ok(cn.scq, 0x77, HCA_WC_RDMA_WRITE));
     EXPECT_TRUE(expect_no_wc(cn.scq, 10));
@@ -1163,7 +1163,7 @@ TEST_P(DirectBusy, SendWaitingForReceive)
     ASSERT_GE(rbm, 0);
 
     /* idle: direct */
-    ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr, rkey));
+    ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr, rkey));
     ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
 
     hca_sge_t sg     = mk_sge(big, BIG, hca_mr_lkey(bmr));
@@ -1220,10 +1220,10 @@ TEST_P(DirectBusy, SendWaitingForReceive)
     ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
     std::vector<uint8_t> p(512);
     fill_pattern(p.data(), 512, 66);
-    EXPECT_EQ(0, hca_write_direct(cn.qp, p.data(), 512, d.addr + 1024, rkey));
+    EXPECT_EQ(0, fast_write_direct(cn.qp, p.data(), 512, d.addr + 1024, rkey));
     EXPECT_TRUE(buf_is(t, d, 1024, 512, PAT(66)));
     uint64_t old = 0;
-    EXPECT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
+    EXPECT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
                                    d.addr + 2048, rkey, 1, 0, &old));
     EXPECT_EQ(0xa5a5a5a5a5a5a5a5ull, old);
     EXPECT_TRUE(expect_no_wc(cn.scq, 10));
@@ -1261,7 +1261,7 @@ TEST_P(DirectBusy, QueuedBehindFullRing)
     EXPECT_EQ(0u, hca_qp_outstanding(cn.qp));
 
     /* full ring, idle queue: direct */
-    EXPECT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr, rkey));
+    EXPECT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr, rkey));
     EXPECT_TRUE(buf_is(t, d, 0, 64, PAT(SRC_SEED)));
     ASSERT_EQ(0, t.fill(d.id, 0, 8192, BYTE(SENTINEL)));
 
@@ -1324,7 +1324,7 @@ TEST_P(DirectBusy, QueuedBehindFullRing)
 
     std::vector<uint8_t> p(512);
     fill_pattern(p.data(), 512, 88);
-    EXPECT_EQ(0, hca_write_direct(cn.qp, p.data(), 512, d.addr + 4096, rkey));
+    EXPECT_EQ(0, fast_write_direct(cn.qp, p.data(), 512, d.addr + 4096, rkey));
     EXPECT_EQ(-1, t.check(d.id, 4096, 512, PAT(88)));
     EXPECT_TRUE(expect_no_wc(cn.scq, 10));
 }
@@ -1391,7 +1391,7 @@ TEST_P(DirectAtomic, EveryOpExact)
                 tx_snap s0     = snap(cn.qp);
                 uint8_t res[24];
                 memset(res, LSENTINEL, sizeof(res));
-                ASSERT_EQ(0, hca_atomic_direct(cn.qp, op, size,
+                ASSERT_EQ(0, fast_atomic_direct(cn.qp, op, size,
                                                d.addr + voff, rkey, a_arg,
                                                s_arg,
                                                fetch ? res + 8 : nullptr));
@@ -1462,7 +1462,7 @@ TEST_P(DirectAtomic, RandomSequenceMatchesModel)
         unsigned pick = (unsigned)(rng() % 11);
         if (pick == 10) {
             uint64_t v = rng();
-            ASSERT_EQ(0, hca_write_direct(cn.qp, &v, w.size, d.addr + w.off,
+            ASSERT_EQ(0, fast_write_direct(cn.qp, &v, w.size, d.addr + w.off,
                                           rkey))
                     << "step " << i;
             memcpy(model + w.off, &v, w.size);
@@ -1474,7 +1474,7 @@ TEST_P(DirectAtomic, RandomSequenceMatchesModel)
                 a = cur | (rng() & ~mask);   /* matches */
             }
             uint64_t old = OLD_MARK;
-            ASSERT_EQ(0, hca_atomic_direct(cn.qp, op, w.size, d.addr + w.off,
+            ASSERT_EQ(0, fast_atomic_direct(cn.qp, op, w.size, d.addr + w.off,
                                            rkey, a, s,
                                            is_fetching_op(op) ? &old
                                                               : nullptr))
@@ -1528,7 +1528,7 @@ TEST_P(DirectAtomic, Refused)
 
     /* a valid one first, so that the key is cached */
     uint64_t old = 0;
-    ASSERT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
+    ASSERT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
                                    d.addr + 8, rkey, 0, 0, &old));
     EXPECT_EQ(0xa5a5a5a5a5a5a5a5ull, old);
 
@@ -1571,14 +1571,14 @@ TEST_P(DirectAtomic, Refused)
         }
         /* it does allow writes */
         uint64_t v = 0xa5a5a5a5a5a5a5a5ull;
-        EXPECT_EQ(0, hca_write_direct(cn.qp, &v, 8, d.addr + 1024 + 64,
+        EXPECT_EQ(0, fast_write_direct(cn.qp, &v, 8, d.addr + 1024 + 64,
                                       nakey));
         expect_atomic_refused(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
                               d.addr + 1024 + 64, nakey);
     }
     {
         SCOPED_TRACE("word partly outside the MR");
-        ASSERT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_ADD, 8,
+        ASSERT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_ADD, 8,
                                        d.addr + 2056, smallkey, 0, 0,
                                        nullptr));
         expect_atomic_refused(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
@@ -1589,7 +1589,7 @@ TEST_P(DirectAtomic, Refused)
                               d.addr + 2112, smallkey);
         expect_atomic_refused(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 4,
                               d.addr + 2116, smallkey);
-        ASSERT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_ADD, 4,
+        ASSERT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_ADD, 4,
                                        d.addr + 2112, smallkey, 0, 0,
                                        nullptr));
     }
@@ -1616,11 +1616,11 @@ TEST_P(DirectAtomic, Refused)
         EXPECT_TRUE(untouched(t, d));
         /* writes are allowed by that QP */
         uint64_t v = 0xa5a5a5a5a5a5a5a5ull;
-        EXPECT_EQ(0, hca_write_direct(na.qp, &v, 8, d.addr + 64, rkey));
+        EXPECT_EQ(0, fast_write_direct(na.qp, &v, 8, d.addr + 64, rkey));
     }
     /* the QP still works */
     old = 0;
-    EXPECT_EQ(0, hca_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
+    EXPECT_EQ(0, fast_atomic_direct(cn.qp, HCA_WR_ATOMIC_FETCH_ADD, 8,
                                    d.addr + 64, rkey, 5, 0, &old));
     EXPECT_EQ(0xa5a5a5a5a5a5a5a5ull, old);
     EXPECT_EQ(0xa5a5a5a5a5a5a5aaull, read_word(t, d, 64, 8));
@@ -1643,9 +1643,9 @@ INSTANTIATE_TEST_SUITE_P(Direct, DirectAtomic,
 class DirectPtr : public direct_test {
 };
 
-/* hca_direct_ptr: our mapping of the range (reads see the target's data,
+/* fast_direct_ptr: our mapping of the range (reads see the target's data,
  * stores land exactly there), counted as the RDMA op; NULL and nothing
- * counted for what hca_write_direct refuses and for the right the MR or
+ * counted for what fast_write_direct refuses and for the right the MR or
  * the target QP lacks, or an access that is neither READ nor WRITE. */
 TEST_P(DirectPtr, MapsOnlyWhatIsAllowed)
 {
@@ -1668,7 +1668,7 @@ TEST_P(DirectPtr, MapsOnlyWhatIsAllowed)
     const unsigned R = HCA_ACCESS_REMOTE_READ, W = HCA_ACCESS_REMOTE_WRITE;
 
     tx_snap s0 = snap(cn.qp);
-    uint8_t *p = (uint8_t*)hca_direct_ptr(cn.qp, d.addr + 1024, rwkey, 4096,
+    uint8_t *p = (uint8_t*)fast_direct_ptr(cn.qp, d.addr + 1024, rwkey, 4096,
                                           R);
     ASSERT_NE(nullptr, p);
     EXPECT_EQ(-1, check_pattern(p, 4096, 5)) << "reads through the pointer";
@@ -1676,25 +1676,25 @@ TEST_P(DirectPtr, MapsOnlyWhatIsAllowed)
     EXPECT_EQ(1u, s1.ops[HCA_WR_RDMA_READ] - s0.ops[HCA_WR_RDMA_READ]);
     EXPECT_EQ(4096u, s1.bytes[HCA_WR_RDMA_READ] - s0.bytes[HCA_WR_RDMA_READ]);
     EXPECT_EQ(1u, s1.mapped - s0.mapped);
-    hca_direct_done(cn.qp);
-    uint8_t *w = (uint8_t*)hca_direct_ptr(cn.qp, d.addr + 1124, rwkey, 64, W);
+    fast_direct_done(cn.qp);
+    uint8_t *w = (uint8_t*)fast_direct_ptr(cn.qp, d.addr + 1124, rwkey, 64, W);
     ASSERT_NE(nullptr, w);
     EXPECT_EQ(p + 100, w);
     tx_snap s2 = snap(cn.qp);
     EXPECT_EQ(1u, s2.ops[HCA_WR_RDMA_WRITE] - s1.ops[HCA_WR_RDMA_WRITE]);
     EXPECT_EQ(64u, s2.bytes[HCA_WR_RDMA_WRITE] - s1.bytes[HCA_WR_RDMA_WRITE]);
     fill_pattern(w, 64, 9);
-    hca_direct_done(cn.qp);
+    fast_direct_done(cn.qp);
     EXPECT_EQ(-1, t.check(d.id, 1124, 64, PAT(9)));
     EXPECT_EQ(-1, t.check(d.id, 0, 1024, BYTE(SENTINEL)));
     EXPECT_EQ(-1, t.check(d.id, 5120, 16384 - 5120, BYTE(SENTINEL)));
     /* the exact bounds (each access ended before the next begins) */
-    EXPECT_NE(nullptr, hca_direct_ptr(cn.qp, d.addr + 5119, rwkey, 1, W));
-    hca_direct_done(cn.qp);
-    EXPECT_NE(nullptr, hca_direct_ptr(cn.qp, d.addr + 8192, rokey, 1024, R));
-    hca_direct_done(cn.qp);
-    EXPECT_NE(nullptr, hca_direct_ptr(cn.qp, d.addr + 12288, wokey, 1024, W));
-    hca_direct_done(cn.qp);
+    EXPECT_NE(nullptr, fast_direct_ptr(cn.qp, d.addr + 5119, rwkey, 1, W));
+    fast_direct_done(cn.qp);
+    EXPECT_NE(nullptr, fast_direct_ptr(cn.qp, d.addr + 8192, rokey, 1024, R));
+    fast_direct_done(cn.qp);
+    EXPECT_NE(nullptr, fast_direct_ptr(cn.qp, d.addr + 12288, wokey, 1024, W));
+    fast_direct_done(cn.qp);
 
     struct nope {
         const char *name;
@@ -1718,7 +1718,7 @@ TEST_P(DirectPtr, MapsOnlyWhatIsAllowed)
     for (const nope &x : cases) {
         SCOPED_TRACE(x.name);
         tx_snap a = snap(cn.qp);
-        EXPECT_EQ(nullptr, hca_direct_ptr(cn.qp, x.raddr, x.rkey, x.len,
+        EXPECT_EQ(nullptr, fast_direct_ptr(cn.qp, x.raddr, x.rkey, x.len,
                                           x.access));
         EXPECT_TRUE(same_tx(a, snap(cn.qp)));
         EXPECT_EQ(HCA_QPS_RTS, hca_qp_state(cn.qp));
@@ -1727,20 +1727,20 @@ TEST_P(DirectPtr, MapsOnlyWhatIsAllowed)
         SCOPED_TRACE("target QP without REMOTE_READ");
         conn nr;
         ASSERT_TRUE(e.connect(&nr, REMOTE_ALL & ~HCA_ACCESS_REMOTE_READ));
-        EXPECT_EQ(nullptr, hca_direct_ptr(nr.qp, d.addr + 1024, rwkey, 8, R));
-        EXPECT_NE(nullptr, hca_direct_ptr(nr.qp, d.addr + 1024, rwkey, 8, W));
-        hca_direct_done(nr.qp);
+        EXPECT_EQ(nullptr, fast_direct_ptr(nr.qp, d.addr + 1024, rwkey, 8, R));
+        EXPECT_NE(nullptr, fast_direct_ptr(nr.qp, d.addr + 1024, rwkey, 8, W));
+        fast_direct_done(nr.qp);
     }
     {
         SCOPED_TRACE("QP in ERR");
         ASSERT_EQ(0, qp_to_state(cn.qp, HCA_QPS_ERR));
-        EXPECT_EQ(nullptr, hca_direct_ptr(cn.qp, d.addr + 1024, rwkey, 8, R));
+        EXPECT_EQ(nullptr, fast_direct_ptr(cn.qp, d.addr + 1024, rwkey, 8, R));
     }
     EXPECT_TRUE(untouched(t, m));
 }
 
-/* An access begun with hca_direct_ptr holds a deregistration of its MR
- * until hca_direct_done(); a later one is refused.  Both ways of marking
+/* An access begun with fast_direct_ptr holds a deregistration of its MR
+ * until fast_direct_done(); a later one is refused.  Both ways of marking
  * the access: the busy word, and (no membarrier) the pinned entry. */
 TEST_P(DirectPtr, DeregWaitsForDone)
 {
@@ -1756,7 +1756,7 @@ TEST_P(DirectPtr, DeregWaitsForDone)
         ASSERT_GE(m, 0);
         conn cn;
         ASSERT_TRUE(e2.connect(&cn));
-        uint8_t *p = (uint8_t*)hca_direct_ptr(cn.qp, d.addr + 64, rkey, 64,
+        uint8_t *p = (uint8_t*)fast_direct_ptr(cn.qp, d.addr + 64, rkey, 64,
                                               HCA_ACCESS_REMOTE_WRITE);
         ASSERT_NE(nullptr, p);
         std::atomic<int> done{0};
@@ -1768,7 +1768,7 @@ TEST_P(DirectPtr, DeregWaitsForDone)
         sleep_ms(50);
         EXPECT_EQ(0, done.load()) << "hca_mr_dereg returned during an access";
         fill_pattern(p, 64, 77);           /* the access itself */
-        hca_direct_done(cn.qp);
+        fast_direct_done(cn.qp);
         double end = now_ms() + TIMEOUT_MS;
         while (!done.load() && (now_ms() < end)) {
             sleep_ms(1);
@@ -1777,7 +1777,7 @@ TEST_P(DirectPtr, DeregWaitsForDone)
         th.join();
         EXPECT_EQ(0, rc.load());
         EXPECT_TRUE(buf_is(t, d, 64, 64, PAT(77)));
-        EXPECT_EQ(nullptr, hca_direct_ptr(cn.qp, d.addr + 64, rkey, 64,
+        EXPECT_EQ(nullptr, fast_direct_ptr(cn.qp, d.addr + 64, rkey, 64,
                                           HCA_ACCESS_REMOTE_WRITE));
         e2.close();
     }
@@ -1795,7 +1795,7 @@ class DirectProcs : public hca_test {
 };
 
 /* The child owns device memory and deregisters its MR while the parent
- * writes large blocks into it with hca_write_direct in a loop (each write
+ * writes large blocks into it with fast_write_direct in a loop (each write
  * changes the block).  hca_mr_dereg promises that no byte lands after it
  * returns: the child samples the end of every block right after it
  * returned, and again later; then it fills the memory with a sentinel and
@@ -1893,7 +1893,7 @@ static void dereg_while_writing(unsigned writer_flags)
     for (;; ++k) {
         ASSERT_LT(now_ms(), end) << "the child never deregistered";
         /* block k % NBLK alternately gets the two patterns */
-        rc = hca_write_direct(qp, src + ((k / NBLK) % 2) * BLK, BLK,
+        rc = fast_write_direct(qp, src + ((k / NBLK) % 2) * BLK, BLK,
                               pi.raddr[0] + (k % NBLK) * BLK, pi.rkey[0]);
         if (rc != 0) {
             break;
@@ -1942,7 +1942,7 @@ TEST_F(DirectProcs, DeadPeer)
     ASSERT_TRUE(make_buf(t, MEM_DM, 8192, &d));
     uint32_t rkey = 0;
     ASSERT_GE(make_mr(t, e.tpd, d, 0, 8192, ACCESS_ALL, &rkey), 0);
-    ASSERT_EQ(0, hca_write_direct(cn.qp, e.src, 64, d.addr, rkey));
+    ASSERT_EQ(0, fast_write_direct(cn.qp, e.src, 64, d.addr, rkey));
     EXPECT_TRUE(buf_is(t, d, 0, 64, PAT(SRC_SEED)));
     kill_child(e.rt->child);
     e.rt->dead = true;
@@ -2040,7 +2040,7 @@ TEST_P(DirectContention, FetchAddExact)
                     continue;
                 }
                 memcpy(&old, res, size);
-            } else if (hca_atomic_direct(qp, HCA_WR_ATOMIC_FETCH_ADD, size,
+            } else if (fast_atomic_direct(qp, HCA_WR_ATOMIC_FETCH_ADD, size,
                                          pp.raddr[0], pp.rkey[0], 1, 0,
                                          &old) != 0) {
                 ++failed;
@@ -2109,7 +2109,7 @@ TEST_P(DirectContention, FetchAddExact)
         int failed = 0;
         for (int i = 0; i < N; ++i) {
             uint64_t old = 0;
-            if (hca_atomic_direct(lq, HCA_WR_ATOMIC_FETCH_ADD, size,
+            if (fast_atomic_direct(lq, HCA_WR_ATOMIC_FETCH_ADD, size,
                                   (uint64_t)(uintptr_t)(b + VOFF),
                                   hca_mr_rkey(mr), 1, 0, &old) != 0) {
                 ++failed;

@@ -1,6 +1,6 @@
 /*
- * test_inplace.cc - direct send (hca_send_reserve / hca_send_commit /
- * hca_send_cancel) and in-place receive (hca_recv_peek / hca_recv_release
+ * test_inplace.cc - direct send (fast_send_reserve / fast_send_commit /
+ * fast_send_cancel) and in-place receive (hca_recv_peek / hca_recv_release
  * on a QP created with HCA_QP_CREATE_RECV_INPLACE).  On the fabric axis
  * (InplaceFabric): in-place receive applies on both fabrics, the direct
  * send on shm only (tcp says -EBUSY); the rest runs on shm, where both
@@ -14,14 +14,14 @@
  *    hca_cq_poll, also when the receive CQ holds several entries;
  *  - a QP without the flag (peek finds nothing, CQEs as before), the flag
  *    with an SRQ (-EINVAL);
- *  - when hca_send_reserve says -EBUSY (QP not in RTS, sq_sig_all, a send
+ *  - when fast_send_reserve says -EBUSY (QP not in RTS, sq_sig_all, a send
  *    queue that is not idle - queued or waiting for a response -, the
  *    target not ready) and when it must not (a signalled WR whose CQE was
  *    not polled yet); -EAGAIN when the target ring is full, -ECONNRESET
  *    when it stays full and its owner is gone;
- *  - hca_send_cancel and hca_send_commit with a bad length or opcode: the
+ *  - fast_send_cancel and fast_send_commit with a bad length or opcode: the
  *    receiver never sees those slots, later messages still arrive;
- *  - hca_send_short (header + payload in one call): every split of a slot,
+ *  - fast_send_short (header + payload in one call): every split of a slot,
  *    refused sizes and opcodes, a full ring (hca_qp_send_blocked); the
  *    fast-path table (hca_qp_fast_ops) before, during and after a
  *    connection;
@@ -49,7 +49,7 @@ namespace {
 const uint32_t MANY_SLOTS = 1024;
 
 enum msg_kind_t {
-    K_DIRECT = 0,  /* hca_send_reserve/commit (hca_post_send if -EBUSY) */
+    K_DIRECT = 0,  /* fast_send_reserve/commit (hca_post_send if -EBUSY) */
     K_POST,        /* hca_post_send SEND that fits one slot */
     K_LARGE,       /* hca_post_send SEND larger than a slot */
     K_WIMM         /* hca_post_send RDMA_WRITE_WITH_IMM */
@@ -356,27 +356,27 @@ protected:
     }
 
     /* Direct send of m (length hint: its length): the result of
-     * hca_send_reserve if not 0, else that of hca_send_commit.  Fills the
+     * fast_send_reserve if not 0, else that of fast_send_commit.  Fills the
      * whole slot first (the caller may write max_length bytes). */
     int direct(const msg_t &m, hca_qp_t *qp = nullptr)
     {
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        int rc = hca_send_reserve(qp ? qp : s.qp, m.len, &sl);
+        int rc = fast_send_reserve(qp ? qp : s.qp, m.len, &sl);
         if (rc != 0) {
             return rc;
         }
         EXPECT_NE(nullptr, sl.data);
         EXPECT_GE(sl.max_length, m.len) << "the hinted length does not fit";
         if ((sl.data == nullptr) || (m.len > sl.max_length)) {
-            hca_send_cancel(qp ? qp : s.qp, &sl);
+            fast_send_cancel(qp ? qp : s.qp, &sl);
             ADD_FAILURE() << msg_str(m) << " does not fit the slot ("
                           << sl.max_length << " bytes)";
             return -E2BIG;
         }
         memset(sl.data, 0xEE, sl.max_length);
         fill_msg(sl.data, m.seq, m.len);
-        return hca_send_commit(qp ? qp : s.qp, &sl, m.len, m.op, m.imm);
+        return fast_send_commit(qp ? qp : s.qp, &sl, m.len, m.op, m.imm);
     }
 
     /* hca_post_send of m (SEND or SEND_WITH_IMM), source at m.soff. */
@@ -538,7 +538,7 @@ TEST_F(Inplace, DirectSendSizes)
             const bool full = (size == 0xffffffffu);
             hca_send_slot_t sl;
             memset(&sl, 0, sizeof(sl));
-            ASSERT_EQ(0, hca_send_reserve(s.qp, full ? mtu : size, &sl))
+            ASSERT_EQ(0, fast_send_reserve(s.qp, full ? mtu : size, &sl))
                     << "hint " << size;
             ASSERT_NE(nullptr, sl.data);
             if (full) {
@@ -554,7 +554,7 @@ TEST_F(Inplace, DirectSendSizes)
             memset(sl.data, 0xEE, sl.max_length);
             fill_msg(sl.data, m.seq, len);
             EXPECT_TRUE(expect_peek_none()) << "reserved, not committed";
-            ASSERT_EQ(0, hca_send_commit(s.qp, &sl, len, op, m.imm));
+            ASSERT_EQ(0, fast_send_commit(s.qp, &sl, len, op, m.imm));
             /* polling the receive CQ leaves it for peek */
             EXPECT_TRUE(no_cqe(r.rcq, 0, "receiver, before the peek"));
             EXPECT_TRUE(expect_peek(m));
@@ -582,7 +582,7 @@ TEST_F(Inplace, LengthHintAndMaxLength)
     for (uint32_t hint : hints) {
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        ASSERT_EQ(0, hca_send_reserve(s.qp, hint, &sl)) << "hint " << hint;
+        ASSERT_EQ(0, fast_send_reserve(s.qp, hint, &sl)) << "hint " << hint;
         ASSERT_NE(nullptr, sl.data) << "hint " << hint;
         EXPECT_GE(sl.max_length, std::min(hint, mtu)) << "hint " << hint;
         if (hint >= mtu) {
@@ -592,16 +592,16 @@ TEST_F(Inplace, LengthHintAndMaxLength)
                      (hint & 1) ? HCA_WR_SEND_WITH_IMM : HCA_WR_SEND);
         SCOPED_TRACE("hint " + std::to_string(hint) + ": " + msg_str(m));
         fill_msg(sl.data, m.seq, m.len);
-        ASSERT_EQ(0, hca_send_commit(s.qp, &sl, m.len, m.op, m.imm));
+        ASSERT_EQ(0, fast_send_commit(s.qp, &sl, m.len, m.op, m.imm));
         EXPECT_TRUE(expect_peek(m));
         EXPECT_TRUE(expect_peek_none());
         /* less than hinted is fine too */
         msg_t k = mk(seq++, K_DIRECT, std::min(hint, mtu) / 2, HCA_WR_SEND);
         memset(&sl, 0, sizeof(sl));
-        ASSERT_EQ(0, hca_send_reserve(s.qp, hint, &sl));
+        ASSERT_EQ(0, fast_send_reserve(s.qp, hint, &sl));
         ASSERT_LE(k.len, sl.max_length);
         fill_msg(sl.data, k.seq, k.len);
-        ASSERT_EQ(0, hca_send_commit(s.qp, &sl, k.len, k.op, k.imm));
+        ASSERT_EQ(0, fast_send_commit(s.qp, &sl, k.len, k.op, k.imm));
         EXPECT_TRUE(expect_peek(k));
     }
     EXPECT_TRUE(expect_nothing(10));
@@ -721,18 +721,18 @@ TEST_F(Inplace, ReserveNeedsRts)
     ASSERT_EQ(0, connect_qp(r.qp, s.c.addr, s.qpn));
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl)) << "RESET";
+    EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl)) << "RESET";
     ASSERT_EQ(0, qp_to_init(s.qp));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl)) << "INIT";
+    EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl)) << "INIT";
     ASSERT_EQ(0, qp_to_rtr(s.qp, r.c.addr, r.qpn));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl)) << "RTR";
+    EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl)) << "RTR";
     EXPECT_TRUE(expect_nothing(5));
     ASSERT_EQ(0, qp_to_rts(s.qp));
     msg_t m = mk(0, K_DIRECT, 64, HCA_WR_SEND_WITH_IMM);
     EXPECT_EQ(0, direct(m)) << "RTS";
     EXPECT_TRUE(expect_peek(m));
     ASSERT_EQ(0, qp_to_state(s.qp, HCA_QPS_ERR));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl)) << "ERR";
+    EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl)) << "ERR";
     EXPECT_TRUE(expect_nothing(5));
 }
 
@@ -742,7 +742,7 @@ TEST_F(Inplace, ReserveRefusedWithSigAll)
     ASSERT_NO_FATAL_FAILURE(open_pair(0, HCA_QP_CREATE_RECV_INPLACE, 1));
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl)) << "sq_sig_all";
+    EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl)) << "sq_sig_all";
     EXPECT_TRUE(expect_nothing(5));
     /* what the caller does instead */
     msg_t m = mk(0, K_POST, 100, HCA_WR_SEND);
@@ -752,7 +752,7 @@ TEST_F(Inplace, ReserveRefusedWithSigAll)
     EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
     EXPECT_TRUE(expect_peek(m));
     EXPECT_EQ(0u, hca_qp_outstanding(s.qp));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl))
+    EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl))
             << "sq_sig_all, idle";
     EXPECT_TRUE(expect_nothing(5));
 }
@@ -767,7 +767,7 @@ TEST_F(Inplace, ReserveTargetNotReady)
     ASSERT_EQ(0, connect_qp(s.qp, r.c.addr, r.qpn));
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl)) << "target in INIT";
+    EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl)) << "target in INIT";
     EXPECT_EQ(HCA_QPS_RTS, hca_qp_state(s.qp));
     EXPECT_TRUE(expect_nothing(5));
     msg_t m = mk(0, K_POST, 64, HCA_WR_SEND, true);
@@ -841,7 +841,7 @@ TEST_F(Inplace, RingFull)
     EXPECT_TRUE(check_recv_msg(rm, m_of(0), s.qpn));
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    EXPECT_EQ(-EAGAIN, hca_send_reserve(s.qp, 64, &sl))
+    EXPECT_EQ(-EAGAIN, fast_send_reserve(s.qp, 64, &sl))
             << "the peeked slot is not released yet";
     hca_recv_release(r.qp, &rm);
 
@@ -876,7 +876,7 @@ TEST_F(Inplace, RingFull)
 
 /* ------------------------------------------------------------ send_short */
 
-/* hca_send_short: a header and a payload as one SEND in one call - every
+/* fast_send_short: a header and a payload as one SEND in one call - every
  * split of the slot between them, both opcodes, NULL pointers with 0
  * bytes; exactly those bytes arrive, with the immediate, and no CQE. */
 TEST_F(Inplace, SendShortSizes)
@@ -894,7 +894,7 @@ TEST_F(Inplace, SendShortSizes)
                 fill_pattern(hdr.data(), hlen, 7000 + seq);
                 fill_pattern(pay.data(), plen, 9000 + seq);
                 uint32_t imm = imm_of(seq++);
-                ASSERT_EQ(0, hca_send_short(s.qp, hlen ? hdr.data() : nullptr,
+                ASSERT_EQ(0, fast_send_short(s.qp, hlen ? hdr.data() : nullptr,
                                             hlen, plen ? pay.data() : nullptr,
                                             plen, op, imm));
                 hca_recv_msg_t rm;
@@ -928,15 +928,15 @@ TEST_F(Inplace, SendShortRefused)
 {
     ASSERT_NO_FATAL_FAILURE(open_pair());
     std::vector<uint8_t> big(2 * mtu + 16, 0x5a);
-    EXPECT_EQ(-EBUSY, hca_send_short(s.qp, big.data(), 8, big.data(),
+    EXPECT_EQ(-EBUSY, fast_send_short(s.qp, big.data(), 8, big.data(),
                                      mtu, HCA_WR_SEND, 0))
             << "header + payload above a slot";
-    EXPECT_EQ(-EBUSY, hca_send_short(s.qp, nullptr, 0, big.data(),
+    EXPECT_EQ(-EBUSY, fast_send_short(s.qp, nullptr, 0, big.data(),
                                      mtu + 1, HCA_WR_SEND, 0));
     for (hca_wr_opcode_t op : {HCA_WR_RDMA_WRITE, HCA_WR_RDMA_READ,
                                HCA_WR_ATOMIC_FETCH_ADD,
                                HCA_WR_RDMA_WRITE_WITH_IMM}) {
-        EXPECT_EQ(-EINVAL, hca_send_short(s.qp, big.data(), 8, big.data(),
+        EXPECT_EQ(-EINVAL, fast_send_short(s.qp, big.data(), 8, big.data(),
                                           8, op, 0))
                 << op_short_name(op);
     }
@@ -944,7 +944,7 @@ TEST_F(Inplace, SendShortRefused)
     EXPECT_EQ(HCA_QPS_RTS, hca_qp_state(s.qp));
     /* the QP still sends, and the refused ones left no slot behind */
     uint64_t v = 0x0123456789abcdefull;
-    ASSERT_EQ(0, hca_send_short(s.qp, &v, 8, nullptr, 0, HCA_WR_SEND, 0));
+    ASSERT_EQ(0, fast_send_short(s.qp, &v, 8, nullptr, 0, HCA_WR_SEND, 0));
     hca_recv_msg_t rm;
     memset(&rm, 0, sizeof(rm));
     ASSERT_EQ(1, hca_recv_peek(r.qp, &rm));
@@ -954,7 +954,7 @@ TEST_F(Inplace, SendShortRefused)
     EXPECT_TRUE(expect_peek_none());
 }
 
-/* A full ring: hca_send_short answers -EAGAIN after exactly as many
+/* A full ring: fast_send_short answers -EAGAIN after exactly as many
  * messages as direct sends fit; hca_qp_send_blocked keeps -EAGAIN while the
  * receiver lives, and the QP stays in RTS; after a release one more fits. */
 TEST_F(Inplace, SendShortRingFull)
@@ -962,7 +962,7 @@ TEST_F(Inplace, SendShortRingFull)
     ASSERT_NO_FATAL_FAILURE(open_pair());
     uint64_t n = 0, v;
     int rc;
-    while ((v = n, rc = hca_send_short(s.qp, &v, 8, nullptr, 0,
+    while ((v = n, rc = fast_send_short(s.qp, &v, 8, nullptr, 0,
                                        HCA_WR_SEND, 0)) == 0) {
         ++n;
         ASSERT_LE(n, MANY_SLOTS) << "the ring never fills";
@@ -978,7 +978,7 @@ TEST_F(Inplace, SendShortRingFull)
     ASSERT_EQ(1, hca_recv_peek(r.qp, &rm));
     hca_recv_release(r.qp, &rm);
     v = n;
-    EXPECT_EQ(0, hca_send_short(s.qp, &v, 8, nullptr, 0, HCA_WR_SEND, 0));
+    EXPECT_EQ(0, fast_send_short(s.qp, &v, 8, nullptr, 0, HCA_WR_SEND, 0));
     for (uint64_t k = 1; k <= n; ++k) {
         memset(&rm, 0, sizeof(rm));
         ASSERT_EQ(1, hca_recv_peek(r.qp, &rm)) << "message " << k;
@@ -994,7 +994,7 @@ TEST_F(Inplace, SendShortRingFull)
  * either fabric (tcp's thread delivers it into the same receive ring), in
  * order, with its immediate data; a larger one waits for a posted receive
  * and completes as a CQE.  The direct send into the peer's ring
- * (hca_send_reserve) applies on shm only; on tcp it says so (-EBUSY). */
+ * (fast_send_reserve) applies on shm only; on tcp it says so (-EBUSY). */
 class InplaceFabric : public ::testing::TestWithParam<hca_fabric_type_t> {
 protected:
     side s, r;
@@ -1019,7 +1019,7 @@ TEST_P(InplaceFabric, PeekWhatFitsASlot)
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
         EXPECT_EQ(0u, hca_qp_fast_ops(s.qp)->caps);
-        EXPECT_EQ(-EBUSY, hca_send_reserve(s.qp, 64, &sl))
+        EXPECT_EQ(-EBUSY, fast_send_reserve(s.qp, 64, &sl))
                 << "tcp: no direct send into the peer's ring";
     }
 
@@ -1111,7 +1111,7 @@ TEST_F(Inplace, FastOpsFollowConnection)
                                          HCA_ACCESS_REMOTE_WRITE));
         EXPECT_EQ(-EAGAIN, f->atomic_direct(s.qp, HCA_WR_ATOMIC_FETCH_ADD,
                                             8, 4096, 0x100, 1, 0, &old));
-        EXPECT_EQ(-EBUSY, hca_send_short(s.qp, &v, 8, nullptr, 0,
+        EXPECT_EQ(-EBUSY, fast_send_short(s.qp, &v, 8, nullptr, 0,
                                          HCA_WR_SEND, 0));
     };
     expect_none("before RTR");
@@ -1164,7 +1164,7 @@ TEST_F(Inplace, WaitWhileSlotClaimed)
     ASSERT_NO_FATAL_FAILURE(open_pair());
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    ASSERT_EQ(0, hca_send_reserve(s.qp, 64, &sl));
+    ASSERT_EQ(0, fast_send_reserve(s.qp, 64, &sl));
     EXPECT_EQ(-EAGAIN, hca_cq_arm(r.rcq->cq)) << "a slot is claimed";
     EXPECT_TRUE(expect_peek_none()) << "nothing is published yet";
     double t0 = now_ms();
@@ -1174,7 +1174,7 @@ TEST_F(Inplace, WaitWhileSlotClaimed)
     EXPECT_TRUE(expect_peek_none());
     msg_t m = mk(0, K_DIRECT, 64, HCA_WR_SEND_WITH_IMM);
     fill_msg(sl.data, m.seq, m.len);
-    ASSERT_EQ(0, hca_send_commit(s.qp, &sl, m.len, m.op, m.imm));
+    ASSERT_EQ(0, fast_send_commit(s.qp, &sl, m.len, m.op, m.imm));
     EXPECT_EQ(1, hca_cq_wait(r.rcq->cq, 2000));
     EXPECT_TRUE(expect_peek(m));
     EXPECT_TRUE(expect_nothing(10));
@@ -1186,10 +1186,10 @@ TEST_F(Inplace, CancelSkipped)
     auto cancel_one = [&](uint64_t fake_seq) {
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        ASSERT_EQ(0, hca_send_reserve(s.qp, 200, &sl));
+        ASSERT_EQ(0, fast_send_reserve(s.qp, 200, &sl));
         ASSERT_NE(nullptr, sl.data);
         fill_msg(sl.data, fake_seq, std::min<uint32_t>(sl.max_length, 200));
-        hca_send_cancel(s.qp, &sl);
+        fast_send_cancel(s.qp, &sl);
     };
     std::vector<msg_t> ms;
     ASSERT_NO_FATAL_FAILURE(cancel_one(900));
@@ -1233,14 +1233,14 @@ TEST_F(Inplace, CancelDoesNotFillRing)
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
         int rc;
-        while ((rc = hca_send_reserve(s.qp, i % 1000, &sl)) == -EAGAIN) {
+        while ((rc = fast_send_reserve(s.qp, i % 1000, &sl)) == -EAGAIN) {
             ASSERT_LT(now_ms(), end) << "reserve stays -EAGAIN after " << i
                                      << " cancelled slots";
             ASSERT_TRUE(expect_peek_none()) << "a cancelled slot was seen";
             ASSERT_TRUE(no_cqe(r.rcq, 0, "receiver"));
         }
         ASSERT_EQ(0, rc);
-        hca_send_cancel(s.qp, &sl);
+        fast_send_cancel(s.qp, &sl);
         if (i % 16 == 15) {
             ASSERT_TRUE(expect_peek_none()) << "a cancelled slot was seen";
             ASSERT_TRUE(no_cqe(r.rcq, 0, "receiver"));
@@ -1268,14 +1268,14 @@ TEST_F(Inplace, CancelNoFlag)
     }
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    ASSERT_EQ(0, hca_send_reserve(s.qp, 100, &sl));
+    ASSERT_EQ(0, fast_send_reserve(s.qp, 100, &sl));
     ASSERT_NE(nullptr, sl.data);
     fill_msg(sl.data, 900, 100);
-    hca_send_cancel(s.qp, &sl);
+    fast_send_cancel(s.qp, &sl);
     msg_t a = mk(0, K_DIRECT, 100, HCA_WR_SEND_WITH_IMM);
     ASSERT_EQ(0, direct(a));
-    ASSERT_EQ(0, hca_send_reserve(s.qp, mtu, &sl));
-    hca_send_cancel(s.qp, &sl);
+    ASSERT_EQ(0, fast_send_reserve(s.qp, mtu, &sl));
+    fast_send_cancel(s.qp, &sl);
     msg_t b = mk(1, K_POST, 60, HCA_WR_SEND);
     ASSERT_EQ(0, post(b));
     for (const msg_t &m : {a, b}) {
@@ -1290,7 +1290,7 @@ TEST_F(Inplace, CancelNoFlag)
             << "the receives not consumed were written";
 }
 
-/* hca_send_commit refuses a length beyond the slot and an opcode that is
+/* fast_send_commit refuses a length beyond the slot and an opcode that is
  * not a SEND: -EINVAL, the slot is cancelled, the receiver sees nothing of
  * it and later messages arrive. */
 TEST_F(Inplace, CommitInvalid)
@@ -1312,11 +1312,11 @@ TEST_F(Inplace, CommitInvalid)
     for (const bad_commit &bc : bads) {
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        ASSERT_EQ(0, hca_send_reserve(s.qp, bc.len ? 64 : mtu, &sl));
+        ASSERT_EQ(0, fast_send_reserve(s.qp, bc.len ? 64 : mtu, &sl));
         ASSERT_NE(nullptr, sl.data);
         uint32_t len = bc.len ? bc.len : sl.max_length + 1;
         fill_msg(sl.data, 900 + seq, std::min(len, sl.max_length));
-        EXPECT_EQ(-EINVAL, hca_send_commit(s.qp, &sl, len, bc.op, 7))
+        EXPECT_EQ(-EINVAL, fast_send_commit(s.qp, &sl, len, bc.op, 7))
                 << "length " << len << " (max_length " << sl.max_length
                 << ") opcode " << bc.op;
         EXPECT_TRUE(expect_nothing(2)) << "after a refused commit";
@@ -1333,8 +1333,8 @@ TEST_F(Inplace, CommitInvalid)
     for (int i = 0; i < 5; ++i) {
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        ASSERT_EQ(0, hca_send_reserve(s.qp, (i & 1) ? 8 : mtu, &sl));
-        EXPECT_EQ(-EINVAL, hca_send_commit(s.qp, &sl, sl.max_length + 1 + i,
+        ASSERT_EQ(0, fast_send_reserve(s.qp, (i & 1) ? 8 : mtu, &sl));
+        EXPECT_EQ(-EINVAL, fast_send_commit(s.qp, &sl, sl.max_length + 1 + i,
                                            HCA_WR_SEND, 0));
     }
     std::vector<msg_t> ms;
@@ -1473,7 +1473,7 @@ TEST_F(Inplace, ManyLargeThenSmall)
 
 /* The send queue is busy - a large SEND waits for the target's response
  * (in one process the target reads it from the sender's memory) - so
- * hca_send_reserve gives -EBUSY even once the ring has room; when the
+ * fast_send_reserve gives -EBUSY even once the ring has room; when the
  * SEND completed, it succeeds.  (InplaceProcsFlags.SendQueueBusy has the
  * queued case: fragments that did not fit the ring.) */
 TEST_F(Inplace, ReserveWhileSendQueueBusy)
@@ -1499,18 +1499,18 @@ TEST_F(Inplace, ReserveWhileSendQueueBusy)
     EXPECT_GE(hca_qp_outstanding(s.qp), 1u);
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    rc = hca_send_reserve(s.qp, 64, &sl);
+    rc = fast_send_reserve(s.qp, 64, &sl);
     EXPECT_TRUE((rc == -EBUSY) || (rc == -EAGAIN))
             << rc << ": ring full, send queue busy";
 
     /* the receiver frees another slot: the send queue is still busy */
     EXPECT_TRUE(expect_peek(m_of(1)));
-    rc = hca_send_reserve(s.qp, 64, &sl);
+    rc = fast_send_reserve(s.qp, 64, &sl);
     EXPECT_EQ(-EBUSY, rc)
             << "reserve on a send queue that is not idle (a large SEND "
             << "waiting for the target to read it)";
     if (rc == 0) {
-        hca_send_cancel(s.qp, &sl);
+        fast_send_cancel(s.qp, &sl);
     }
 
     /* drain: the rest in place, then the large one in a posted receive */
@@ -1822,7 +1822,7 @@ uint64_t count_kind(const std::vector<msg_t> &plan, int kind)
 }
 
 /* The send side of the mixed-order tests: K_DIRECT by direct send (a WR
- * if hca_send_reserve says -EBUSY), the others by hca_post_send; checks
+ * if fast_send_reserve says -EBUSY), the others by hca_post_send; checks
  * the sender's CQEs (the signalled WRs, in order). */
 struct tx_driver {
     side                     &s;
@@ -1848,19 +1848,19 @@ struct tx_driver {
         if (e.kind == K_DIRECT) {
             hca_send_slot_t sl;
             memset(&sl, 0, sizeof(sl));
-            int rc = hca_send_reserve(s.qp, e.len, &sl);
+            int rc = fast_send_reserve(s.qp, e.len, &sl);
             if (rc == 0) {
                 if ((sl.data == nullptr) || (sl.max_length < e.len)) {
-                    hca_send_cancel(s.qp, &sl);
+                    fast_send_cancel(s.qp, &sl);
                     ADD_FAILURE() << "slot data " << sl.data
                                   << " max_length " << sl.max_length
                                   << " for " << msg_str(e);
                     return -EIO;
                 }
                 fill_msg(sl.data, e.seq, e.len);
-                rc = hca_send_commit(s.qp, &sl, e.len, e.op, e.imm);
+                rc = fast_send_commit(s.qp, &sl, e.len, e.op, e.imm);
                 if (rc != 0) {
-                    ADD_FAILURE() << "hca_send_commit of " << msg_str(e)
+                    ADD_FAILURE() << "fast_send_commit of " << msg_str(e)
                                   << " = " << rc;
                     return -EIO;
                 }
@@ -1872,7 +1872,7 @@ struct tx_driver {
                 return rc;
             }
             if (rc != -EBUSY) {
-                ADD_FAILURE() << "hca_send_reserve = " << rc;
+                ADD_FAILURE() << "fast_send_reserve = " << rc;
                 return -EIO;
             }
             fell_back = true;   /* the queue is busy: post a WR */
@@ -2166,7 +2166,7 @@ void proc_sender(int rfd, int wfd)
         memset(&sl, 0, sizeof(sl));
         uint32_t len = proc_len(seq, max_len);
         int rc;
-        while ((rc = hca_send_reserve(e.qp, len, &sl)) == -EAGAIN) {
+        while ((rc = fast_send_reserve(e.qp, len, &sl)) == -EAGAIN) {
             ++full;   /* the ring is full: the receiver catches up */
             ASSERT_LT(now_ms(), end) << "reserve -EAGAIN at " << seq;
             sched_yield();
@@ -2175,7 +2175,7 @@ void proc_sender(int rfd, int wfd)
         ASSERT_NE(nullptr, sl.data);
         ASSERT_GE(sl.max_length, len);
         fill_msg(sl.data, seq, len);
-        ASSERT_EQ(0, hca_send_commit(e.qp, &sl, len, proc_op(seq),
+        ASSERT_EQ(0, fast_send_commit(e.qp, &sl, len, proc_op(seq),
                                      imm_of(seq)));
     }
     uint64_t got = 0;
@@ -2211,7 +2211,7 @@ TEST_F(InplaceProcs, ChildSends)
     EXPECT_TRUE(wait_child(ch));
 }
 
-/* The receiver's ring is full and the receiver dies: hca_send_reserve
+/* The receiver's ring is full and the receiver dies: fast_send_reserve
  * says -EAGAIN, then -ECONNRESET and the QP is in ERR; after that the
  * direct path no longer applies (-EBUSY). */
 TEST_F(InplaceProcs, DeadReceiverRingFull)
@@ -2240,12 +2240,12 @@ TEST_F(InplaceProcs, DeadReceiverRingFull)
     for (;;) {
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        rc = hca_send_reserve(e.qp, 64, &sl);
+        rc = fast_send_reserve(e.qp, 64, &sl);
         if (rc != 0) {
             break;
         }
         fill_msg(sl.data, n, 64);
-        ASSERT_EQ(0, hca_send_commit(e.qp, &sl, 64, HCA_WR_SEND, 0));
+        ASSERT_EQ(0, fast_send_commit(e.qp, &sl, 64, HCA_WR_SEND, 0));
         ++n;
         ASSERT_LE(n, MANY_SLOTS) << "the ring never fills";
     }
@@ -2258,7 +2258,7 @@ TEST_F(InplaceProcs, DeadReceiverRingFull)
                                     "died";
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        rc = hca_send_reserve(e.qp, 64, &sl);
+        rc = fast_send_reserve(e.qp, 64, &sl);
         ASSERT_NE(0, rc) << "the dead target's ring has room";
         if (rc != -EAGAIN) {
             break;
@@ -2269,7 +2269,7 @@ TEST_F(InplaceProcs, DeadReceiverRingFull)
     EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(e.qp));
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    EXPECT_EQ(-EBUSY, hca_send_reserve(e.qp, 64, &sl)) << "QP in ERR";
+    EXPECT_EQ(-EBUSY, fast_send_reserve(e.qp, 64, &sl)) << "QP in ERR";
     EXPECT_EQ(0u, hca_qp_outstanding(e.qp));
 }
 
@@ -2346,13 +2346,13 @@ TEST_F(InplaceProcs, WakeOnDirectSend)
         memset(&sl, 0, sizeof(sl));
         int rc;
         double end = now_ms() + TIMEOUT_MS;
-        while ((rc = hca_send_reserve(e.qp, len, &sl)) == -EAGAIN) {
+        while ((rc = fast_send_reserve(e.qp, len, &sl)) == -EAGAIN) {
             ASSERT_LT(now_ms(), end) << "the child's QP is not ready";
             sched_yield();
         }
         ASSERT_EQ(0, rc);
         fill_msg(sl.data, seq, len);
-        ASSERT_EQ(0, hca_send_commit(e.qp, &sl, len,
+        ASSERT_EQ(0, fast_send_commit(e.qp, &sl, len,
                                      (seq == 1) ? HCA_WR_SEND_WITH_IMM
                                                 : HCA_WR_SEND,
                                      imm_of(seq)));
@@ -2537,7 +2537,7 @@ const uint32_t TOK_PEEK1 = 0x5045454b, TOK_OK = 0x4f4b4f4b,
 /* The sender fills the receiver's ring, the receiver frees one slot, a
  * large SEND takes it and waits for the target's response (single copy)
  * or stays queued with fragments that did not fit (no single copy); the
- * receiver frees another slot: hca_send_reserve says -EBUSY; when
+ * receiver frees another slot: fast_send_reserve says -EBUSY; when
  * the SEND completed, it succeeds.  Everything arrives once, in order. */
 TEST_P(InplaceProcsFlags, SendQueueBusy)
 {
@@ -2642,16 +2642,16 @@ TEST_P(InplaceProcsFlags, SendQueueBusy)
     auto direct_send = [&](const msg_t &m) {
         hca_send_slot_t sl;
         memset(&sl, 0, sizeof(sl));
-        int rc = hca_send_reserve(s.qp, m.len, &sl);
+        int rc = fast_send_reserve(s.qp, m.len, &sl);
         if (rc != 0) {
             return rc;
         }
         if ((sl.data == nullptr) || (sl.max_length < m.len)) {
-            hca_send_cancel(s.qp, &sl);
+            fast_send_cancel(s.qp, &sl);
             return -E2BIG;
         }
         fill_msg(sl.data, m.seq, m.len);
-        return hca_send_commit(s.qp, &sl, m.len, m.op, m.imm);
+        return fast_send_commit(s.qp, &sl, m.len, m.op, m.imm);
     };
     uint64_t cap = 0;
     int rc;
@@ -2676,21 +2676,21 @@ TEST_P(InplaceProcsFlags, SendQueueBusy)
     EXPECT_GE(hca_qp_outstanding(s.qp), 1u);
     hca_send_slot_t sl;
     memset(&sl, 0, sizeof(sl));
-    rc = hca_send_reserve(s.qp, 64, &sl);
+    rc = fast_send_reserve(s.qp, 64, &sl);
     EXPECT_TRUE((rc == -EBUSY) || (rc == -EAGAIN))
             << rc << ": ring full, send queue busy";
 
     ASSERT_TRUE(send_token(ch->wfd, TOK_PEEK1));
     ASSERT_TRUE(expect_token(ch->rfd, TOK_OK));
     /* a slot is free now; the send queue is still busy */
-    rc = hca_send_reserve(s.qp, 64, &sl);
+    rc = fast_send_reserve(s.qp, 64, &sl);
     EXPECT_EQ(-EBUSY, rc)
             << "reserve on a send queue that is not idle (a large SEND "
             << ((fl & HCA_OPEN_NO_SINGLE_COPY) ? "with fragments queued"
                                                : "waiting for a response")
             << ")";
     if (rc == 0) {
-        hca_send_cancel(s.qp, &sl);
+        fast_send_cancel(s.qp, &sl);
     }
 
     ASSERT_TRUE(send_token(ch->wfd, TOK_DRAIN));

@@ -255,7 +255,7 @@ TEST_F(Mr, RevokeAndInvalidateEndRemoteAccess)
             ASSERT_TRUE(make_conn(c, t, &direct, tpd, REMOTE_ALL, pd));
             ASSERT_TRUE(make_conn(c, t, &wrc, tpd, REMOTE_ALL, pd));
             if (kind == MEM_DM) { /* the direct path works before */
-                ASSERT_EQ(0, hca_write_direct(direct.qp, lb, 8, ra, rkey));
+                ASSERT_EQ(0, fast_write_direct(direct.qp, lb, 8, ra, rkey));
                 ASSERT_EQ(0, t.fill(rb, 0, 4096, BYTE(SENTINEL)));
             }
             if (how) {
@@ -264,7 +264,7 @@ TEST_F(Mr, RevokeAndInvalidateEndRemoteAccess)
             } else {
                 hca_mr_revoke(t.mrs[m]);
             }
-            EXPECT_NE(0, hca_write_direct(direct.qp, lb, 64, ra, rkey));
+            EXPECT_NE(0, fast_write_direct(direct.qp, lb, 64, ra, rkey));
             hca_sge_t s      = mk_sge(lb, 64, hca_mr_lkey(lmr));
             hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &s, 1,
                                      HCA_SEND_SIGNALED, 1, ra, rkey);

@@ -496,7 +496,7 @@ void ring_producer(const peer_info &pi, bool busy, int rfd, int wfd)
     if (busy) {
         for (uint32_t seq = 0;; ++seq) {
             hca_send_slot_t sl;
-            int rc = hca_send_reserve(qp, KR_LEN, &sl);
+            int rc = fast_send_reserve(qp, KR_LEN, &sl);
             if (rc == -EAGAIN) {
                 continue; /* the ring is full */
             }
@@ -510,7 +510,7 @@ void ring_producer(const peer_info &pi, bool busy, int rfd, int wfd)
                     d[i] = (uint8_t)(seq + i + pass);
                 }
             }
-            ASSERT_EQ(0, hca_send_commit(qp, &sl, KR_LEN,
+            ASSERT_EQ(0, fast_send_commit(qp, &sl, KR_LEN,
                                          HCA_WR_SEND_WITH_IMM,
                                          KR_BUSY_IMM | (seq & 0xffffff)));
         }
