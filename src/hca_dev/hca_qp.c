@@ -27,6 +27,13 @@ hca_qp_t *hca_qp_lookup(hca_device_t *dev, uint32_t qpn)
     return ((qp != NULL) && (qp->qpn == qpn)) ? qp : NULL;
 }
 
+/* After a change of what requesters check in our QP table entry: a
+ * requester's cached check of it (hca_shm_target_cached) ends. */
+static void hca_qp_pub_changed(hca_qp_t *qp)
+{
+    atomic_fetch_add_explicit(&qp->pub->gen, 1, memory_order_release);
+}
+
 static int hca_qp_init_check(hca_pd_t *pd, const hca_qp_init_attr_t *attr)
 {
     (void)pd;
@@ -183,6 +190,7 @@ int hca_qp_create(hca_pd_t *pd, const hca_qp_init_attr_t *attr,
     pub->sq_depth    = depth;
     atomic_store(&pub->nak_qpn, 0);
     atomic_store_explicit(&pub->qpn, qp->qpn, memory_order_release);
+    hca_qp_pub_changed(qp);
 
     if (qp->srq != NULL) {
         qp->srq->qps++;
@@ -225,6 +233,7 @@ int hca_qp_destroy(hca_qp_t *qp)
 
     atomic_store(&qp->pub->qpn, 0);
     atomic_store(&qp->pub->state, HCA_QPS_RESET);
+    hca_qp_pub_changed(qp);
     /* a fabric's thread may be placing a message for this QP (any QP
      * receives from any fabric): after this none is inside it */
     hca_fabric_quiesce_all(qp);
@@ -267,10 +276,13 @@ hca_wc_status_t hca_qp_error(const hca_qp_t *qp)
     return (qp->state == HCA_QPS_ERR) ? qp->err_cause : HCA_WC_SUCCESS;
 }
 
+/* Every change of access or accepted source is followed by one of state
+ * (INIT, RTR, RESET), which ends the requesters' cached checks. */
 static void hca_qp_set_state(hca_qp_t *qp, hca_qp_state_t state)
 {
     qp->state = state;
     atomic_store(&qp->pub->state, state);
+    hca_qp_pub_changed(qp);
 }
 
 /* Completes every posted receive of the QP's own RQ as flushed. */

@@ -21,7 +21,8 @@
 #define HCA_WIRE_VERSION     9  /* 7: counters by fabric and opcode; 8: a
                                     QP's accepted source has its host
                                     (hca_qp_pub_t.dest_host); 9: an MPT
-                                    entry has its registration's serial */
+                                    entry has its registration's serial, a
+                                    QP table entry its generation */
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */
@@ -110,6 +111,13 @@ typedef struct hca_qp_pub {
                                      liveness check */
     _Atomic uint64_t dest_host;   /* host key of the accepted source: pids
                                      of other hosts collide with ours */
+    _Atomic uint64_t gen;         /* +1 (release) after every change of
+                                     what a requester checks (qpn, state,
+                                     access, accepted source); never reset
+                                     when the slot is reused.  A requester
+                                     that checked the entry after reading
+                                     gen G trusts that check while gen is
+                                     still G (one load) */
 } hca_qp_pub_t;
 
 /* -------------------------------------------------------------- notify */
@@ -303,7 +311,7 @@ typedef struct hca_busy {
 } hca_busy_t;
 
 _Static_assert(sizeof(hca_mpt_entry_t) == HCA_CACHE_LINE, "MPT entry layout");
-_Static_assert(sizeof(hca_qp_pub_t) == 56, "QP table entry layout");
+_Static_assert(sizeof(hca_qp_pub_t) == HCA_CACHE_LINE, "QP table entry layout");
 _Static_assert(sizeof(hca_notify_t) == 64, "notify layout");
 _Static_assert(sizeof(hca_ring_hdr_t) == 3 * HCA_CACHE_LINE, "ring hdr");
 _Static_assert(sizeof(hca_msg_hdr_t) == 40, "message header layout");

@@ -34,7 +34,7 @@ HCA_INLINE int hca_shm_reserve(hca_qp_t *qp, uint32_t length_hint,
     uint32_t off;
 
     if (HCA_UNLIKELY(!hca_sq_idle(qp)) ||
-        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
+        HCA_UNLIKELY(hca_shm_target_cached(qp, &pub) != HCA_WC_SUCCESS)) {
         return -EBUSY;
     }
     ring = hca_shm_target_ring(qp, pub);
@@ -310,7 +310,7 @@ void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
     if (HCA_UNLIKELY((access != HCA_ACCESS_REMOTE_READ) &&
                      (access != HCA_ACCESS_REMOTE_WRITE)) ||
         HCA_UNLIKELY(!hca_sq_idle(qp)) || hca_direct_is_plain(qp, rkey) ||
-        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
+        HCA_UNLIKELY(hca_shm_target_cached(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & access))) {
         return NULL;
     }
@@ -331,7 +331,7 @@ int hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
     uint8_t *dst;
 
     if (HCA_UNLIKELY(!hca_sq_idle(qp)) || hca_direct_is_plain(qp, rkey) ||
-        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
+        HCA_UNLIKELY(hca_shm_target_cached(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_WRITE))) {
         return -EAGAIN;
     }
@@ -361,7 +361,7 @@ int hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
         HCA_UNLIKELY(!(hca_opcode[opcode].flags & HCA_OPF_ATOMIC)) ||
         HCA_UNLIKELY((size != 4) && (size != 8)) ||
         hca_direct_is_plain(qp, rkey) ||
-        HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS) ||
+        HCA_UNLIKELY(hca_shm_target_cached(qp, &pub) != HCA_WC_SUCCESS) ||
         HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_ATOMIC))) {
         return -EAGAIN;
     }
@@ -414,7 +414,7 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
     void *target;
     uint64_t old;
 
-    if (HCA_UNLIKELY(hca_shm_target(qp, &pub) != HCA_WC_SUCCESS)) {
+    if (HCA_UNLIKELY(hca_shm_target_cached(qp, &pub) != HCA_WC_SUCCESS)) {
         return 0;
     }
 

@@ -109,6 +109,10 @@ typedef struct hca_shm_qp {
     hca_peer_t       *peer;
     hca_map_t        *tgt_ring;   /* cached target ring mapping */
     uint32_t          tgt_ring_id;
+    /* the target QP's table entry as last checked in full, at its
+     * generation tgt_gen (hca_shm_target_cached); NULL: not yet */
+    hca_qp_pub_t     *tgt_pub;
+    uint64_t          tgt_gen;
     struct {                      /* direct path: the last peer MR used,
                                      checked in full and marked under
                                      registration serial (hca_shm_direct.c) */

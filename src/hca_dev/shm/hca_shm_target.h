@@ -46,6 +46,44 @@ HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
     return HCA_WC_SUCCESS;
 }
 
+/* hca_shm_target for the fast paths: while the target QP's table entry
+ * keeps the generation it had when it was last checked in full, that
+ * check stands (one load); else the full check, with the generation read
+ * before it (a change after that read shows as a new generation). */
+HCA_INLINE hca_wc_status_t hca_shm_target_cached(hca_qp_t *qp,
+                                                 hca_qp_pub_t **pub_p)
+{
+    hca_shm_qp_t *sq = hca_shm_qp(qp);
+    hca_wc_status_t status;
+    hca_qp_pub_t *pub;
+    uint64_t gen;
+
+    if (HCA_LIKELY(sq->tgt_pub != NULL) &&
+        HCA_LIKELY(atomic_load_explicit(&sq->tgt_pub->gen,
+                                        memory_order_acquire) ==
+                   sq->tgt_gen) &&
+        HCA_LIKELY(!atomic_load_explicit(&sq->peer->dead,
+                                         memory_order_relaxed))) {
+        *pub_p = sq->tgt_pub;
+        return HCA_WC_SUCCESS;
+    }
+    sq->tgt_pub = NULL;
+    status      = hca_shm_target(qp, &pub); /* finds the entry */
+    if (status != HCA_WC_SUCCESS) {
+        return status;
+    }
+    gen    = atomic_load_explicit(&pub->gen, memory_order_acquire);
+    status = hca_qp_pub_check(pub, qp->dest_qpn, qp->dev->host_key,
+                              qp->dev->pid, qp->dev->ctx_id, qp->qpn);
+    if (status != HCA_WC_SUCCESS) {
+        return status;
+    }
+    sq->tgt_pub = pub;
+    sq->tgt_gen = gen;
+    *pub_p      = pub;
+    return HCA_WC_SUCCESS;
+}
+
 /* The target QP's receive ring (mapped on first use). */
 HCA_INLINE hca_ring_t *hca_shm_target_ring(hca_qp_t *qp, hca_qp_pub_t *pub)
 {
