@@ -336,6 +336,7 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
     HCA_FABRIC_FILL(to, from, fast.direct_done);
     HCA_FABRIC_FILL(to, from, fast.atomic_direct);
     HCA_FABRIC_FILL(to, from, rkey_ptr);
+    to->msg_from_qp_peer = from->msg_from_qp_peer;
     /* dm_view_*: not per device (hca_dm_view_open asks the fabrics' own
      * tables, hca_fabrics[]) */
 }
@@ -410,14 +411,6 @@ const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
         }
     }
     return NULL;
-}
-
-const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
-                                          const hca_msg_hdr_t *hdr)
-{
-    /* the tcp fabric's receiver marks what it places in our rings */
-    return ((hdr->flags & HCA_MSG_VIA_TCP) && dev->fabric_open[HCA_FABRIC_TCP]) ?
-           &dev->fabric_ops[HCA_FABRIC_TCP] : &dev->fabric_ops[HCA_FABRIC_SHM];
 }
 
 /* ---------------------------------------------------------------- dm views */

@@ -76,6 +76,12 @@ typedef struct hca_fabric_ops {
     void  (*answer)(hca_device_t *dev, const hca_msg_hdr_t *hdr,
                     const hca_pull_hdr_t *pull, hca_wc_status_t status);
     int   (*source_alive)(hca_device_t *dev, uint32_t pid, uint32_t ctx_id);
+    /* what a message this fabric placed in our receive rings says of its
+     * source: 1 if the fabric's receiver checked the source against the
+     * QP's accepted peer (whose host is then the source's: tcp checks its
+     * connection's peer), 0 if the source is a process of this host (shm:
+     * it wrote the ring itself) */
+    int   msg_from_qp_peer;
     /* how long an unfinished message of this fabric may go without a
      * fragment (NULL: HCA_PARTIAL_TIMEOUT_NS) */
     uint64_t (*partial_timeout_ns)(hca_device_t *dev);

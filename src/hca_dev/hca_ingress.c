@@ -12,6 +12,7 @@
  */
 #include "hca_util.h"
 #include "hca_log.h"
+#include "hca_registry.h"
 #include "hca_obj.h"
 #include "hca_queue.h"
 #include "hca_state.h"
@@ -47,15 +48,15 @@ static int hca_ingress_valid(const hca_msg_hdr_t *hdr)
     }
 }
 
-/* The host a message comes from: a shm producer is on this host; a
- * message the tcp fabric's thread put there is from its connection's
- * peer, whose host that thread checked against the QP already
- * (hca_tcp_target), so it counts as the QP's own. */
-HCA_INLINE uint64_t hca_ingress_src_host(const hca_device_t *dev,
+/* The host a message comes from, as the fabric that placed it vouches:
+ * this host, or the QP's accepted peer's (hca_fabric_ops_t
+ * msg_from_qp_peer). */
+HCA_INLINE uint64_t hca_ingress_src_host(hca_device_t *dev,
                                          const hca_qp_t *qp,
                                          const hca_msg_hdr_t *hdr)
 {
-    return (hdr->flags & HCA_MSG_VIA_TCP) ? qp->dest.host : dev->host_key;
+    return hca_fabric_of_msg(dev, hdr)->msg_from_qp_peer ? qp->dest.host :
+                                                          dev->host_key;
 }
 
 /* 1 if the message at the head of rq is for hca_recv_peek(): the

@@ -164,8 +164,8 @@ typedef struct hca_rwqe {
 typedef struct hca_partial {
     struct hca_partial *next;
     uint32_t            src_pid, src_ctx, src_qpn;
-    uint32_t            msg_flags;  /* of its first fragment (the fabric
-                                       that carried it) */
+    const hca_fabric_ops_t *fabric; /* that carried its first fragment
+                                       (hca_fabric_of_msg) */
     uint32_t            offset;     /* bytes placed */
     uint32_t            msg_len;    /* as its first fragment said */
     int                 error;      /* hca_wc_status_t */

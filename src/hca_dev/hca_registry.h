@@ -8,6 +8,7 @@
 #define HCA_REGISTRY_H
 
 #include "hca_fabric.h"
+#include "hca_obj.h"
 
 /* The registry (hca_fabric.c). */
 /* Opens every fabric on a new device context (their defaults filled in
@@ -22,9 +23,17 @@ void hca_fabric_poll(hca_device_t *dev);
 /* The fabric that reaches addr from dev, or NULL (unreachable). */
 const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
                                             const hca_port_addr_t *addr);
-/* The fabric of a received ring message (today: shm). */
-const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
-                                          const hca_msg_hdr_t *hdr);
+/* The fabric that placed a message in one of our receive rings: the tcp
+ * fabric's receiver marks what it places (HCA_MSG_VIA_TCP), every other
+ * message was written by a shm producer.  Inline: ingress asks it for
+ * every message it reads in place. */
+HCA_INLINE const hca_fabric_ops_t *hca_fabric_of_msg(hca_device_t *dev,
+                                                     const hca_msg_hdr_t *hdr)
+{
+    return ((hdr->flags & HCA_MSG_VIA_TCP) &&
+            dev->fabric_open[HCA_FABRIC_TCP]) ?
+           &dev->fabric_ops[HCA_FABRIC_TCP] : &dev->fabric_ops[HCA_FABRIC_SHM];
+}
 /* A fabric that is not connected: every op fails or is unsupported
  * (a QP before RTR, or a receive-only target). */
 extern const hca_fabric_ops_t hca_fabric_none;

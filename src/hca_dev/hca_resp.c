@@ -107,18 +107,14 @@ static void hca_partial_abort(hca_qp_t *qp, hca_partial_t *p,
 /* The source of a partial is gone (or was never there: a forged one). */
 static int hca_partial_source_dead(hca_device_t *dev, const hca_partial_t *p)
 {
-    hca_msg_hdr_t hdr = {.flags = (uint8_t)p->msg_flags};
-
-    return !hca_fabric_of_msg(dev, &hdr)->source_alive(dev, p->src_pid,
-                                                       p->src_ctx);
+    return !p->fabric->source_alive(dev, p->src_pid, p->src_ctx);
 }
 
 /* How long a partial may go without a fragment: its fabric's bound. */
 static uint64_t hca_partial_timeout_ns(hca_device_t *dev,
                                        const hca_partial_t *p)
 {
-    hca_msg_hdr_t hdr = {.flags = (uint8_t)p->msg_flags};
-    const hca_fabric_ops_t *f = hca_fabric_of_msg(dev, &hdr);
+    const hca_fabric_ops_t *f = p->fabric;
 
     return (f->partial_timeout_ns != NULL) ? f->partial_timeout_ns(dev) :
                                              HCA_PARTIAL_TIMEOUT_NS;
@@ -188,14 +184,15 @@ static hca_partial_t *hca_partial_find(hca_qp_t *qp, const hca_msg_hdr_t *hdr,
  * so that one more keeps it at the limit. */
 static void hca_partial_limit(hca_qp_t *qp, const hca_msg_hdr_t *hdr)
 {
-    hca_partial_t **oldest = NULL;
-    unsigned n             = 0;
+    const hca_fabric_ops_t *fabric = hca_fabric_of_msg(qp->dev, hdr);
+    hca_partial_t **oldest         = NULL;
+    unsigned n                     = 0;
 
     for (hca_partial_t **pp = &qp->partials; *pp != NULL;
          pp = &(*pp)->next) {
         const hca_partial_t *p = *pp;
         if ((p->src_pid == hdr->src_pid) && (p->src_ctx == hdr->src_ctx) &&
-            ((p->msg_flags ^ hdr->flags) & HCA_MSG_VIA_TCP) == 0) {
+            (p->fabric == fabric)) {
             oldest = pp; /* newest first: the last one found */
             ++n;
         }
@@ -299,7 +296,7 @@ static hca_rx_state_t hca_resp_send_first(hca_rq_t *rq, hca_qp_t *qp,
     partial->src_pid = hdr->src_pid;
     partial->src_ctx = hdr->src_ctx;
     partial->src_qpn = hdr->src_qpn;
-    partial->msg_flags = hdr->flags;
+    partial->fabric  = hca_fabric_of_msg(qp->dev, hdr);
     partial->offset  = hdr->length;
     partial->msg_len = hdr->msg_len;
     partial->error   = status;

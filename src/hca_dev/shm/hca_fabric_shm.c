@@ -170,6 +170,7 @@ const hca_fabric_ops_t hca_fabric_shm_ops = {
     .pull           = hca_shm_pull,
     .answer         = hca_shm_answer,
     .source_alive   = hca_shm_source_alive,
+    .msg_from_qp_peer = 0,       /* producers on this host write our rings */
     .mr_fence       = hca_shm_mr_fence,
     .peer_status    = hca_shm_peer_status,
     .check_peers    = hca_shm_check_peers,

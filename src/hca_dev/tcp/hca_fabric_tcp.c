@@ -314,6 +314,9 @@ const hca_fabric_ops_t hca_fabric_tcp_ops = {
     .response_ready = hca_tcp_response_ready,
     .source_alive   = hca_tcp_source_alive,
     .partial_timeout_ns = hca_tcp_partial_timeout_ns,
+    /* the receiver checked each message's source against the QP's
+     * accepted peer (hca_tcp_target) before placing it */
+    .msg_from_qp_peer = 1,
     .peer_status    = hca_tcp_peer_status,
     .check_peers    = hca_tcp_check_peers,
     .poll           = hca_tcp_poll,
