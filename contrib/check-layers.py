@@ -30,6 +30,11 @@ both layers:
      dispatches to the fabric through its ops (a caller of the API would
      otherwise reach a fabric past the registry, unseen by rule b, because
      the module's references are checked against the API only).
+  h. a fabric's marker (an identifier the map names with "marker": how a
+     message says which fabric carried it) appears, outside comments, only
+     in that fabric's files and the files the marker line lists (the
+     registry that decodes it, the wire format that defines it): nothing
+     else may branch on which fabric carried a message.
 
 Sources and headers are found recursively under src/hca_dev and
 src/uct/hca, and every map pattern is a basename glob, so files may move
@@ -87,6 +92,7 @@ class LayerMap:
         self.fabrics = set()
         self.entries = {}           # (fabric, symbol) -> [regex] (may be [])
         self.entry_lines = {}
+        self.markers = []           # (fabric, identifier, [regex], lineno)
         self.uct_pats = []
         self.uct_exports = set()
         self.errors = []            # "file:line: message"
@@ -155,6 +161,13 @@ class LayerMap:
                 self.entries.setdefault(key, [])
                 self.entries[key] += [glob_re(p) for p in w[3:]]
                 self.entry_lines[key] = lineno
+            elif kind == "marker":
+                if len(w) < 3:
+                    self.error(lineno, "expected: marker <fabric> "
+                               "<identifier> [<pattern>...]")
+                    continue
+                self.markers.append((w[1], w[2],
+                                     [glob_re(p) for p in w[3:]], lineno))
             elif kind == "uct":
                 if len(w) < 2:
                     self.error(lineno, "expected: uct <pattern>...")
@@ -169,6 +182,9 @@ class LayerMap:
         for (fabric, _), lineno in self.entry_lines.items():
             if fabric not in self.fabrics:
                 self.error(lineno, "entry of unknown fabric " + fabric)
+        for fabric, _, _, lineno in self.markers:
+            if fabric not in self.fabrics:
+                self.error(lineno, "marker of unknown fabric " + fabric)
         for _, level, lineno in self.header_pats:
             if level != "uct" and level not in self.layer_names:
                 self.error(lineno, "header of layer %d, which no layer line "
@@ -579,6 +595,32 @@ class Checker:
                            "op)" % (self.where(home), s, self.header,
                                     self.fabric_of[home]))
 
+    # rule h
+    def check_markers(self, units):
+        """Returns the number of files read."""
+        if not self.map.markers:
+            return 0
+        files = {}
+        for unit in units:
+            if unit.srcdir:
+                for suffix in (".c", ".h"):
+                    files.update(tree_files(unit.srcdir, suffix))
+        for name, path in sorted(files.items()):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = list(strip_comments(f.read().split("\n")))
+            for fabric, ident, allowed, _ in self.map.markers:
+                if (self.map.fabric_of(name) == fabric or
+                        any(r.match(name) for r in allowed)):
+                    continue
+                word = re.compile(r"\b%s\b" % re.escape(ident))
+                for lineno, line in enumerate(text, 1):
+                    if word.search(line):
+                        self.violation("%s:%d: %s, the marker of fabric %s: "
+                                       "ask the message's fabric "
+                                       "(hca_fabric_of_msg) instead"
+                                       % (name, lineno, ident, fabric))
+        return len(files)
+
     # rule e
     def check_exports(self, lib_so, uct_so, defs):
         if lib_so:
@@ -783,6 +825,7 @@ def main(argv):
     defs, nrefs = chk.check_references(units)
     chk.check_exports(lib_so, uct_so, defs)
     chk.check_api_homes(defs)
+    chk.check_markers(units)
     nheaders, nincludes = chk.check_includes(units)
 
     if chk.nviol:

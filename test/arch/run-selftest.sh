@@ -53,6 +53,7 @@ header 0        api.h base.h
 layer 1 fabric  fab_*.c
 fabric x        fab_*.c
 entry x hca_fabric_x_ops   reg.c       # only the registry may use it
+marker x HCA_X_MARK        reg.c       # how a message says fabric x
 layer 2 top     reg.c \
                 high.c
 header 2        top.h
@@ -204,6 +205,13 @@ bad_tree badnew lib/low.c '#include "new.h"'
 HCA_SELFTEST_TREE=badnew \
 check "unmapped header fails" 1 \
     'error: new\.h: no layer in the map \(every header needs a header line\)$' good
+bad_tree badmark lib/high.c '/* HCA_X_MARK: a comment may name it */ int hca_x_seen = HCA_X_MARK;'
+HCA_SELFTEST_TREE=badmark \
+check "a fabric's marker outside the fabric and its registry fails" 1 \
+    '^check-layers: error: high\.c:1: HCA_X_MARK, the marker of fabric x: ask the message.s fabric \(hca_fabric_of_msg\) instead$' good
+bad_tree okmark lib/reg.c 'int hca_x_decoded = HCA_X_MARK; /* the registry decodes it */'
+HCA_SELFTEST_TREE=okmark \
+check "the marker in its registry passes" 0 '^check-layers: OK' good
 check "warn mode reports but passes" 0 'warning: .*upward reference' up --warn
 
 if [ $failures -ne 0 ]; then
