@@ -13,15 +13,14 @@
 #include <string.h>
 
 
-/* The connected target QP: the peer is there, the QP exists, is in RTR or
- * RTS and accepts us.  On success *pub_p is its public entry. */
-HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
-                                          hca_qp_pub_t **pub_p)
+/* The target QP's table entry: the peer is there and alive, and the QP
+ * number is inside its table.  On success *pub_p is the entry (not yet
+ * checked: hca_qp_pub_check). */
+HCA_INLINE hca_wc_status_t hca_shm_target_entry(hca_qp_t *qp,
+                                                hca_qp_pub_t **pub_p)
 {
     hca_peer_t *peer = hca_shm_qp(qp)->peer;
     uint32_t idx     = HCA_QPN_INDEX(qp->dest_qpn);
-    hca_wc_status_t status;
-    hca_qp_pub_t *pub;
 
     if (HCA_UNLIKELY(peer == NULL)) {
         peer = hca_shm_qp(qp)->peer = hca_peer_get(qp->dev, &qp->dest);
@@ -36,9 +35,31 @@ HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
     if (HCA_UNLIKELY((idx == 0) || (idx >= peer->hdr.max_qp))) {
         return HCA_WC_REM_INV_REQ_ERR;
     }
-    pub    = &peer->qp_pub[idx];
-    status = hca_qp_pub_check(pub, qp->dest_qpn, qp->dev->host_key,
-                              qp->dev->pid, qp->dev->ctx_id, qp->qpn);
+    *pub_p = &peer->qp_pub[idx];
+    return HCA_WC_SUCCESS;
+}
+
+/* The target QP's entry checked: it exists, is in RTR or RTS and accepts
+ * us. */
+HCA_INLINE hca_wc_status_t hca_shm_target_check(hca_qp_t *qp,
+                                                const hca_qp_pub_t *pub)
+{
+    return hca_qp_pub_check(pub, qp->dest_qpn, qp->dev->host_key,
+                            qp->dev->pid, qp->dev->ctx_id, qp->qpn);
+}
+
+/* The connected target QP: the peer is there, the QP exists, is in RTR or
+ * RTS and accepts us.  On success *pub_p is its public entry. */
+HCA_INLINE hca_wc_status_t hca_shm_target(hca_qp_t *qp,
+                                          hca_qp_pub_t **pub_p)
+{
+    hca_wc_status_t status;
+    hca_qp_pub_t *pub;
+
+    status = hca_shm_target_entry(qp, &pub);
+    if (HCA_LIKELY(status == HCA_WC_SUCCESS)) {
+        status = hca_shm_target_check(qp, pub);
+    }
     if (HCA_UNLIKELY(status != HCA_WC_SUCCESS)) {
         return status;
     }
@@ -68,13 +89,12 @@ HCA_INLINE hca_wc_status_t hca_shm_target_cached(hca_qp_t *qp,
         return HCA_WC_SUCCESS;
     }
     sq->tgt_pub = NULL;
-    status      = hca_shm_target(qp, &pub); /* finds the entry */
+    status      = hca_shm_target_entry(qp, &pub);
     if (status != HCA_WC_SUCCESS) {
         return status;
     }
     gen    = atomic_load_explicit(&pub->gen, memory_order_acquire);
-    status = hca_qp_pub_check(pub, qp->dest_qpn, qp->dev->host_key,
-                              qp->dev->pid, qp->dev->ctx_id, qp->qpn);
+    status = hca_shm_target_check(qp, pub);
     if (status != HCA_WC_SUCCESS) {
         return status;
     }
