@@ -348,35 +348,136 @@ int hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
     return 0;
 }
 
+/* ---------------------------------------------------------------- atomics */
+
+/* A shm atomic has one route, whoever issues it (the fast op
+ * atomic_direct, the doorbell's direct path, the WR's execution):
+ *
+ *   1. the cached registration of the peer's device memory
+ *      (hca_direct_target: busy word, serial, range, rights, alignment);
+ *   2. otherwise, unless the fast op stops at 1, the full check
+ *      (hca_access_begin: key, PD, rights, bounds, alignment), and the
+ *      target where this process reaches it: its own memory, or the
+ *      peer's device memory through our mapping;
+ *   3. otherwise (plain memory of another process) the target's
+ *      responder, which only a WR can ask (it needs a response slot).
+ *
+ * The target QP's rights are checked before (pub->access). */
+
+/* Step 1: 1 if done (*old_p is the target's old value), 0 if not. */
+HCA_INLINE int hca_shm_atomic_cached(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                     unsigned opcode, unsigned size,
+                                     uint32_t rkey, uint64_t raddr,
+                                     uint64_t compare_add, uint64_t swap,
+                                     uint64_t *old_p)
+{
+    uint8_t *target;
+
+    if (hca_direct_is_plain(qp, rkey)) {
+        return 0;
+    }
+    target = hca_direct_target(qp, pub, rkey, raddr, size,
+                               HCA_ACCESS_REMOTE_ATOMIC, size);
+    if (HCA_UNLIKELY(target == NULL)) {
+        return 0;
+    }
+    *old_p = hca_atomic_apply((uint8_t)opcode, target, (int)size,
+                              compare_add, swap);
+    hca_access_end(qp);
+    qp->tally.tx[opcode].mapped++;
+    return 1;
+}
+
+/* Step 2: the full check, then the target in this process.  On success
+ * *entry_p is pinned and *target_p is the target, or NULL: plain memory of
+ * another process (step 3).  HCA_WC_STATUS_LAST: the responder only. */
+static hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                             uint32_t rkey, uint64_t raddr,
+                                             unsigned size,
+                                             hca_mpt_entry_t **entry_p,
+                                             void **target_p)
+{
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+
+    *target_p = NULL;
+    status = hca_access_begin(qp, rkey, pub->pd_handle,
+                              HCA_ACCESS_REMOTE_ATOMIC, raddr, (uint64_t)size,
+                              size, &entry);
+    if (status != HCA_WC_SUCCESS) {
+        return status;
+    }
+    if (hca_shm_qp(qp)->peer->self) {
+        *target_p = (void*)(uintptr_t)raddr;
+    } else if (entry->dm_id != 0) {
+        hca_map_t *map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer,
+                                     entry->dm_id);
+        uint64_t off   = entry->dm_offset + (raddr - entry->addr);
+        if ((map != NULL) && (off <= map->obj.length) &&
+            ((uint64_t)size <= map->obj.length - off)) {
+            *target_p = (uint8_t*)map->obj.addr + off;
+        }
+    }
+    *entry_p = entry;
+    return HCA_WC_SUCCESS;
+}
+
+hca_wc_status_t hca_shm_atomic_exec(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                    unsigned opcode, unsigned size,
+                                    uint32_t rkey, uint64_t raddr,
+                                    uint64_t compare_add, uint64_t swap,
+                                    uint64_t *old_p)
+{
+    hca_mpt_entry_t *entry;
+    hca_wc_status_t status;
+    void *target;
+
+    if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
+        return HCA_WC_REM_ACCESS_ERR;
+    }
+    if (hca_shm_atomic_cached(qp, pub, opcode, size, rkey, raddr,
+                              compare_add, swap, old_p)) {
+        return HCA_WC_SUCCESS;
+    }
+    status = hca_shm_atomic_target(qp, pub, rkey, raddr, size, &entry,
+                                   &target);
+    if (status != HCA_WC_SUCCESS) {
+        return status;
+    }
+    if (target == NULL) {
+        hca_access_finish(qp, entry);
+        return HCA_WC_STATUS_LAST;
+    }
+    *old_p = hca_atomic_apply((uint8_t)opcode, target, (int)size,
+                              compare_add, swap);
+    hca_access_finish(qp, entry);
+    qp->tally.tx[opcode].mapped++;
+    return HCA_WC_SUCCESS;
+}
+
+/* The fast op: step 1 only.  The WR that follows a -EAGAIN takes steps 2
+ * and 3, and reports an error. */
 int hca_shm_atomic_direct(hca_qp_t *qp, hca_wr_opcode_t opcode, unsigned size,
-                      uint64_t remote_addr, uint32_t rkey,
-                      uint64_t compare_add, uint64_t swap, void *result)
+                          uint64_t remote_addr, uint32_t rkey,
+                          uint64_t compare_add, uint64_t swap, void *result)
 {
     hca_qp_pub_t *pub;
-    uint8_t *target;
     uint64_t old;
 
     if (HCA_UNLIKELY(!hca_sq_idle(qp)) ||
         HCA_UNLIKELY((unsigned)opcode >= HCA_WR_OPCODE_LAST) ||
         HCA_UNLIKELY(!(hca_opcode[opcode].flags & HCA_OPF_ATOMIC)) ||
         HCA_UNLIKELY((size != 4) && (size != 8)) ||
-        hca_direct_is_plain(qp, rkey) ||
         HCA_UNLIKELY(hca_shm_target_cached(qp, &pub) != HCA_WC_SUCCESS) ||
-        HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_ATOMIC))) {
+        HCA_UNLIKELY(!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) ||
+        !hca_shm_atomic_cached(qp, pub, opcode, size, rkey, remote_addr,
+                               compare_add, swap, &old)) {
         return -EAGAIN;
     }
-    target = hca_direct_target(qp, pub, rkey, remote_addr, size,
-                               HCA_ACCESS_REMOTE_ATOMIC, size);
-    if (HCA_UNLIKELY(target == NULL)) {
-        return -EAGAIN;
-    }
-    old = hca_atomic_apply((uint8_t)opcode, target, (int)size, compare_add,
-                           swap);
-    hca_access_end(qp);
     if (result != NULL) {
         hca_atomic_store_old(result, (int)size, old);
     }
-    hca_count_tx_mapped(qp, opcode, size);
+    hca_count_tx(qp, opcode, size);
     return 0;
 }
 
@@ -400,18 +501,18 @@ void hca_direct_close(hca_qp_t *qp)
  * from the caller's WR - no WQE, no inline copy, no queue walk.  Every
  * check runs before any side effect; if one fails, or the WR needs the
  * peer's help, 0 sends it down the queue, which does the same checks again
- * and reports the error. */
+ * and reports the error (an error costs two checks; plain memory of
+ * another process, which only its responder serves, goes down the queue
+ * before any check). */
 int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
 {
     const hca_opcode_info_t *info = &hca_opcode[wr->opcode];
     int size = (wr->send_flags & HCA_SEND_ATOMIC32) ? 4 : 8;
-    hca_mpt_entry_t *entry;
     hca_wc_status_t status;
     hca_ring_send_t s;
     hca_msg_hdr_t *msg;
     hca_qp_pub_t *pub;
     hca_ring_t *ring;
-    void *target;
     uint64_t old;
 
     if (HCA_UNLIKELY(hca_shm_target_cached(qp, &pub) != HCA_WC_SUCCESS)) {
@@ -451,26 +552,21 @@ int hca_shm_post_direct(hca_qp_t *qp, hca_send_wr_t *wr, uint64_t length)
         break;
     }
     default:
+        /* plain memory of another process: only a WR can ask its
+         * responder, and that WR's execution checks it */
         if (!(info->flags & HCA_OPF_ATOMIC) ||
-            (hca_shm_atomic_target(qp, pub, wr->rdma.rkey,
-                                   wr->rdma.remote_addr, size, &entry,
-                                   &target) != HCA_WC_SUCCESS)) {
+            (hca_direct_is_plain(qp, wr->rdma.rkey) &&
+             !hca_shm_qp(qp)->peer->self) ||
+            (hca_shm_atomic_exec(qp, pub, wr->opcode, (unsigned)size,
+                                 wr->rdma.rkey, wr->rdma.remote_addr,
+                                 wr->compare_add, wr->swap, &old) !=
+             HCA_WC_SUCCESS)) {
             return 0;
         }
-        if (target == NULL) {
-            if (entry != NULL) {
-                hca_access_finish(qp, entry);
-            }
-            return 0;
-        }
-        old = hca_atomic_apply((uint8_t)wr->opcode, target, size,
-                               wr->compare_add, wr->swap);
-        hca_access_finish(qp, entry);
         if (info->flags & HCA_OPF_FETCH) {
             hca_atomic_store_old((void*)(uintptr_t)wr->sg_list[0].addr,
                                  size, old);
         }
-        qp->tally.tx[wr->opcode].mapped++;
         length = (uint64_t)size;
         break;
     }

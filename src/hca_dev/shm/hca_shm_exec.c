@@ -186,74 +186,25 @@ static hca_exec_t hca_shm_svc_post(hca_qp_t *qp, hca_wqe_t *wqe,
     return HCA_EXEC_ISSUED;
 }
 
-/* Checks an atomic's target and finds where it lands in this process:
- * *target_p NULL means plain memory of another process (its responder
- * executes it).  On success the MPT entry is pinned (*entry_p). */
-hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
-                                             uint32_t rkey, uint64_t raddr,
-                                             int size,
-                                             hca_mpt_entry_t **entry_p,
-                                             void **target_p)
-{
-    hca_mpt_entry_t *entry;
-    hca_wc_status_t status;
-
-    *target_p = NULL;
-    if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
-        return HCA_WC_REM_ACCESS_ERR;
-    }
-    status = hca_access_begin(qp, rkey, pub->pd_handle,
-                              HCA_ACCESS_REMOTE_ATOMIC, raddr, (uint64_t)size,
-                              (unsigned)size, &entry);
-    if (status == HCA_WC_STATUS_LAST) {
-        *entry_p = NULL; /* only its responder may: it checks again */
-        return HCA_WC_SUCCESS;
-    }
-    if (status != HCA_WC_SUCCESS) {
-        return status;
-    }
-    if (hca_shm_qp(qp)->peer->self) {
-        *target_p = (void*)(uintptr_t)raddr;
-    } else if (entry->dm_id != 0) {
-        hca_map_t *map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer, entry->dm_id);
-        uint64_t off   = entry->dm_offset + (raddr - entry->addr);
-        if ((map != NULL) && (off <= map->obj.length) &&
-            ((uint64_t)size <= map->obj.length - off)) {
-            *target_p = (uint8_t*)map->obj.addr + off;
-        }
-    }
-    *entry_p = entry;
-    return HCA_WC_SUCCESS;
-}
-
+/* The route of every shm atomic (hca_shm_direct.c); what it cannot do
+ * here, the target's responder does. */
 static hca_exec_t hca_shm_atomic(hca_qp_t *qp, hca_wqe_t *wqe,
                                  hca_qp_pub_t *pub, hca_wc_status_t *status_p)
 {
-    int size = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
-    hca_mpt_entry_t *entry;
+    unsigned size = (wqe->flags & HCA_SEND_ATOMIC32) ? 4 : 8;
     hca_wc_status_t status;
-    void *target;
     uint64_t old;
 
-    status = hca_shm_atomic_target(qp, pub, wqe->rkey, wqe->remote_addr, size,
-                                   &entry, &target);
-    if (status != HCA_WC_SUCCESS) {
-        *status_p = status;
-        return HCA_EXEC_DONE;
-    }
-    if (target == NULL) {
-        /* plain memory of another process: its responder executes it */
-        if (entry != NULL) {
-            hca_access_finish(qp, entry);
-        }
+    status = hca_shm_atomic_exec(qp, pub, wqe->opcode, size, wqe->rkey,
+                                 wqe->remote_addr, wqe->compare_add,
+                                 wqe->swap, &old);
+    if (status == HCA_WC_STATUS_LAST) {
         return hca_shm_svc_post(qp, wqe, wqe->remote_addr, (uint64_t)size);
     }
-    old = hca_atomic_apply(wqe->opcode, target, size, wqe->compare_add,
-                           wqe->swap);
-    hca_access_finish(qp, entry);
-    hca_atomic_result(wqe, old);
-    qp->cnt->mapped_ops++;
-    *status_p = HCA_WC_SUCCESS;
+    if (status == HCA_WC_SUCCESS) {
+        hca_atomic_result(wqe, old);
+    }
+    *status_p = status;
     return HCA_EXEC_DONE;
 }
 

@@ -196,12 +196,14 @@ typedef struct hca_xfer {
 /* Direct RDMA paths: 0 with the status, or 1 if the responder must. */
 int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x, hca_qp_pub_t *pub,
                         int write, hca_wc_status_t *status_p);
-/* An atomic's target: *target_p NULL means plain memory of another
- * process (its responder executes it); on success the entry is pinned. */
-hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
-                                      uint32_t rkey, uint64_t raddr, int size,
-                                      hca_mpt_entry_t **entry_p,
-                                      void **target_p);
+/* The one route of a shm atomic (hca_shm_direct.c): HCA_WC_SUCCESS when
+ * done here (*old_p), HCA_WC_STATUS_LAST when only the target's responder
+ * can (plain memory of another process), or the error. */
+hca_wc_status_t hca_shm_atomic_exec(hca_qp_t *qp, hca_qp_pub_t *pub,
+                                    unsigned opcode, unsigned size,
+                                    uint32_t rkey, uint64_t raddr,
+                                    uint64_t compare_add, uint64_t swap,
+                                    uint64_t *old_p);
 
 /* ---------------------------------------------------------------- direct */
 

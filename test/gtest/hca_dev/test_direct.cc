@@ -1504,6 +1504,123 @@ TEST_P(DirectAtomic, RandomSequenceMatchesModel)
     EXPECT_TRUE(expect_no_wc(cn.scq, 10));
 }
 
+/* A shm atomic has one route, whoever issues it: the fast op, the
+ * doorbell's direct path (an unsignaled WR on an idle queue) and the WR's
+ * execution (a signaled one) must agree.  A random sequence over device
+ * memory (all three run in this process) and plain memory (the fast op
+ * declines, the WRs reach the target: in this process, or by the peer's
+ * responder), each op by a random route, checked op by op against a
+ * local model: the fetched value, and every byte of both regions. */
+TEST_P(DirectAtomic, EveryRouteSameResult)
+{
+    ASSERT_TRUE(e.open(where()));
+    target &t = *e.t;
+    conn cn;
+    ASSERT_TRUE(e.connect(&cn));
+    tbuf d, m;
+    ASSERT_TRUE(make_buf(t, MEM_DM, 128, &d));
+    ASSERT_TRUE(make_buf(t, MEM_MALLOC, 128, &m));
+    uint32_t dkey = 0, mkey = 0;
+    ASSERT_GE(make_mr(t, e.tpd, d, 0, 128, ACCESS_ALL, &dkey), 0);
+    ASSERT_GE(make_mr(t, e.tpd, m, 0, 128, ACCESS_ALL, &mkey), 0);
+    ASSERT_EQ(0, t.fill(m.id, 0, 128, BYTE(SENTINEL)));
+    alignas(8) static uint8_t res[16];
+    hca_mr_t *lmr = e.c->reg(e.pd, res, sizeof(res), ACCESS_ALL);
+    ASSERT_NE(nullptr, lmr);
+
+    uint8_t model[2][128];
+    memset(model, SENTINEL, sizeof(model));
+    const tbuf *bufs[2]    = {&d, &m};
+    const uint32_t keys[2] = {dkey, mkey};
+    struct word {
+        size_t   off;
+        unsigned size;
+    } words[] = {{8, 8}, {16, 8}, {32, 4}, {36, 4}, {120, 8}};
+    std::mt19937_64 rng(4242);
+    const int N = 1500;
+    int routes[2][3] = {};
+    for (int i = 0; i < N; ++i) {
+        const int which      = (int)(rng() % 2); /* 0 device, 1 plain */
+        const word &w        = words[rng() % 5];
+        const uint64_t mask  = size_mask(w.size);
+        hca_wr_opcode_t op   = all_atomic_ops[rng() % 10];
+        const int route      = (int)(rng() % 3);
+        const bool fetch     = is_fetching_op(op);
+        const uint64_t raddr = bufs[which]->addr + w.off;
+        uint64_t cur = 0, a = rng(), s = rng();
+        memcpy(&cur, model[which] + w.off, w.size);
+        if ((op == HCA_WR_ATOMIC_CMP_SWP) && (rng() % 2)) {
+            a = cur | (rng() & ~mask); /* matches */
+        }
+        SCOPED_TRACE("step " + std::to_string(i) + " route " +
+                     std::to_string(route) + (which ? " plain " : " dm ") +
+                     op_short_name(op) + "/" + std::to_string(w.size * 8));
+        memset(res, LSENTINEL, sizeof(res));
+        uint64_t old = 0;
+        if (route == 0) {
+            int rc = fast_atomic_direct(cn.qp, op, w.size, raddr,
+                                        keys[which], a, s,
+                                        fetch ? &old : nullptr);
+            if (which == 1) {
+                /* plain memory: not the fast op's, nothing done */
+                ASSERT_EQ(-EAGAIN, rc);
+                EXPECT_EQ(0u, old);
+                continue;
+            }
+            ASSERT_EQ(0, rc);
+        } else {
+            hca_sge_t sg     = mk_sge(res, w.size, hca_mr_lkey(lmr));
+            hca_send_wr_t wr = mk_wr(op, fetch ? &sg : nullptr,
+                                     fetch ? 1 : 0,
+                                     ((route == 2) ? HCA_SEND_SIGNALED : 0) |
+                                     ((w.size == 4) ? HCA_SEND_ATOMIC32 : 0),
+                                     0x5000 + i, raddr, keys[which]);
+            wr.compare_add = a;
+            wr.swap        = s;
+            ASSERT_EQ(0, post_retry(cn.qp, &wr));
+            if (route == 2) {
+                ASSERT_TRUE(wait_ok(cn.scq, wr.wr_id, HCA_WC_ATOMIC));
+            } else {
+                /* done in the call, or queued for the peer's responder:
+                 * then done when nothing is outstanding, with no CQE */
+                for (int k = 0; (hca_qp_outstanding(cn.qp) != 0) &&
+                                (k < TIMEOUT_MS * 10); ++k) {
+                    progress_all();
+                    usleep(100);
+                }
+                ASSERT_EQ(0u, hca_qp_outstanding(cn.qp));
+            }
+            memcpy(&old, res, w.size);
+            EXPECT_EQ(-1, check_byte(res + w.size, sizeof(res) - w.size,
+                                     LSENTINEL))
+                    << "the old value took more than " << w.size << " bytes";
+        }
+        ++routes[which][route];
+        if (fetch) {
+            ASSERT_EQ(cur, old) << std::hex << "fetched value";
+        }
+        uint64_t nv = atomic_result(op, cur, a, s, mask);
+        memcpy(model[which] + w.off, &nv, w.size);
+        if ((i % 100 == 99) || (i == N - 1)) {
+            for (int b = 0; b < 2; ++b) {
+                uint8_t rem[128];
+                ASSERT_EQ(0, t.read(bufs[b]->id, 0, rem, 64));
+                ASSERT_EQ(0, t.read(bufs[b]->id, 64, rem + 64, 64));
+                for (size_t k = 0; k < 128; ++k) {
+                    ASSERT_EQ(model[b][k], rem[k])
+                            << (b ? "plain" : "dm") << " byte " << k;
+                }
+            }
+        }
+    }
+    for (int b = 0; b < 2; ++b) {
+        for (int r = (b ? 1 : 0); r < 3; ++r) {
+            EXPECT_GT(routes[b][r], 100) << "memory " << b << " route " << r;
+        }
+    }
+    EXPECT_TRUE(expect_no_wc(cn.scq, 10)) << "an unsignaled atomic made a CQE";
+}
+
 /* -EAGAIN, nothing changed, *old_p untouched: misaligned addresses, every
  * non-atomic or invalid opcode, sizes other than 4 and 8, an MR without
  * REMOTE_ATOMIC, a target QP without it, plain memory, bad keys, words
