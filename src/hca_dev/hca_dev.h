@@ -649,6 +649,9 @@ int  hca_qp_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
 
 /* ---------------------------------------------------------------- counters */
 
+/* Room for one fabric's own counters in hca_counters_t. */
+#define HCA_FABRIC_COUNTERS_MAX 48
+
 typedef struct hca_counters {
     uint64_t tx_ops[HCA_WR_OPCODE_LAST];    /* WRs executed, by opcode */
     uint64_t tx_bytes[HCA_WR_OPCODE_LAST];
@@ -665,18 +668,17 @@ typedef struct hca_counters {
      * (hca_fabric_type_t): which peers were on other hosts */
     uint64_t fabric_tx_ops[HCA_FABRIC_LAST][HCA_WR_OPCODE_LAST];
     uint64_t fabric_tx_bytes[HCA_FABRIC_LAST][HCA_WR_OPCODE_LAST];
-    /* the tcp fabric's wire */
-    uint64_t tcp_frames_tx;
-    uint64_t tcp_frames_rx;
-    uint64_t tcp_bytes_tx;
-    uint64_t tcp_bytes_rx;
-    uint64_t tcp_naks[HCA_WC_STATUS_LAST]; /* requests refused, by syndrome */
-    uint64_t tcp_retries;      /* sends that found no room (socket, ring) */
-    uint64_t tcp_bad_frames;   /* connections closed for a malformed frame */
-    uint64_t tcp_refused;      /* hellos refused (secret, context, version) */
-    uint64_t tcp_conns;        /* connections established */
-    uint64_t tcp_conns_lost;   /* closed: reset, timeout, bad frame, refusal */
+    /* each fabric's own counters (tcp: its wire's frames, bytes, NAKs,
+     * connections), by the fabric's index: hca_fabric_counter_name names
+     * them, hca_fabric_counter_find finds one */
+    uint64_t fabric_own[HCA_FABRIC_LAST][HCA_FABRIC_COUNTERS_MAX];
 } hca_counters_t;
+
+/* The name of fabric's own counter i (fabric_own[fabric][i]), or NULL
+ * past its last one; a name is a word of [a-z0-9_]. */
+const char *hca_fabric_counter_name(hca_fabric_type_t fabric, unsigned i);
+/* The index of fabric's own counter called name, or -ENOENT. */
+int  hca_fabric_counter_find(hca_fabric_type_t fabric, const char *name);
 
 /* A QP's requester counts (tx_*, fabric_tx_*, mapped_ops) are kept in the
  * process and published to the object other processes read every this

@@ -451,3 +451,31 @@ void hca_dm_view_close(hca_dm_view_t *view)
         view->fabric->dm_view_close(view);
     }
 }
+
+/* ---------------------------------------------------------------- counters */
+
+const char *hca_fabric_counter_name(hca_fabric_type_t fabric, unsigned i)
+{
+    const hca_fabric_ops_t *f;
+
+    if (((unsigned)fabric >= HCA_FABRIC_LAST) ||
+        (i >= HCA_FABRIC_COUNTERS_MAX)) {
+        return NULL;
+    }
+    f = hca_fabrics[fabric];
+    return ((f == NULL) || (f->counter_name == NULL)) ? NULL :
+           f->counter_name(i);
+}
+
+int hca_fabric_counter_find(hca_fabric_type_t fabric, const char *name)
+{
+    const char *n;
+
+    for (unsigned i = 0; (n = hca_fabric_counter_name(fabric, i)) != NULL;
+         ++i) {
+        if (strcmp(n, name) == 0) {
+            return (int)i;
+        }
+    }
+    return -ENOENT;
+}

@@ -118,6 +118,11 @@ typedef struct hca_fabric_ops {
     int   (*dm_view_ptr)(hca_dm_view_t *view, uint32_t rkey,
                          uint64_t remote_addr, void **ptr_p);
     void  (*dm_view_close)(hca_dm_view_t *view);
+
+    /* ---- optional: the names of the fabric's own counters
+     * (hca_counters_t.fabric_own[type][i]), NULL past the last one; the
+     * fabric counts them itself, in the context's dev->svc_cnt */
+    const char *(*counter_name)(unsigned i);
 } hca_fabric_ops_t;
 
 /* The head of every fabric's device memory view. */

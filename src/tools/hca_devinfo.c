@@ -257,8 +257,6 @@ static void print_error_counters(const hca_counters_t *cnt)
 
 static void print_fabric_counters(const hca_counters_t *cnt)
 {
-    int st;
-
     printf("\t\t%-20s%12s%14s\n", "fabric", "tx_ops", "tx_bytes");
     for (int f = 0; f < HCA_FABRIC_LAST; f++) {
         uint64_t ops = 0, bytes = 0;
@@ -277,21 +275,26 @@ static void print_fabric_counters(const hca_counters_t *cnt)
             }
         }
     }
-    printf("\t\ttcp wire:\n");
-    printf("\t\t\t%-20s%" PRIu64 "\n", "frames_tx:", cnt->tcp_frames_tx);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "frames_rx:", cnt->tcp_frames_rx);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "bytes_tx:", cnt->tcp_bytes_tx);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "bytes_rx:", cnt->tcp_bytes_rx);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "retries:", cnt->tcp_retries);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "connections:", cnt->tcp_conns);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "connections_lost:",
-           cnt->tcp_conns_lost);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "bad_frames:", cnt->tcp_bad_frames);
-    printf("\t\t\t%-20s%" PRIu64 "\n", "refused_hellos:", cnt->tcp_refused);
-    for (st = HCA_WC_SUCCESS + 1; st < HCA_WC_STATUS_LAST; st++) {
-        if (cnt->tcp_naks[st]) {
-            printf("\t\t\tnak %-36s%" PRIu64 "\n",
-                   hca_wc_status_str((hca_wc_status_t)st), cnt->tcp_naks[st]);
+    /* each fabric's own counters, by the names it gives them */
+    for (int f = 0; f < HCA_FABRIC_LAST; f++) {
+        const char *name;
+        int shown = 0;
+
+        if (hca_fabric_counter_name((hca_fabric_type_t)f, 0) == NULL) {
+            continue;
+        }
+        printf("\t\t%s fabric:\n", hca_fabric_type_str((hca_fabric_type_t)f));
+        for (unsigned i = 0;
+             (name = hca_fabric_counter_name((hca_fabric_type_t)f, i)) != NULL;
+             i++) {
+            if (cnt->fabric_own[f][i] != 0) {
+                printf("\t\t\t%-24s%" PRIu64 "\n", name,
+                       cnt->fabric_own[f][i]);
+                shown = 1;
+            }
+        }
+        if (!shown) {
+            printf("\t\t\t(all zero)\n");
         }
     }
 }

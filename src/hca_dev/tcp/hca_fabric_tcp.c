@@ -298,6 +298,38 @@ static uint64_t hca_tcp_partial_timeout_ns(hca_device_t *dev)
     return (ns > HCA_PARTIAL_TIMEOUT_NS) ? ns : HCA_PARTIAL_TIMEOUT_NS;
 }
 
+/* ---------------------------------------------------------------- counters */
+
+static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
+    [HCA_TCP_CNT_FRAMES_TX]  = "frames_tx",
+    [HCA_TCP_CNT_FRAMES_RX]  = "frames_rx",
+    [HCA_TCP_CNT_BYTES_TX]   = "bytes_tx",
+    [HCA_TCP_CNT_BYTES_RX]   = "bytes_rx",
+    [HCA_TCP_CNT_RETRIES]    = "retries",
+    [HCA_TCP_CNT_CONNS]      = "connections",
+    [HCA_TCP_CNT_CONNS_LOST] = "connections_lost",
+    [HCA_TCP_CNT_BAD_FRAMES] = "bad_frames",
+    [HCA_TCP_CNT_REFUSED]    = "refused_hellos",
+    [HCA_TCP_CNT_NAKS + HCA_WC_SUCCESS]         = "nak_success",
+    [HCA_TCP_CNT_NAKS + HCA_WC_LOC_LEN_ERR]     = "nak_loc_len_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_LOC_QP_OP_ERR]   = "nak_loc_qp_op_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_LOC_PROT_ERR]    = "nak_loc_prot_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_WR_FLUSH_ERR]    = "nak_wr_flush_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_REM_INV_REQ_ERR] = "nak_rem_inv_req_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_REM_ACCESS_ERR]  = "nak_rem_access_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_REM_OP_ERR]      = "nak_rem_op_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_RETRY_EXC_ERR]   = "nak_retry_exc_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_RNR_RETRY_EXC_ERR] = "nak_rnr_retry_exc_err",
+    [HCA_TCP_CNT_NAKS + HCA_WC_GENERAL_ERR]     = "nak_general_err",
+};
+/* a new status needs its NAK name above */
+_Static_assert(HCA_WC_STATUS_LAST == 11, "name the new status's NAKs");
+
+static const char *hca_tcp_counter_name(unsigned i)
+{
+    return (i < HCA_TCP_CNT_LAST) ? hca_tcp_counter_names[i] : NULL;
+}
+
 const hca_fabric_ops_t hca_fabric_tcp_ops = {
     .name           = "tcp",
     .type           = HCA_FABRIC_TCP,
@@ -320,4 +352,5 @@ const hca_fabric_ops_t hca_fabric_tcp_ops = {
     .peer_status    = hca_tcp_peer_status,
     .check_peers    = hca_tcp_check_peers,
     .poll           = hca_tcp_poll,
+    .counter_name   = hca_tcp_counter_name,
 };

@@ -152,7 +152,7 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
             if (expected == HCA_TCP_CONN_UP) {
                 atomic_fetch_sub(&tcp->conns_up, 1);
             }
-            HCA_TCP_COUNT(tcp, tcp_conns_lost, 1);
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS_LOST, 1);
             atomic_fetch_add(&tcp->dev->dead_peers, 1);
             break;
         }
@@ -238,7 +238,7 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
             return -1;
         }
-        HCA_TCP_COUNT(tcp, tcp_bytes_tx, n);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BYTES_TX, n);
         tx->left -= (size_t)n;
         while ((n > 0) && (tx->first < tx->iovcnt)) {
             struct iovec *v = &tx->iov[tx->first];
@@ -258,7 +258,7 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
     tx->owner_qpn     = 0;
     conn->tx_stuck_ns = 0;
-    HCA_TCP_COUNT(tcp, tcp_frames_tx, tx->frames);
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FRAMES_TX, tx->frames);
     tx->frames = 0;
     atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),
                           memory_order_relaxed);

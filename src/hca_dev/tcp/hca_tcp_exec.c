@@ -168,7 +168,7 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         if (rc == 0) {
             /* someone's frame is still going out: the thread ends it */
             hca_tcp_want_out(tcp, conn);
-            HCA_TCP_COUNT(tcp, tcp_retries, 1);
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRIES, 1);
             res = (wqe->state == HCA_WQE_PARTIAL) ? HCA_EXEC_PARTIAL :
                                                     HCA_EXEC_BUSY;
             break;

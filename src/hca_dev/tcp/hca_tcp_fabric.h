@@ -202,11 +202,30 @@ typedef struct hca_tcp_conn {
                                           to go with (rx_lock) */
 } hca_tcp_conn_t;
 
-/* The fabric's counters live in the context's responder-side counters
- * (dev->svc_cnt, shared memory: hca_devinfo sums them); any thread adds. */
-#define HCA_TCP_COUNT(_tcp, _field, _n) \
-    __atomic_fetch_add(&(_tcp)->dev->svc_cnt->_field, (uint64_t)(_n), \
-                       __ATOMIC_RELAXED)
+/* The fabric's own counters (hca_counters_t.fabric_own[HCA_FABRIC_TCP]),
+ * named by hca_tcp_counter_name. */
+typedef enum {
+    HCA_TCP_CNT_FRAMES_TX,
+    HCA_TCP_CNT_FRAMES_RX,
+    HCA_TCP_CNT_BYTES_TX,
+    HCA_TCP_CNT_BYTES_RX,
+    HCA_TCP_CNT_RETRIES,      /* sends that found no room (socket, ring) */
+    HCA_TCP_CNT_CONNS,        /* connections established */
+    HCA_TCP_CNT_CONNS_LOST,   /* closed: reset, timeout, bad frame, refusal */
+    HCA_TCP_CNT_BAD_FRAMES,   /* connections closed for a malformed frame */
+    HCA_TCP_CNT_REFUSED,      /* hellos refused (secret, context, version) */
+    HCA_TCP_CNT_NAKS,         /* requests refused, + the syndrome */
+    HCA_TCP_CNT_LAST = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST
+} hca_tcp_counter_t;
+_Static_assert(HCA_TCP_CNT_LAST <= HCA_FABRIC_COUNTERS_MAX,
+               "the tcp fabric's counters do not fit hca_counters_t");
+
+/* They live in the context's responder-side counters (dev->svc_cnt,
+ * shared memory: hca_devinfo sums them); any thread adds. */
+#define HCA_TCP_COUNT(_tcp, _counter, _n) \
+    __atomic_fetch_add(&(_tcp)->dev->svc_cnt->fabric_own[HCA_FABRIC_TCP] \
+                                                        [_counter], \
+                       (uint64_t)(_n), __ATOMIC_RELAXED)
 
 typedef struct hca_tcp_dev {
     hca_device_t        *dev;

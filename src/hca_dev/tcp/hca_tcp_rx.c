@@ -73,7 +73,7 @@ static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     job.hdr.resp_stamp = req->resp_stamp;
     job.hdr.operand    = value;
     if (status != HCA_WC_SUCCESS) {
-        HCA_TCP_COUNT(tcp, tcp_naks[status], 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_NAKS + status, 1);
         hca_tcp_poison(conn, req->src_qpn);
     }
     /* the answer of a SEND may wait for a frame of ours to go with (a
@@ -523,7 +523,7 @@ static int hca_tcp_rx_place(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         if (conn->rx.state != HCA_TCP_RX_PARKED) {
             conn->rx.state     = HCA_TCP_RX_PARKED;
             conn->rx.parked_ns = hca_now_ns();
-            HCA_TCP_COUNT(tcp, tcp_retries, 1);
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRIES, 1);
         }
         return 0;
     }

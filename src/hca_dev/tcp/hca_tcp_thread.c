@@ -194,7 +194,7 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         hca_tcp_refusal(tcp, "the listener of pid %u ctx %u did not prove "
                         "it is that context: connection closed",
                         conn->peer.pid, conn->peer.ctx_id);
-        HCA_TCP_COUNT(tcp, tcp_refused, 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
         hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
         return -1;
     }
@@ -240,7 +240,7 @@ static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         (void)hca_tcp_send_all(conn->fd, &out, sizeof(out));
         hca_tcp_refusal(tcp, "refused a connection (status %d, step %d)",
                         status, conn->hs_step + 1);
-        HCA_TCP_COUNT(tcp, tcp_refused, 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
         hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
         return -1;
     }
@@ -285,7 +285,7 @@ static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (rc != 0) {
         return; /* dead, or the next message of the handshake to read */
     }
-    HCA_TCP_COUNT(tcp, tcp_conns, 1);
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS, 1);
     if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
         /* user threads' polls read connections from now on */
         atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_TCP);
@@ -336,12 +336,12 @@ static int hca_tcp_rx_header(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     rx->got  = 0;
     rx->bulk = (rx->in.hdr.length > HCA_TCP_RXBUF / 2); /* see rx.bulk */
     conn->rx_frames++; /* its payload's time is bounded (hca_tcp_timers) */
-    HCA_TCP_COUNT(tcp, tcp_frames_rx, 1);
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FRAMES_RX, 1);
     if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
         hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
                 "connection closed", conn->peer.pid, conn->peer.ctx_id,
                 hca_tcp_hdr_err_name[hca_tcp_hdr_check(&rx->in.hdr)]);
-        HCA_TCP_COUNT(tcp, tcp_bad_frames, 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BAD_FRAMES, 1);
         hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_OP_ERR);
         return -1;
     }
@@ -529,7 +529,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         }
         atomic_store_explicit(&conn->last_rx_ns, hca_now_ns(),
                               memory_order_relaxed);
-        HCA_TCP_COUNT(tcp, tcp_bytes_rx, n);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BYTES_RX, n);
         /* a short read of headers: the socket had no more.  A payload
          * read on (until EAGAIN): the sender streams it, more has likely
          * come meanwhile */
@@ -698,7 +698,7 @@ static int hca_tcp_half_open_trim(hca_tcp_dev_t *tcp, const uint8_t *ip,
     }
     hca_tcp_refusal(tcp, "%u connections wait for their handshake (%u from "
                     "one address): the oldest closed", n, n_src);
-    HCA_TCP_COUNT(tcp, tcp_refused, 1);
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
     hca_tcp_conn_kill(tcp, victim, HCA_WC_RETRY_EXC_ERR);
     return hca_tcp_close_fd(tcp, victim) == 0;
 }

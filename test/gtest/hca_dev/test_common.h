@@ -320,6 +320,28 @@ int progress_all();
 ::testing::AssertionResult expect_no_wc(cqw *c, int ms);
 
 
+/* A fabric's own counter by the name the fabric gives it; a name it does
+ * not have fails the test. */
+inline uint64_t fabric_counter(const hca_counters_t &cnt,
+                               hca_fabric_type_t fabric, const char *name)
+{
+    int i = hca_fabric_counter_find(fabric, name);
+
+    EXPECT_GE(i, 0) << hca_fabric_type_str(fabric) << " has no counter "
+                    << name;
+    return (i < 0) ? 0 : cnt.fabric_own[fabric][i];
+}
+
+/* The context's own counter of the tcp fabric called name. */
+inline uint64_t tcp_counter(hca_device_t *dev, const char *name)
+{
+    hca_counters_t cnt;
+
+    memset(&cnt, 0, sizeof(cnt));
+    EXPECT_EQ(0, hca_device_counters(dev, &cnt));
+    return fabric_counter(cnt, HCA_FABRIC_TCP, name);
+}
+
 /* ------------------------------------------------------------ QP helpers */
 
 struct qp_caps {

@@ -19,6 +19,7 @@
 #include "tcp_forge.h"
 #include "tcp_raw_socket.h"
 
+#include <set>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -353,6 +354,7 @@ TEST_F(TcpWire, HelloBadSecretRefused)
 {
     raw_client cl;
     tcpf_hello_t ans;
+    uint64_t refused0 = tcp_counter(c.dev, "refused_hellos");
 
     ASSERT_TRUE(cl.connect_to(c.addr));
     ASSERT_TRUE(shake(cl, good_hello(), c.addr.secret ^ 1, CLIENT_SECRET,
@@ -361,6 +363,7 @@ TEST_F(TcpWire, HelloBadSecretRefused)
     EXPECT_EQ(TCPF_HELLO_BAD_SECRET, ans.status);
     EXPECT_TRUE(anonymous(ans)); /* the answer never carries one */
     EXPECT_TRUE(cl.expect_closed());
+    EXPECT_EQ(refused0 + 1, tcp_counter(c.dev, "refused_hellos"));
     ASSERT_NO_FATAL_FAILURE(good_write(0, 64, 1));
 }
 
@@ -482,6 +485,9 @@ TEST_F(TcpWire, WriteBadRkeyNak)
     raw_client cl;
     std::vector<uint8_t> data(256, 0x11);
     const uint32_t keys[] = {rkey ^ 0x100u, rkey + 1, ~rkey, 0};
+    uint64_t naks0   = tcp_counter(c.dev, "nak_rem_access_err");
+    uint64_t frames0 = tcp_counter(c.dev, "frames_rx");
+    uint64_t bytes0  = tcp_counter(c.dev, "bytes_rx");
 
     ASSERT_TRUE(handshake(cl));
     for (uint32_t key : keys) {
@@ -491,6 +497,40 @@ TEST_F(TcpWire, WriteBadRkeyNak)
             << "rkey 0x" << std::hex << key;
     }
     EXPECT_TRUE(untouched());
+    /* the fabric's own counters, as hca_devinfo shows them */
+    EXPECT_EQ(naks0 + 4, tcp_counter(c.dev, "nak_rem_access_err"));
+    EXPECT_GE(tcp_counter(c.dev, "frames_rx"), frames0 + 4);
+    EXPECT_GE(tcp_counter(c.dev, "bytes_rx"), bytes0 + 4 * 256);
+}
+
+/* Each fabric names its own counters: words of [a-z0-9_], unique, found
+ * by name at their index; nothing past the last, or of no fabric. */
+TEST(FabricCounters, NamedAndFound)
+{
+    for (int f = 0; f < HCA_FABRIC_LAST; ++f) {
+        std::set<std::string> seen;
+        unsigned i = 0;
+        const char *name;
+        for (; (name = hca_fabric_counter_name((hca_fabric_type_t)f, i)) !=
+               nullptr; ++i) {
+            std::string n(name);
+            EXPECT_FALSE(n.empty());
+            EXPECT_EQ(std::string::npos,
+                      n.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                          "0123456789_")) << n;
+            EXPECT_TRUE(seen.insert(n).second) << "twice: " << n;
+            EXPECT_EQ((int)i, hca_fabric_counter_find((hca_fabric_type_t)f,
+                                                      name));
+        }
+        EXPECT_LE(i, (unsigned)HCA_FABRIC_COUNTERS_MAX);
+        EXPECT_EQ(-ENOENT, hca_fabric_counter_find((hca_fabric_type_t)f,
+                                                   "no_such_counter"));
+    }
+    EXPECT_GE(hca_fabric_counter_find(HCA_FABRIC_TCP, "frames_tx"), 0);
+    EXPECT_GE(hca_fabric_counter_find(HCA_FABRIC_TCP, "connections_lost"), 0);
+    EXPECT_EQ(nullptr, hca_fabric_counter_name(HCA_FABRIC_LAST, 0));
+    EXPECT_EQ(nullptr, hca_fabric_counter_name(HCA_FABRIC_TCP,
+                                               HCA_FABRIC_COUNTERS_MAX));
 }
 
 TEST_F(TcpWire, WriteOutOfRangeNak)
