@@ -41,7 +41,8 @@ hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
     atomic_store(&conn->last_tx_ns, conn->start_ns);
     pthread_mutex_init(&conn->tx_lock, NULL);
     pthread_mutex_init(&conn->rx_lock, NULL);
-    conn->rx.state = HCA_TCP_RX_HELLO;
+    conn->trace    = tcp->dev->trace;
+    conn->rx.state = HCA_TCP_RX_HELLO; /* the receiver's first state */
     conn->rx.want  = sizeof(hca_tcp_hello_t);
     conn->next     = tcp->conns;
     tcp->conns     = conn;
@@ -119,7 +120,7 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
         hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
         return conn; /* its QPs fail at their first post */
     }
-    atomic_store(&conn->state, HCA_TCP_CONN_CONNECTING);
+    (void)hca_tcp_conn_to(conn, HCA_TCP_CONN_CONNECTING);
     hca_tcp_watch(tcp, conn);
     return conn;
 }
@@ -130,33 +131,30 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
 void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           hca_wc_status_t why, const char *where)
 {
-    int expected = atomic_load(&conn->state), unset = 0;
+    int unset = 0, was;
 
     /* the first killer's reason is what every QP reports */
     (void)atomic_compare_exchange_strong(&conn->fail, &unset, (int)why);
-    while (expected != HCA_TCP_CONN_DEAD) {
-        if (atomic_compare_exchange_weak(&conn->state, &expected,
-                                         HCA_TCP_CONN_DEAD)) {
-            if (HCA_UNLIKELY(tcp->dev->trace)) {
-                hca_log("tcp fabric: connection to pid %u ctx %u closed (%s, "
-                        "state %d) at %s", conn->peer.pid, conn->peer.ctx_id,
-                        hca_wc_status_str(why), expected, where);
-            }
-            /* wakes the thread through EPOLLHUP: it closes and frees
-             * (the fd is closed only under tx_lock and rx_lock, which
-             * every caller of a kill on a live fd holds or orders) */
-            if (conn->fd >= 0) {
-                (void)shutdown(conn->fd, SHUT_RDWR);
-            }
-            atomic_fetch_add(&tcp->conns_dead, 1);
-            if (expected == HCA_TCP_CONN_UP) {
-                atomic_fetch_sub(&tcp->conns_up, 1);
-            }
-            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS_LOST, 1);
-            atomic_fetch_add(&tcp->dev->dead_peers, 1);
-            break;
-        }
+    was = hca_tcp_conn_to_at(conn, HCA_TCP_CONN_DEAD, where);
+    if (was < 0) {
+        return; /* dead already */
     }
+    if (HCA_UNLIKELY(tcp->dev->trace)) {
+        hca_log("tcp fabric: connection to pid %u ctx %u closed: %s",
+                conn->peer.pid, conn->peer.ctx_id, hca_wc_status_str(why));
+    }
+    /* wakes the thread through EPOLLHUP: it closes and frees (the fd is
+     * closed only under tx_lock and rx_lock, which every caller of a kill
+     * on a live fd holds or orders) */
+    if (conn->fd >= 0) {
+        (void)shutdown(conn->fd, SHUT_RDWR);
+    }
+    atomic_fetch_add(&tcp->conns_dead, 1);
+    if (was == HCA_TCP_CONN_UP) {
+        atomic_fetch_sub(&tcp->conns_up, 1);
+    }
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS_LOST, 1);
+    atomic_fetch_add(&tcp->dev->dead_peers, 1);
 }
 
 /* ---------------------------------------------------------------- tx */

@@ -6,6 +6,7 @@
  * Files:
  *   hca_fabric_tcp.c  ops table, device open/close, connect, liveness
  *   hca_tcp_netif.c   which interface and address the listener uses
+ *   hca_tcp_state.c   the connection's and the receiver's state machines
  *   hca_tcp_conn.c    connections: establish, handshake, send, close
  *   hca_tcp_thread.c  the fabric's thread: accepts, reads, keeps alive
  *   hca_tcp_rx.c      a received frame: the responder (WRITE, READ,
@@ -58,8 +59,10 @@
                                          same readv, and none of the
                                          payload after it (a copy) */
 
+/* The connection's state machine (hca_tcp_state.c). */
 typedef enum {
-    HCA_TCP_CONN_CONNECTING = 0, /* connect() in progress */
+    HCA_TCP_CONN_NEW = 0,        /* made, not connecting yet */
+    HCA_TCP_CONN_CONNECTING,     /* connect() in progress */
     HCA_TCP_CONN_HELLO,          /* hello sent (connector) or awaited
                                     (acceptor) */
     HCA_TCP_CONN_UP,
@@ -99,7 +102,8 @@ typedef struct hca_tcp_job {
     uint64_t         addr;      /* READ: start in our memory */
 } hca_tcp_job_t;
 
-/* The frame being read (the fabric's thread only). */
+/* The receiver's state machine (hca_tcp_state.c): the frame being read
+ * (under rx_lock). */
 typedef enum {
     HCA_TCP_RX_HELLO = 0,
     HCA_TCP_RX_HDR,
@@ -148,7 +152,9 @@ typedef struct hca_tcp_rx {
 typedef struct hca_tcp_conn {
     struct hca_tcp_conn *next;
     int                  fd;
-    _Atomic int          state;     /* hca_tcp_conn_state_t */
+    _Atomic int          state;     /* hca_tcp_conn_state_t: changed only
+                                       by hca_tcp_conn_to */
+    int                  trace;     /* HCA_TRACE=1: transitions logged */
     int                  outbound;  /* we connected */
     _Atomic int          fail;      /* DEAD: what its QPs report
                                        (hca_wc_status_t; the first
@@ -378,5 +384,20 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, struct hca_wqe *wqe,
 hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, struct hca_wqe *wqe,
                                  hca_wc_status_t *status_p);
 int  hca_tcp_response_ready(const hca_qp_t *qp, const struct hca_wqe *wqe);
+
+/* ---------------------------------------------------------------- states */
+
+/* hca_tcp_state.c: the only writers of conn->state and conn->rx.state.
+ * hca_tcp_conn_to returns the state it left, or -1 if the connection was
+ * DEAD already (killed by another thread: the caller's move is moot);
+ * an illegal transition is a bug and aborts. */
+int  hca_tcp_conn_to_at(hca_tcp_conn_t *conn, hca_tcp_conn_state_t to,
+                        const char *where);
+void hca_tcp_rx_to_at(hca_tcp_conn_t *conn, hca_tcp_rx_state_t to,
+                      const char *where);
+const char *hca_tcp_conn_state_str(int state);
+const char *hca_tcp_rx_state_str(int state);
+#define hca_tcp_conn_to(_conn, _to) hca_tcp_conn_to_at(_conn, _to, __func__)
+#define hca_tcp_rx_to(_conn, _to)   hca_tcp_rx_to_at(_conn, _to, __func__)
 
 #endif

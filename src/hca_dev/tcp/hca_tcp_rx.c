@@ -253,7 +253,7 @@ static int hca_tcp_ring_put(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 
 static void hca_tcp_rx_next(hca_tcp_conn_t *conn)
 {
-    conn->rx.state  = HCA_TCP_RX_HDR;
+    hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
     conn->rx.got    = 0;
     conn->rx.want   = sizeof(hca_tcp_hdr_t);
     conn->rx.iovcnt = 0;
@@ -262,8 +262,8 @@ static void hca_tcp_rx_next(hca_tcp_conn_t *conn)
 
 static void hca_tcp_rx_discard(hca_tcp_conn_t *conn)
 {
-    conn->rx.state = (conn->rx.in.hdr.length > 0) ? HCA_TCP_RX_DISCARD :
-                                                    HCA_TCP_RX_HDR;
+    hca_tcp_rx_to(conn, (conn->rx.in.hdr.length > 0) ? HCA_TCP_RX_DISCARD :
+                                                       HCA_TCP_RX_HDR);
     conn->rx.left  = conn->rx.in.hdr.length;
     conn->rx.got   = 0;
     conn->rx.want  = sizeof(hca_tcp_hdr_t);
@@ -271,7 +271,7 @@ static void hca_tcp_rx_discard(hca_tcp_conn_t *conn)
 
 static void hca_tcp_rx_payload(hca_tcp_conn_t *conn, int kind)
 {
-    conn->rx.state = HCA_TCP_RX_PAYLOAD;
+    hca_tcp_rx_to(conn, HCA_TCP_RX_PAYLOAD);
     conn->rx.left  = conn->rx.in.hdr.length;
     conn->rx.kind  = kind;
 }
@@ -521,7 +521,7 @@ static int hca_tcp_rx_place(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     rc = hca_tcp_ring_put(tcp, conn, hdr, op, &status);
     if (rc == 0) {
         if (conn->rx.state != HCA_TCP_RX_PARKED) {
-            conn->rx.state     = HCA_TCP_RX_PARKED;
+            hca_tcp_rx_to(conn, HCA_TCP_RX_PARKED);
             conn->rx.parked_ns = hca_now_ns();
             HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRIES, 1);
         }
@@ -588,7 +588,7 @@ void hca_tcp_rx_abort(hca_tcp_conn_t *conn)
         hca_mpt_release(conn->rx.pinned);
         conn->rx.pinned = NULL;
     }
-    conn->rx.state = HCA_TCP_RX_DISCARD;
+    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
     /* answers never sent: the READs' regions */
     while (conn->jobs_tail != conn->jobs_head) {
         hca_tcp_job_t *job = &conn->jobs[conn->jobs_tail++ % HCA_TCP_JOBS];

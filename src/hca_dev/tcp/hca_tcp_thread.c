@@ -156,7 +156,9 @@ static void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         return;
     }
     conn->hs_step = HCA_TCP_STEP_HELLO;
-    atomic_store(&conn->state, HCA_TCP_CONN_HELLO);
+    if (hca_tcp_conn_to(conn, HCA_TCP_CONN_HELLO) < 0) {
+        return;
+    }
     pthread_mutex_lock(&conn->tx_lock);
     conn->want_out = 0;
     hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
@@ -290,8 +292,10 @@ static void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         /* user threads' polls read connections from now on */
         atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_TCP);
     }
-    atomic_store_explicit(&conn->state, HCA_TCP_CONN_UP, memory_order_release);
-    conn->rx.state = HCA_TCP_RX_HDR;
+    if (hca_tcp_conn_to(conn, HCA_TCP_CONN_UP) < 0) {
+        return; /* killed meanwhile by a sender */
+    }
+    hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
     conn->rx.got   = 0;
     conn->rx.want  = sizeof(hca_tcp_hdr_t);
 }
@@ -434,7 +438,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                 pthread_mutex_lock(&tcp->lock);
                 if (!hca_tcp_rx_target_ok(tcp, conn)) {
                     pthread_mutex_unlock(&tcp->lock);
-                    rx->state = HCA_TCP_RX_DISCARD;
+                    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
                     continue;
                 }
                 hca_tcp_iov_take(rx, from, take);
@@ -497,7 +501,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                 pthread_mutex_lock(&tcp->lock);
                 if (!hca_tcp_rx_target_ok(tcp, conn)) {
                     pthread_mutex_unlock(&tcp->lock);
-                    rx->state = HCA_TCP_RX_DISCARD;
+                    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
                     continue;
                 }
                 n = readv(conn->fd, iov, iovcnt);
@@ -744,7 +748,7 @@ static void hca_tcp_accept(hca_tcp_dev_t *tcp)
             close(fd);
         } else {
             memcpy(conn->src_ip, ip, 16);
-            atomic_store(&conn->state, HCA_TCP_CONN_HELLO);
+            (void)hca_tcp_conn_to(conn, HCA_TCP_CONN_HELLO);
             hca_tcp_watch(tcp, conn);
         }
         pthread_mutex_unlock(&tcp->lock);
