@@ -1,7 +1,7 @@
 /*
  * fuzz_tcp.c - libFuzzer harness: frames of the tcp fabric's wire
  * protocol (hca_tcp_wire.h) from a raw client socket, read and executed by
- * a device context's fabric thread (hca_tcp_thread.c -> hca_tcp_rx.c),
+ * a device context's fabric thread (hca_tcp_rx.c -> hca_tcp_resp.c),
  * and the pure header and hello checks (hca_tcp_hdr_check,
  * hca_tcp_hello_check) called directly.
  *

@@ -1,8 +1,10 @@
 /*
  * hca_tcp_conn.c - the tcp fabric's connections: one per pair of device
  * contexts, made on the first QP that needs it (nonblocking connect,
- * TCP_NODELAY), the sending of frames under tx_lock, the answers queued
- * by the fabric's thread, and death (every QP on it then fails).
+ * TCP_NODELAY), watched by the fabric's thread (its epoll events), the
+ * four-message handshake (docs/TCP-WIRE.md "Connection set-up"), and
+ * death (every QP on it then fails).  Sending is hca_tcp_tx.c's, reading
+ * hca_tcp_rx.c's.
  */
 #include "hca_tcp_fabric.h"
 #include "hca_log.h"
@@ -11,6 +13,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -157,214 +161,281 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     atomic_fetch_add(&tcp->dev->dead_peers, 1);
 }
 
-/* ---------------------------------------------------------------- tx */
+/* ---------------------------------------------------------------- events */
 
-/* A queued job that is one header and nothing else (it may go out with
- * others in one sendmsg); a READ's answer is sent part by part. */
-static inline int hca_tcp_job_is_answer(const hca_tcp_job_t *job)
+/* The events the thread waits for on conn: reading unless parked or out
+ * of room for answers, writing while something waits to go out.  With
+ * conn->tx_lock held (want_out is the senders' too). */
+void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op)
 {
-    return job->hdr.opcode != HCA_TCP_OP_READ_RESP;
+    struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = conn};
+
+    if (conn->fd < 0) {
+        return; /* reaped */
+    }
+
+    /* while the process polls, it reads its connections itself: waking
+     * this thread for each message would only take a core from it */
+    if (conn->reading && (!tcp->user_polls ||
+                          (atomic_load(&conn->state) != HCA_TCP_CONN_UP))) {
+        ev.events |= EPOLLIN;
+    }
+    if (conn->want_out) {
+        ev.events |= EPOLLOUT;
+    }
+    (void)epoll_ctl(tcp->epfd, op, conn->fd, &ev);
 }
 
-void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
-                      const struct iovec *iov, int iovcnt,
-                      uint32_t owner_qpn)
+/* A new connection (tcp->lock held): watched for its connect's end or
+ * its hello. */
+void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
-    hca_tcp_tx_t *tx = &conn->tx;
-    int n            = 0;
+    pthread_mutex_lock(&conn->tx_lock);
+    conn->reading  = 1;
+    conn->want_out = (atomic_load(&conn->state) == HCA_TCP_CONN_CONNECTING);
+    hca_tcp_events(tcp, conn, EPOLL_CTL_ADD);
+    pthread_mutex_unlock(&conn->tx_lock);
+}
 
-    tx->iovcnt = 0;
-    tx->left   = 0;
-    /* the answers at the head of the queue go first (in queue order) */
-    while ((n < HCA_TCP_TX_ANSWERS) && (conn->jobs_tail != conn->jobs_head) &&
-           hca_tcp_job_is_answer(&conn->jobs[conn->jobs_tail %
-                                             HCA_TCP_JOBS])) {
-        tx->answers[n] = conn->jobs[conn->jobs_tail++ % HCA_TCP_JOBS].hdr;
-        tx->iov[tx->iovcnt].iov_base = &tx->answers[n];
-        tx->iov[tx->iovcnt].iov_len  = sizeof(tx->answers[n]);
-        tx->iovcnt++;
-        tx->left += sizeof(tx->answers[n]);
-        ++n;
-    }
-    tx->frames = n;
-    if (hdr != NULL) {
-        tx->hdr                      = *hdr;
-        tx->iov[tx->iovcnt].iov_base = &tx->hdr;
-        tx->iov[tx->iovcnt].iov_len  = sizeof(tx->hdr);
-        tx->iovcnt++;
-        tx->left += sizeof(tx->hdr);
-        tx->frames++;
-        for (int i = 0; i < iovcnt; ++i) {
-            if (iov[i].iov_len == 0) {
+/* ---------------------------------------------------------------- handshake */
+
+static int hca_tcp_send_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n <= 0) {
+            if ((n < 0) && (errno == EINTR)) {
                 continue;
             }
-            tx->iov[tx->iovcnt++] = iov[i];
-            tx->left             += iov[i].iov_len;
+            return -1; /* a fresh socket takes 64 bytes, or is broken */
         }
+        p   += n;
+        len -= (size_t)n;
     }
-    tx->first     = 0;
-    tx->owner_qpn = owner_qpn;
-    tx->pinned    = NULL;
-}
-
-int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    hca_tcp_tx_t *tx = &conn->tx;
-
-    if (HCA_UNLIKELY((conn->fd < 0) ||
-                     (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD))) {
-        return -1; /* closed: nothing more goes out on it */
-    }
-
-    while (tx->left > 0) {
-        struct msghdr msg = {.msg_iov    = &tx->iov[tx->first],
-                             .msg_iovlen = (size_t)(tx->iovcnt - tx->first)};
-        ssize_t n = sendmsg(conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-        if (n < 0) {
-            if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
-                if (conn->tx_stuck_ns == 0) {
-                    /* the peer must take this frame within the peer
-                     * timeout (hca_tcp_timers) */
-                    conn->tx_stuck_ns = hca_now_ns();
-                }
-                return 0;
-            }
-            if (errno == EINTR) {
-                continue;
-            }
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
-            return -1;
-        }
-        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BYTES_TX, n);
-        tx->left -= (size_t)n;
-        while ((n > 0) && (tx->first < tx->iovcnt)) {
-            struct iovec *v = &tx->iov[tx->first];
-            if ((size_t)n < v->iov_len) {
-                v->iov_base = (uint8_t*)v->iov_base + n;
-                v->iov_len -= (size_t)n;
-                n = 0;
-            } else {
-                n -= (ssize_t)v->iov_len;
-                tx->first++;
-            }
-        }
-    }
-    if (tx->pinned != NULL) {
-        hca_mpt_release(tx->pinned);
-        tx->pinned = NULL;
-    }
-    tx->owner_qpn     = 0;
-    conn->tx_stuck_ns = 0;
-    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FRAMES_TX, tx->frames);
-    tx->frames = 0;
-    atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),
-                          memory_order_relaxed);
-    return 1;
-}
-
-void hca_tcp_tx_orphan(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
-                       uint32_t qpn)
-{
-    hca_tcp_tx_t *tx = &conn->tx;
-    size_t copied    = 0;
-
-    if ((tx->left == 0) || (tx->owner_qpn != qpn)) {
-        return;
-    }
-    /* The rest of the frame cannot be taken back (its header is out, the
-     * stream must go on), and the QP's buffers may be freed once its
-     * WQEs complete: its payload goes out from a copy, taken now.  Not
-     * zeros: the frame may be a SEND's last part or a WRITE, which the
-     * responder would deliver or place as if they were the data. */
-    if (tx->bounce == NULL) {
-        tx->bounce = malloc(HCA_TCP_SEG_MAX);
-        if (tx->bounce == NULL) {
-            /* no copy: the frame must not go on, and neither can the
-             * stream without it */
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
-            tx->owner_qpn = 0;
-            return;
-        }
-    }
-    /* the headers are ours; payload iovecs point into the QP's buffers */
-    for (int i = tx->first; i < tx->iovcnt; ++i) {
-        const uint8_t *p = tx->iov[i].iov_base;
-        if (((p >= (const uint8_t*)&tx->hdr) &&
-             (p < (const uint8_t*)(&tx->hdr + 1))) ||
-            ((p >= (const uint8_t*)tx->answers) &&
-             (p < (const uint8_t*)(tx->answers + HCA_TCP_TX_ANSWERS)))) {
-            continue;
-        }
-        if (HCA_UNLIKELY(copied + tx->iov[i].iov_len > HCA_TCP_SEG_MAX)) {
-            /* cannot be: a frame's payload is at most one segment */
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
-            break;
-        }
-        memcpy(tx->bounce + copied, p, tx->iov[i].iov_len);
-        tx->iov[i].iov_base = tx->bounce + copied;
-        copied             += tx->iov[i].iov_len;
-    }
-    tx->owner_qpn = 0;
-}
-
-/* Asks the thread to finish the frame (or the answers) when the socket
- * takes more: an epoll change only when it is full. */
-void hca_tcp_want_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    if (!conn->want_out) {
-        conn->want_out = 1;
-        hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
-    }
-}
-
-/* ---------------------------------------------------------------- jobs */
-
-int hca_tcp_job_push(hca_tcp_conn_t *conn, const hca_tcp_job_t *job)
-{
-    if (conn->jobs_head - conn->jobs_tail >= HCA_TCP_JOBS) {
-        return -EAGAIN;
-    }
-    conn->jobs[conn->jobs_head++ % HCA_TCP_JOBS] = *job;
     return 0;
 }
 
-void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+/* A refusal, logged at most once per HCA_TCP_LOG_NS with the count of
+ * those not logged since (the thread: a flood of bad hellos or
+ * connections must not become a flood of lines). */
+void hca_tcp_refusal(hca_tcp_dev_t *tcp, const char *fmt, ...)
 {
-    while (conn->jobs_tail != conn->jobs_head) {
-        hca_tcp_job_t *job = &conn->jobs[conn->jobs_tail % HCA_TCP_JOBS];
-        struct iovec iov;
-        int rc;
+    uint64_t now = hca_now_ns();
+    char line[256];
+    va_list ap;
 
-        rc = hca_tcp_tx_flush(tcp, conn);
-        if (rc <= 0) {
-            if (rc == 0) {
-                hca_tcp_want_out(tcp, conn);
-            }
-            return;
-        }
-        if (hca_tcp_job_is_answer(job)) {
-            /* it and the answers behind it, in one sendmsg */
-            hca_tcp_tx_start(conn, NULL, NULL, 0, 0);
-            continue;
-        }
-        /* the next part of a READ, straight from the region */
-        job->hdr.length = job->hdr.total - job->hdr.offset;
-        if (job->hdr.length > HCA_TCP_SEG_MAX) {
-            job->hdr.length = HCA_TCP_SEG_MAX;
-        }
-        job->hdr.flags = (job->hdr.offset + job->hdr.length ==
-                          job->hdr.total) ? HCA_TCP_F_LAST : 0;
-        iov.iov_base = (void*)(uintptr_t)(job->addr + job->hdr.offset);
-        iov.iov_len  = job->hdr.length;
-        hca_tcp_tx_start(conn, &job->hdr, &iov, 1, 0);
-        job->hdr.offset += job->hdr.length;
-        if (job->hdr.flags & HCA_TCP_F_LAST) {
-            conn->tx.pinned = job->entry; /* released once it is out */
-            conn->jobs_tail++;
-        }
+    if ((tcp->log_ns != 0) && (now - tcp->log_ns < HCA_TCP_LOG_NS)) {
+        tcp->log_held++;
+        return;
     }
-    if (hca_tcp_tx_flush(tcp, conn) == 0) {
-        hca_tcp_want_out(tcp, conn);
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (tcp->log_held > 0) {
+        hca_log("tcp fabric: %s (and %u refusals not logged)", line,
+                tcp->log_held);
+    } else {
+        hca_log("tcp fabric: %s", line);
     }
+    tcp->log_ns   = now;
+    tcp->log_held = 0;
+}
+
+/* A handshake message; with our identity unless `anonymous` (a refusal
+ * names nobody). */
+static void hca_tcp_hello_fill(hca_tcp_dev_t *tcp, hca_tcp_hello_t *h,
+                               hca_tcp_step_t step, int anonymous)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic   = HCA_TCP_MAGIC;
+    h->version = HCA_TCP_VERSION;
+    h->step    = (uint8_t)step;
+    if (!anonymous) {
+        h->src_host = tcp->dev->host_key;
+        h->src_pid  = tcp->dev->pid;
+        h->src_ctx  = tcp->dev->ctx_id;
+    }
+}
+
+/* Our connect finished: says who we are and who we want, with a nonce. */
+void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_hello_t h;
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if ((getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) ||
+        (err != 0)) {
+        if (tcp->dev->trace) {
+            hca_log("tcp fabric: connect to pid %u ctx %u: %s",
+                    conn->peer.pid, conn->peer.ctx_id, strerror(err));
+        }
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return;
+    }
+    conn->hs.nonce_c   = hca_tcp_nonce();
+    conn->hs.conn_host = tcp->dev->host_key;
+    conn->hs.conn_pid  = tcp->dev->pid;
+    conn->hs.conn_ctx  = tcp->dev->ctx_id;
+    conn->hs.acc_host  = conn->peer.host;
+    conn->hs.acc_pid   = conn->peer.pid;
+    conn->hs.acc_ctx   = conn->peer.ctx_id;
+    hca_tcp_hello_fill(tcp, &h, HCA_TCP_STEP_HELLO, 0);
+    h.dst_host = conn->peer.host;
+    h.dst_pid  = conn->peer.pid;
+    h.dst_ctx  = conn->peer.ctx_id;
+    h.nonce    = conn->hs.nonce_c;
+    if (hca_tcp_send_all(conn->fd, &h, sizeof(h)) != 0) {
+        if (tcp->dev->trace) {
+            hca_log("tcp fabric: hello to pid %u ctx %u: %s",
+                    conn->peer.pid, conn->peer.ctx_id, strerror(errno));
+        }
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return;
+    }
+    conn->hs_step = HCA_TCP_STEP_HELLO;
+    if (hca_tcp_conn_to(conn, HCA_TCP_CONN_HELLO) < 0) {
+        return;
+    }
+    pthread_mutex_lock(&conn->tx_lock);
+    conn->want_out = 0;
+    hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+    pthread_mutex_unlock(&conn->tx_lock);
+}
+
+/* The connector's side of the handshake: the acceptor's CHALLENGE, then
+ * its VERDICT.  0 go on, -1 the connection died. */
+static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                                   const hca_tcp_hello_t *in)
+{
+    hca_tcp_hello_t out;
+    int ok = hca_tcp_hello_check(in) && (in->step == conn->hs_step + 1);
+
+    if (!ok || (in->status != HCA_TCP_HELLO_OK)) {
+        hca_tcp_refusal(tcp, "pid %u ctx %u refused our connection "
+                        "(status %u)", conn->peer.pid, conn->peer.ctx_id,
+                        ok ? in->status : 0xffffu);
+        hca_tcp_conn_kill(tcp, conn,
+                          (ok && (in->status == HCA_TCP_HELLO_BAD_SECRET)) ?
+                          HCA_WC_REM_ACCESS_ERR : HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    if (in->step == HCA_TCP_STEP_VERDICT) {
+        atomic_store(&conn->proven, 1); /* it proved it in its CHALLENGE */
+        return 0;
+    }
+    /* the CHALLENGE: the context we wanted, and it knows its secret */
+    conn->hs.nonce_a = in->nonce;
+    if ((in->src_host != conn->peer.host) || (in->src_pid != conn->peer.pid) ||
+        (in->src_ctx != conn->peer.ctx_id) ||
+        !hca_tcp_mac_equal(in->mac, hca_tcp_mac(conn->peer.secret,
+                                                HCA_TCP_MAC_ACCEPTOR,
+                                                &conn->hs))) {
+        hca_tcp_refusal(tcp, "the listener of pid %u ctx %u did not prove "
+                        "it is that context: connection closed",
+                        conn->peer.pid, conn->peer.ctx_id);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+        return -1;
+    }
+    hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_PROOF, 0);
+    out.mac   = hca_tcp_mac(conn->peer.secret, HCA_TCP_MAC_CONNECTOR,
+                            &conn->hs);
+    out.proof = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_IDENTITY, &conn->hs);
+    if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    conn->hs_step = HCA_TCP_STEP_PROOF;
+    return 1; /* more to read */
+}
+
+/* The acceptor's side: the connector's HELLO, then its PROOF. */
+static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                                  const hca_tcp_hello_t *in)
+{
+    hca_device_t *dev = tcp->dev;
+    hca_tcp_hello_t out;
+    int status        = HCA_TCP_HELLO_OK;
+
+    if (!hca_tcp_hello_check(in) || (in->step != conn->hs_step + 1)) {
+        status = HCA_TCP_HELLO_BAD_VERSION;
+    } else if (in->step == HCA_TCP_STEP_HELLO) {
+        if (in->dst_host != dev->host_key) {
+            status = HCA_TCP_HELLO_WRONG_HOST;
+        } else if ((in->dst_pid != dev->pid) ||
+                   (in->dst_ctx != dev->ctx_id)) {
+            status = HCA_TCP_HELLO_NO_CONTEXT;
+        }
+    } else if (!hca_tcp_mac_equal(in->mac, hca_tcp_mac(tcp->secret,
+                                                       HCA_TCP_MAC_CONNECTOR,
+                                                       &conn->hs))) {
+        status = HCA_TCP_HELLO_BAD_SECRET; /* not given our address */
+    }
+    if (status != HCA_TCP_HELLO_OK) {
+        /* names nobody: whoever asked learns no identity of ours */
+        hca_tcp_hello_fill(tcp, &out, (conn->hs_step == 0) ?
+                           HCA_TCP_STEP_CHALLENGE : HCA_TCP_STEP_VERDICT, 1);
+        out.status = (uint8_t)status;
+        (void)hca_tcp_send_all(conn->fd, &out, sizeof(out));
+        hca_tcp_refusal(tcp, "refused a connection (status %d, step %d)",
+                        status, conn->hs_step + 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+        return -1;
+    }
+    if (in->step == HCA_TCP_STEP_HELLO) {
+        /* who it claims to be: proven only by in->proof, later */
+        conn->peer.host    = in->src_host;
+        conn->peer.pid     = in->src_pid;
+        conn->peer.ctx_id  = in->src_ctx;
+        conn->hs.nonce_c   = in->nonce;
+        conn->hs.nonce_a   = hca_tcp_nonce();
+        conn->hs.conn_host = in->src_host;
+        conn->hs.conn_pid  = in->src_pid;
+        conn->hs.conn_ctx  = in->src_ctx;
+        conn->hs.acc_host  = dev->host_key;
+        conn->hs.acc_pid   = dev->pid;
+        conn->hs.acc_ctx   = dev->ctx_id;
+        hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_CHALLENGE, 0);
+        out.nonce = conn->hs.nonce_a;
+        out.mac   = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_ACCEPTOR, &conn->hs);
+        conn->hs_step = HCA_TCP_STEP_CHALLENGE;
+    } else {
+        conn->proof = in->proof;
+        hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_VERDICT, 0);
+        conn->hs_step = HCA_TCP_STEP_VERDICT;
+    }
+    if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    return (conn->hs_step == HCA_TCP_STEP_VERDICT) ? 0 : 1;
+}
+
+/* A handshake message of the other side is in conn->rx.in.hello. */
+void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    const hca_tcp_hello_t *in = &conn->rx.in.hello;
+    hca_device_t *dev         = tcp->dev;
+    int rc = conn->outbound ? hca_tcp_hello_connector(tcp, conn, in) :
+                              hca_tcp_hello_acceptor(tcp, conn, in);
+
+    conn->rx.got = 0;
+    if (rc != 0) {
+        return; /* dead, or the next message of the handshake to read */
+    }
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS, 1);
+    if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
+        /* user threads' polls read connections from now on */
+        atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_TCP);
+    }
+    if (hca_tcp_conn_to(conn, HCA_TCP_CONN_UP) < 0) {
+        return; /* killed meanwhile by a sender */
+    }
+    hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
+    conn->rx.got   = 0;
+    conn->rx.want  = sizeof(hca_tcp_hdr_t);
 }

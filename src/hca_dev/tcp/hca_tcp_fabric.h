@@ -7,11 +7,16 @@
  *   hca_fabric_tcp.c  ops table, device open/close, connect, liveness
  *   hca_tcp_netif.c   which interface and address the listener uses
  *   hca_tcp_state.c   the connection's and the receiver's state machines
- *   hca_tcp_conn.c    connections: establish, handshake, send, close
- *   hca_tcp_thread.c  the fabric's thread: accepts, reads, keeps alive
- *   hca_tcp_rx.c      a received frame: the responder (WRITE, READ,
+ *   hca_tcp_conn.c    connections: establish, epoll events, handshake,
+ *                     death
+ *   hca_tcp_tx.c      sending: frames under tx_lock, queued answers
+ *   hca_tcp_rx.c      receiving: the byte stream, cut into handshake
+ *                     messages and frames, payloads into their memory
+ *   hca_tcp_resp.c    a received frame: the responder (WRITE, READ,
  *                     ATOMIC, SEND into a receive ring) and the answers
  *                     to our own requests
+ *   hca_tcp_thread.c  the fabric's thread: accepts, has connections
+ *                     read, keeps alive, times out; a user's poll
  *   hca_tcp_exec.c    the requester: a WQE as frames
  *   hca_tcp_frame.c   the header checks (hca_tcp_wire.h)
  *
@@ -318,7 +323,7 @@ int  hca_tcp_netif_pick(const char *setting, hca_net_addr_t *addr,
                         char *ifname, size_t ifname_len);
 int  hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len);
 
-/* hca_tcp_conn.c */
+/* hca_tcp_conn.c: connections, their epoll events, the handshake */
 hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
 /* Does the connection prove it is the context whose secret is secret
  * (conn->peer's identity)?  Outbound: we dialled it and it proved it
@@ -334,8 +339,20 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 #define hca_tcp_conn_kill(_tcp, _conn, _why) \
     hca_tcp_conn_kill_at(_tcp, _conn, _why, __FILE__ ":" HCA_TCP_STR(__LINE__))
 void hca_tcp_conn_free(hca_tcp_conn_t *conn);
-/* tx (conn->tx_lock held): 1 the frame is out, 0 the socket is full,
- * -1 the connection died */
+/* the events the thread waits for on conn (tx_lock held), and a new
+ * connection's first (tcp->lock held) */
+void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op);
+void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* our connect finished (the thread): sends our HELLO */
+void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* a handshake message is in conn->rx.in.hello (rx_lock held) */
+void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* a refusal's log line, at most one every HCA_TCP_LOG_NS */
+void hca_tcp_refusal(hca_tcp_dev_t *tcp, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+
+/* hca_tcp_tx.c: sending.  tx (conn->tx_lock held): 1 the frame is out,
+ * 0 the socket is full, -1 the connection died */
 int  hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 /* starts the frame hdr (NULL: none) with its payload, behind the
  * answers queued at the head of the jobs (tx_lock held, the last tx out) */
@@ -348,25 +365,22 @@ void hca_tcp_want_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 int  hca_tcp_job_push(hca_tcp_conn_t *conn, const hca_tcp_job_t *job);
 /* sends queued answers while the socket takes them (tx_lock held) */
 void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* sends the queued answers, not the rest of a READ (tx_lock not held) */
+void hca_tcp_answers_out(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 /* QP qpn's buffers are no longer to be read: the rest of a frame of its
  * in the tx goes out from a copy (tx_lock held) */
 void hca_tcp_tx_orphan(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                        uint32_t qpn);
 
-/* hca_tcp_thread.c */
-/* Reads what the connection has (conn->rx_lock held): 0, or -1 when it
+/* hca_tcp_rx.c: receiving (conn->rx_lock held).  Reads what the
+ * connection has, then sends the answers it made: 0, or -1 when it
  * died. */
 int  hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
-/* A user thread's poll: reads the live connections it can lock now, so
- * that a polling process gets its messages without a thread switch. */
-int  hca_tcp_poll(hca_device_t *dev);
-int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
-void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
-void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
-void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op);
+/* a user poll's read of conn: its answers may wait for a frame of ours */
+void hca_tcp_poll_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 
-/* hca_tcp_rx.c: the frame in conn->rx.in.hdr was read and checked; its
- * payload, if any, is read by the thread after this set conn->rx up */
+/* hca_tcp_resp.c: the frame in conn->rx.in.hdr was read and checked; its
+ * payload, if any, is read by the receiver after this set conn->rx up */
 void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 /* the payload is in: finishes the frame */
 void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
@@ -377,6 +391,13 @@ void hca_tcp_rx_abort(hca_tcp_conn_t *conn);
 /* before reading more payload into a QP's buffers: 1 if still wanted
  * (tcp->lock held) */
 int  hca_tcp_rx_target_ok(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+
+/* hca_tcp_thread.c: the fabric's thread; a user thread's poll reads the
+ * live connections it can lock now, so that a polling process gets its
+ * messages without a thread switch. */
+int  hca_tcp_poll(hca_device_t *dev);
+int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
+void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
 
 /* hca_tcp_exec.c */
 hca_exec_t hca_tcp_exec(hca_qp_t *qp, struct hca_wqe *wqe,

@@ -1,604 +1,308 @@
 /*
- * hca_tcp_rx.c - what the tcp fabric's thread does with a frame whose
- * header passed hca_tcp_hdr_check():
- *
- *   requests (we are the responder): the target QP is checked as on shm
- *   (hca_qp_pub_check against the connection's peer), the key in our MPT
- *   (hca_mpt_acquire, held while payload lands, so hca_mr_dereg waits for
- *   it); then
- *     WRITE      payload straight into the region; ACK after its LAST part
- *                (and, WITH_IMM, the notice in the receive ring)
- *     READ       READ_RESP frames straight from the region (a job)
- *     ATOMIC     executed on our memory, ACK with the old value
- *     SEND       each fragment into the QP's receive ring, as a shm
- *                sender would put it there (marked HCA_MSG_VIA_TCP); a
- *                full ring parks the connection until it has room; ACK
- *                after the LAST one
- *   A refused request gets an ACK with the error (a NAK) and its
- *   requester QP is remembered: its later frames are dropped, so nothing
- *   after an error touches memory.
- *
- *   answers (we are the requester): ACK and READ_RESP land in the QP's
- *   response slot and READ buffers, only while the WQE still waits for
- *   them (its stamp, state and QP are checked under tcp->lock).
+ * hca_tcp_rx.c - the tcp fabric's receiving: the byte stream of a
+ * connection, read by the fabric's thread or a polling user thread under
+ * rx_lock, cut into handshake messages (to hca_tcp_conn.c) and frames
+ * (headers checked by hca_tcp_frame.c, handled by hca_tcp_resp.c), with
+ * payloads read straight into their memory; one step per receiver state
+ * (hca_tcp_state.c).
  */
 #include "hca_tcp_fabric.h"
-#include "hca_mpt.h"
-#include "hca_queue.h"
-#include "hca_atomic.h"
+#include "hca_log.h"
 
 #include <errno.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
-/* ---------------------------------------------------------------- helpers */
-
-static void hca_tcp_poison(hca_tcp_conn_t *conn, uint32_t src_qpn)
+/* The payload's next n bytes arrived: from src (the read buffer) into the
+ * iovecs, or (src NULL) already there by readv; the iovecs advance. */
+static void hca_tcp_iov_take(hca_tcp_rx_t *rx, const uint8_t *src, size_t n)
 {
-    conn->poison[conn->poison_next++ % HCA_TCP_POISON] = src_qpn;
-}
-
-/* Is the requester QP refused earlier?  Its first frame after a connect
- * (RTR starts its psn at 0: a QP reset and connected again) ends that: a
- * new incarnation of the QP starts afresh, as on InfiniBand. */
-static int hca_tcp_poisoned(hca_tcp_conn_t *conn, uint32_t src_qpn,
-                            uint32_t psn)
-{
-    for (int i = 0; i < HCA_TCP_POISON; ++i) {
-        if ((conn->poison[i] == src_qpn) && (src_qpn != 0)) {
-            if (psn == 0) {
-                conn->poison[i] = 0;
-                return 0;
-            }
-            return 1;
+    rx->left -= n;
+    while ((n > 0) && (rx->iovcnt > 0)) {
+        size_t take = (n < rx->iov[0].iov_len) ? n : rx->iov[0].iov_len;
+        if (src != NULL) {
+            memcpy(rx->iov[0].iov_base, src, take);
+            src += take;
+        }
+        n -= take;
+        if (take < rx->iov[0].iov_len) {
+            rx->iov[0].iov_base = (uint8_t*)rx->iov[0].iov_base + take;
+            rx->iov[0].iov_len -= take;
+        } else {
+            memmove(&rx->iov[0], &rx->iov[1],
+                    (size_t)(rx->iovcnt - 1) * sizeof(rx->iov[0]));
+            rx->iovcnt--;
         }
     }
+}
+
+/* The header (or hello) being read is complete: 0 go on, -1 the
+ * connection died. */
+static int hca_tcp_rx_header(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_rx_t *rx = &conn->rx;
+
+    if (rx->state == HCA_TCP_RX_HELLO) {
+        pthread_mutex_lock(&tcp->lock);
+        hca_tcp_hello_in(tcp, conn);
+        pthread_mutex_unlock(&tcp->lock);
+        return 0;
+    }
+    rx->got  = 0;
+    rx->bulk = (rx->in.hdr.length > HCA_TCP_RXBUF / 2); /* see rx.bulk */
+    conn->rx_frames++; /* its payload's time is bounded (hca_tcp_timers) */
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FRAMES_RX, 1);
+    if (hca_tcp_hdr_check(&rx->in.hdr) != HCA_TCP_HDR_OK) {
+        hca_log("tcp fabric: pid %u ctx %u sent a bad frame (%s): "
+                "connection closed", conn->peer.pid, conn->peer.ctx_id,
+                hca_tcp_hdr_err_name[hca_tcp_hdr_check(&rx->in.hdr)]);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BAD_FRAMES, 1);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_OP_ERR);
+        return -1;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    hca_tcp_rx_frame(tcp, conn);
+    pthread_mutex_unlock(&tcp->lock);
     return 0;
 }
 
-/* Answers a request: queues an ACK with its status (and fetched value). */
-static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
-                           const hca_tcp_hdr_t *req, hca_wc_status_t status,
-                           uint64_t value)
+/* The payload being read is complete (or discarded). */
+static void hca_tcp_rx_end(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
-    hca_tcp_job_t job;
-
-    memset(&job, 0, sizeof(job));
-    job.hdr.version    = HCA_TCP_VERSION;
-    job.hdr.opcode     = HCA_TCP_OP_ACK;
-    job.hdr.syndrome   = (uint8_t)status;
-    job.hdr.src_qpn    = req->dst_qpn;
-    job.hdr.dst_qpn    = req->src_qpn;
-    job.hdr.psn        = req->psn;
-    job.hdr.resp_idx   = req->resp_idx;
-    job.hdr.resp_stamp = req->resp_stamp;
-    job.hdr.operand    = value;
-    if (status != HCA_WC_SUCCESS) {
-        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_NAKS + status, 1);
-        hca_tcp_poison(conn, req->src_qpn);
-    }
-    /* the answer of a SEND may wait for a frame of ours to go with (a
-     * polling process that received a message often replies at once):
-     * its requester waits for the reply, not for it.  A WRITE's (a flush
-     * waits for it), an atomic's (its value) or a refusal are sent when
-     * the read ends. */
-    if ((req->opcode != HCA_TCP_OP_SEND) || (status != HCA_WC_SUCCESS)) {
-        conn->answer_now = 1;
-    }
-    /* sent when the reader has read what the socket had (hca_tcp_read),
-     * with the other answers and frames then queued: one sendmsg for all */
-    pthread_mutex_lock(&conn->tx_lock);
-    (void)hca_tcp_job_push(conn, &job); /* room: checked before reading */
-    pthread_mutex_unlock(&conn->tx_lock);
+    pthread_mutex_lock(&tcp->lock);
+    hca_tcp_rx_done(tcp, conn);
+    pthread_mutex_unlock(&tcp->lock);
 }
 
-/* The target QP of a request from this connection's peer. */
-static hca_wc_status_t hca_tcp_target(hca_tcp_dev_t *tcp,
-                                      hca_tcp_conn_t *conn,
-                                      const hca_tcp_hdr_t *hdr,
-                                      unsigned access, hca_qp_pub_t **pub_p)
+/* Reads what the socket has, frame by frame: headers and small payloads
+ * come in bulk into the read buffer (one recv for many frames), a payload
+ * the buffer does not hold goes straight to its memory (a readv that also
+ * takes what follows it into the buffer).  A recv that returned less than
+ * it asked for emptied the socket: no second one only to hear EAGAIN (the
+ * thread's epoll is level-triggered, a poll reads again).  0: wait for
+ * more data (or room), -1: the connection died. */
+static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                               int hold)
 {
-    hca_device_t *dev = tcp->dev;
-    uint32_t idx      = HCA_QPN_INDEX(hdr->dst_qpn);
-    hca_wc_status_t status;
-    hca_qp_pub_t *pub;
+    hca_tcp_rx_t *rx = &conn->rx;
+    int drained      = 0;
+    size_t budget    = HCA_TCP_READ_BUDGET;
 
-    if ((idx == 0) || (idx >= HCA_MAX_QP)) {
-        return HCA_WC_REM_INV_REQ_ERR;
-    }
-    pub    = &dev->qp_pub[idx];
-    /* the peer's host is the one its hello gave (the acceptor checked
-     * it was the host it meant; the connector, the host it reached) */
-    status = hca_qp_pub_check(pub, hdr->dst_qpn, conn->peer.host,
-                              conn->peer.pid, conn->peer.ctx_id,
-                              hdr->src_qpn);
-    if (status != HCA_WC_SUCCESS) {
-        return status;
-    }
-    /* a QP connected to one peer serves only a connection that proved it
-     * is that peer (the identity in a hello is anyone's claim); a QP that
-     * accepts any source, any connection that passed the handshake */
-    if (HCA_UNLIKELY(!atomic_load_explicit(&conn->proven,
-                                           memory_order_relaxed)) &&
-        (atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed) !=
-         HCA_QPN_ANY)) {
-        hca_qp_t *qp = __atomic_load_n(&dev->qps[idx], __ATOMIC_ACQUIRE);
-        if ((qp == NULL) || (qp->qpn != hdr->dst_qpn) ||
-            !hca_tcp_conn_proves(conn, qp->dest.secret)) {
-            return HCA_WC_REM_INV_REQ_ERR;
+    for (;;) {
+        size_t avail = rx->buf_tail - rx->buf_head, take, asked;
+        const uint8_t *from = rx->buf + rx->buf_head;
+        struct iovec iov[HCA_MAX_SGE + 1];
+        int iovcnt = 0;
+        ssize_t n;
+
+        if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
+            return -1;
+        }
+        /* first what the buffer holds */
+        switch (rx->state) {
+        case HCA_TCP_RX_HELLO:
+        case HCA_TCP_RX_HDR:
+            if ((rx->state == HCA_TCP_RX_HDR) &&
+                (conn->jobs_head - conn->jobs_tail >= HCA_TCP_JOBS - 1)) {
+                /* no room for the answer: read on when answers left */
+                pthread_mutex_lock(&conn->tx_lock);
+                conn->reading  = 0;
+                conn->want_out = 1;
+                hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+                pthread_mutex_unlock(&conn->tx_lock);
+                return 0;
+            }
+            if (avail == 0) {
+                break;
+            }
+            take = rx->want - rx->got;
+            take = (avail < take) ? avail : take;
+            memcpy(rx->in.bytes + rx->got, from, take);
+            rx->buf_head += (uint32_t)take;
+            rx->got      += take;
+            if ((rx->got == rx->want) && (hca_tcp_rx_header(tcp, conn) < 0)) {
+                return -1;
+            }
+            continue;
+        case HCA_TCP_RX_PAYLOAD:
+            if (avail == 0) {
+                break;
+            }
+            take = (avail < rx->left) ? avail : rx->left;
+            if (rx->pinned == NULL) {
+                /* into a QP's buffers or our stage: under the lock that
+                 * quiesce and destroy take */
+                pthread_mutex_lock(&tcp->lock);
+                if (!hca_tcp_rx_target_ok(tcp, conn)) {
+                    pthread_mutex_unlock(&tcp->lock);
+                    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
+                    continue;
+                }
+                hca_tcp_iov_take(rx, from, take);
+                pthread_mutex_unlock(&tcp->lock);
+            } else {
+                hca_tcp_iov_take(rx, from, take);
+            }
+            rx->buf_head += (uint32_t)take;
+            if (rx->left == 0) {
+                hca_tcp_rx_end(tcp, conn);
+            }
+            continue;
+        case HCA_TCP_RX_DISCARD:
+            if (avail == 0) {
+                break;
+            }
+            take = (avail < rx->left) ? avail : rx->left;
+            rx->buf_head += (uint32_t)take;
+            rx->left     -= take;
+            if (rx->left == 0) {
+                hca_tcp_rx_end(tcp, conn);
+            }
+            continue;
+        case HCA_TCP_RX_PARKED:
+        default:
+            /* no reading until its ring has room (hca_tcp_timers): what
+             * the buffer holds waits there */
+            pthread_mutex_lock(&conn->tx_lock);
+            conn->reading = 0;
+            hca_tcp_events(tcp, conn, EPOLL_CTL_MOD);
+            pthread_mutex_unlock(&conn->tx_lock);
+            atomic_store(&tcp->parked, 1);
+            return 0;
+        }
+
+        /* the buffer is used up: the answers it made go first, in one
+         * sendmsg (a stream of frames must not hold them; a poll holds
+         * the SENDs' only, see hca_tcp_poll_read), then the socket */
+        if ((conn->jobs_tail != conn->jobs_head) &&
+            (!hold || conn->answer_now)) {
+            conn->answer_now = 0;
+            hca_tcp_answers_out(tcp, conn);
+        }
+        if (drained || (budget == 0)) {
+            return 0; /* level-triggered: the rest at the next turn */
+        }
+        rx->buf_head = rx->buf_tail = 0;
+        if (rx->state == HCA_TCP_RX_PAYLOAD) {
+            /* straight to its memory, then what follows into the buffer
+             * (behind a region's or a READ's payload only the next
+             * header: the next payload goes to its memory too) */
+            memcpy(iov, rx->iov, (size_t)rx->iovcnt * sizeof(iov[0]));
+            iovcnt              = rx->iovcnt;
+            iov[iovcnt].iov_base = rx->buf;
+            iov[iovcnt].iov_len  = (rx->kind == HCA_TCP_RXK_STAGE) ?
+                                   HCA_TCP_RXBUF : HCA_TCP_RX_TRAIL;
+            asked = rx->left + iov[iovcnt].iov_len;
+            iovcnt++;
+            if (rx->pinned == NULL) {
+                pthread_mutex_lock(&tcp->lock);
+                if (!hca_tcp_rx_target_ok(tcp, conn)) {
+                    pthread_mutex_unlock(&tcp->lock);
+                    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
+                    continue;
+                }
+                n = readv(conn->fd, iov, iovcnt);
+                pthread_mutex_unlock(&tcp->lock);
+            } else {
+                n = readv(conn->fd, iov, iovcnt);
+            }
+        } else {
+            /* a payload being dropped is read a whole buffer at a time
+             * (bulk would take it 72 bytes a recv) */
+            asked = (rx->bulk && (rx->state != HCA_TCP_RX_DISCARD)) ?
+                    HCA_TCP_RX_TRAIL : HCA_TCP_RXBUF;
+            n     = recv(conn->fd, rx->buf, asked, MSG_DONTWAIT);
+        }
+
+        if (n == 0) {
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR); /* closed */
+            return -1;
+        }
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+                return 0;
+            }
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR); /* reset */
+            return -1;
+        }
+        atomic_store_explicit(&conn->last_rx_ns, hca_now_ns(),
+                              memory_order_relaxed);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BYTES_RX, n);
+        /* a short read of headers: the socket had no more.  A payload
+         * read on (until EAGAIN): the sender streams it, more has likely
+         * come meanwhile */
+        drained = ((size_t)n < asked) && (rx->state != HCA_TCP_RX_PAYLOAD);
+        budget  = ((size_t)n < budget) ? budget - (size_t)n : 0;
+        if (rx->state == HCA_TCP_RX_PAYLOAD) {
+            size_t direct = ((size_t)n < rx->left) ? (size_t)n : rx->left;
+            hca_tcp_iov_take(rx, NULL, direct);
+            rx->buf_tail = (uint32_t)((size_t)n - direct);
+            if (rx->left == 0) {
+                hca_tcp_rx_end(tcp, conn);
+            }
+        } else {
+            rx->buf_tail = (uint32_t)n;
         }
     }
-    if ((pub->access & access) != access) {
-        return HCA_WC_REM_ACCESS_ERR;
-    }
-    *pub_p = pub;
-    return HCA_WC_SUCCESS;
 }
 
-/* Our QP qpn (tcp->lock held: destroy waits for it): NULL if gone. */
-static hca_qp_t *hca_tcp_our_qp(hca_tcp_dev_t *tcp, uint32_t qpn)
+/* Reads the frames the socket has, then sends the answers they made, all
+ * in one sendmsg (or with a frame of ours that went first). */
+int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
-    uint32_t idx = HCA_QPN_INDEX(qpn);
-    hca_qp_t *qp;
+    int rc = hca_tcp_read_frames(tcp, conn, 0);
 
-    if ((idx == 0) || (idx >= HCA_MAX_QP) ||
-        (atomic_load_explicit(&tcp->dev->qp_pub[idx].qpn,
-                              memory_order_acquire) != qpn)) {
-        return NULL;
-    }
-    qp = __atomic_load_n(&tcp->dev->qps[idx], __ATOMIC_ACQUIRE);
-    return ((qp != NULL) && (qp->qpn == qpn)) ? qp : NULL;
+    conn->answer_now   = 0;
+    conn->answer_polls = 0;
+    hca_tcp_answers_out(tcp, conn);
+    return rc;
 }
 
-/* The WQE an answer is for, if it still waits for it: on the connection
- * its QP sends on, from the QP it is connected to. */
-static hca_wqe_t *hca_tcp_waiting_wqe(hca_tcp_dev_t *tcp,
-                                      const hca_tcp_conn_t *conn,
-                                      const hca_tcp_hdr_t *hdr,
-                                      hca_qp_t **qp_p)
+/* How many more polls the answers of SENDs wait for a frame of ours to
+ * carry them: a process replies to a message after the poll that gave it
+ * (UCT delivers it at its next progress, whose own poll comes before the
+ * reply), so two; then they go alone.  A process that stops polling has
+ * them sent by the thread within 1 ms, as its reading is taken over by
+ * the thread within 2 ms (HCA_TCP_POLLED_NS). */
+#define HCA_TCP_ANSWER_POLLS 2
+
+/* A user poll's read of conn (rx_lock held). */
+void hca_tcp_poll_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
-    hca_qp_t *qp = hca_tcp_our_qp(tcp, hdr->dst_qpn);
-    hca_wqe_t *wqe;
+    int had = (conn->jobs_tail != conn->jobs_head);
 
-    if ((qp == NULL) || (qp->state != HCA_QPS_RTS) ||
-        (qp->fabric->type != HCA_FABRIC_TCP) ||
-        (hca_tcp_qp(qp)->conn != conn) || (hdr->src_qpn != qp->dest_qpn) ||
-        (hdr->resp_idx > qp->sq_mask)) {
-        return NULL;
+    if (conn->reading) {
+        (void)hca_tcp_read_frames(tcp, conn, tcp->user_polls);
     }
-    wqe = &qp->sq[hdr->resp_idx];
-    /* the answer may come before the engine marked it ISSUED: its stamp,
-     * set before its first frame was sent, is what tells */
-    if ((__atomic_load_n(&wqe->state, __ATOMIC_ACQUIRE) == HCA_WQE_DONE) ||
-        (wqe->resp_stamp != hdr->resp_stamp) || (hdr->resp_stamp == 0)) {
-        return NULL;
-    }
-    *qp_p = qp;
-    return wqe;
-}
-
-/* The WQE's response slot gets its status; the requester sleeping on its
- * send CQ is woken. */
-static void hca_tcp_resolve(hca_tcp_dev_t *tcp, hca_qp_t *qp, uint32_t idx,
-                            uint32_t stamp, hca_wc_status_t status,
-                            uint64_t value)
-{
-    hca_device_t *dev = tcp->dev;
-    uint32_t cq_idx   = qp->pub->send_cq_idx;
-
-    hca_resp_slot_fill(&qp->resp[idx], stamp, status, value);
-    if (cq_idx < HCA_MAX_CQ) {
-        hca_cq_wake_armed(dev, &dev->notify[cq_idx], &dev->notify_self,
-                          cq_idx);
-    }
-}
-
-/* Puts a message (SEND fragment from the stage, or a WRITE_IMM notice)
- * into the receive ring of QP dst_qpn: 1 placed, 0 the ring is full,
- * -1 the QP is gone or refuses it (*status_p). */
-static int hca_tcp_ring_put(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
-                            const hca_tcp_hdr_t *hdr, uint8_t op,
-                            hca_wc_status_t *status_p)
-{
-    hca_device_t *dev = tcp->dev;
-    hca_ring_send_t s;
-    hca_qp_pub_t *pub;
-    hca_msg_hdr_t *msg;
-    hca_ring_t ring;
-    hca_qp_t *qp;
-    uint8_t flags;
-
-    *status_p = hca_tcp_target(tcp, conn, hdr, 0, &pub);
-    if (*status_p != HCA_WC_SUCCESS) {
-        return -1;
-    }
-    qp = hca_tcp_our_qp(tcp, hdr->dst_qpn);
-    if (qp == NULL) {
-        *status_p = HCA_WC_RETRY_EXC_ERR;
-        return -1;
-    }
-    ring            = qp->rq->ring; /* a producer's view of it */
-    ring.claim_mark = dev->claim_mark;
-    msg             = hca_ring_send_claim(&s, &ring);
-    if (msg == NULL) {
-        return 0;
-    }
-    flags = HCA_MSG_VIA_TCP;
-    if (op == HCA_MSG_WRITE_IMM) {
-        flags |= HCA_MSG_FIRST | HCA_MSG_LAST | HCA_MSG_WITH_IMM;
-    } else {
-        flags |= ((hdr->flags & HCA_TCP_F_FIRST) ? HCA_MSG_FIRST : 0) |
-                 ((hdr->flags & HCA_TCP_F_LAST) ? HCA_MSG_LAST : 0) |
-                 ((hdr->flags & HCA_TCP_F_IMM) ? HCA_MSG_WITH_IMM : 0);
-    }
-    msg->op       = op;
-    msg->flags    = flags;
-    msg->num_iov  = 0;
-    msg->src_pid  = conn->peer.pid;
-    msg->src_ctx  = conn->peer.ctx_id;
-    msg->src_qpn  = hdr->src_qpn;
-    msg->dst_qpn  = hdr->dst_qpn;
-    msg->imm      = hdr->imm;
-    msg->msg_len  = hdr->total;
-    if (op == HCA_MSG_SEND) {
-        msg->length   = hdr->length;
-        msg->data_off = (uint8_t)hca_msg_data_off(hdr->length);
-        memcpy((uint8_t*)msg + msg->data_off, conn->rx.stage, hdr->length);
-    } else {
-        msg->length   = 0;
-        msg->data_off = HCA_MSG_DATA_NEAR;
-    }
-    hca_ring_send_post(dev, &s, &dev->notify_self);
-    return 1;
-}
-
-static void hca_tcp_rx_next(hca_tcp_conn_t *conn)
-{
-    hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
-    conn->rx.got    = 0;
-    conn->rx.want   = sizeof(hca_tcp_hdr_t);
-    conn->rx.iovcnt = 0;
-    conn->rx.left   = 0;
-}
-
-static void hca_tcp_rx_discard(hca_tcp_conn_t *conn)
-{
-    hca_tcp_rx_to(conn, (conn->rx.in.hdr.length > 0) ? HCA_TCP_RX_DISCARD :
-                                                       HCA_TCP_RX_HDR);
-    conn->rx.left  = conn->rx.in.hdr.length;
-    conn->rx.got   = 0;
-    conn->rx.want  = sizeof(hca_tcp_hdr_t);
-}
-
-static void hca_tcp_rx_payload(hca_tcp_conn_t *conn, int kind)
-{
-    hca_tcp_rx_to(conn, HCA_TCP_RX_PAYLOAD);
-    conn->rx.left  = conn->rx.in.hdr.length;
-    conn->rx.kind  = kind;
-}
-
-/* ---------------------------------------------------------------- requests */
-
-/* The key, rights and range of a request on our memory: SUCCESS with the
- * region pinned (*entry_p), else the NAK's status.  A range that wraps is
- * refused as any address outside the region (REM_ACCESS_ERR, the status
- * of shm's MPT check): a well-formed request with a bad address fails its
- * requester QP alone, the connection goes on. */
-static hca_wc_status_t hca_tcp_access(hca_tcp_dev_t *tcp,
-                                      const hca_qp_pub_t *pub, uint32_t rkey,
-                                      unsigned access, uint64_t addr,
-                                      uint64_t length, unsigned align,
-                                      hca_mpt_entry_t **entry_p)
-{
-    if (addr + length < addr) {
-        return HCA_WC_REM_ACCESS_ERR;
-    }
-    return hca_mpt_acquire(tcp->dev->mpt, HCA_MAX_MR, rkey, pub->pd_handle,
-                           access, addr, length, align, entry_p);
-}
-
-static void hca_tcp_rx_write(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    hca_mpt_entry_t *entry   = NULL;
-    hca_wc_status_t status;
-    hca_qp_pub_t *pub;
-
-    status = hca_tcp_target(tcp, conn, hdr, HCA_ACCESS_REMOTE_WRITE, &pub);
-    if ((status == HCA_WC_SUCCESS) && (hdr->total > 0)) {
-        /* as on InfiniBand: a zero-length WRITE checks no key */
-        status = hca_tcp_access(tcp, pub, hdr->rkey, HCA_ACCESS_REMOTE_WRITE,
-                                hdr->remote_addr, hdr->length, 1, &entry);
-    }
-    if (status != HCA_WC_SUCCESS) {
-        hca_tcp_answer(tcp, conn, hdr, status, 0);
-        hca_tcp_rx_discard(conn);
+    if (conn->jobs_tail == conn->jobs_head) {
+        conn->answer_polls = 0; /* none, or a frame of ours took them */
+        conn->answer_now   = 0;
         return;
     }
-    conn->rx.pinned = entry;
-    if (hdr->length == 0) {
-        hca_tcp_rx_done(tcp, conn);
-        return;
+    if (!had) {
+        conn->answer_polls = HCA_TCP_ANSWER_POLLS;
     }
-    conn->rx.iov[0].iov_base = (void*)(uintptr_t)hdr->remote_addr;
-    conn->rx.iov[0].iov_len  = hdr->length;
-    conn->rx.iovcnt          = 1;
-    hca_tcp_rx_payload(conn, HCA_TCP_RXK_REGION);
-}
-
-static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    hca_mpt_entry_t *entry   = NULL;
-    hca_wc_status_t status;
-    hca_qp_pub_t *pub;
-    hca_tcp_job_t job;
-
-    status = hca_tcp_target(tcp, conn, hdr, HCA_ACCESS_REMOTE_READ, &pub);
-    if ((status == HCA_WC_SUCCESS) && (hdr->total > HCA_MAX_MSG)) {
-        /* more than a message may be (the parts' offsets are 32 bits): an
-         * invalid request, as InfiniBand's NAK for a length */
-        status = HCA_WC_REM_INV_REQ_ERR;
-    } else if ((status == HCA_WC_SUCCESS) && (hdr->total > 0)) {
-        status = hca_tcp_access(tcp, pub, hdr->rkey, HCA_ACCESS_REMOTE_READ,
-                                hdr->remote_addr, hdr->total, 1, &entry);
-    }
-    if (status != HCA_WC_SUCCESS) {
-        hca_tcp_answer(tcp, conn, hdr, status, 0);
-        hca_tcp_rx_next(conn);
-        return;
-    }
-    memset(&job, 0, sizeof(job));
-    job.hdr.version    = HCA_TCP_VERSION;
-    job.hdr.opcode     = HCA_TCP_OP_READ_RESP;
-    job.hdr.src_qpn    = hdr->dst_qpn;
-    job.hdr.dst_qpn    = hdr->src_qpn;
-    job.hdr.psn        = hdr->psn;
-    job.hdr.resp_idx   = hdr->resp_idx;
-    job.hdr.resp_stamp = hdr->resp_stamp;
-    job.hdr.total      = hdr->total;
-    job.entry          = entry; /* released after the last part is out */
-    job.addr           = hdr->remote_addr;
-    pthread_mutex_lock(&conn->tx_lock);
-    if (hca_tcp_job_push(conn, &job) != 0) {
-        /* cannot happen: room was checked before reading the header */
-        if (entry != NULL) {
-            hca_mpt_release(entry);
-        }
-    }
-    hca_tcp_jobs_pump(tcp, conn);
-    pthread_mutex_unlock(&conn->tx_lock);
-    hca_tcp_rx_next(conn);
-}
-
-static void hca_tcp_rx_atomic(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    int size = (hdr->flags & HCA_TCP_F_ATOMIC32) ? 4 : 8;
-    hca_mpt_entry_t *entry;
-    hca_wc_status_t status;
-    hca_qp_pub_t *pub;
-    uint64_t old = 0;
-
-    status = hca_tcp_target(tcp, conn, hdr, HCA_ACCESS_REMOTE_ATOMIC, &pub);
-    if (status == HCA_WC_SUCCESS) {
-        status = hca_tcp_access(tcp, pub, hdr->rkey, HCA_ACCESS_REMOTE_ATOMIC,
-                                hdr->remote_addr, (uint64_t)size,
-                                (unsigned)size, &entry);
-    }
-    if (status == HCA_WC_SUCCESS) {
-        old = hca_atomic_apply(hdr->atomic_op,
-                               (void*)(uintptr_t)hdr->remote_addr, size,
-                               hdr->operand, hdr->swap);
-        hca_mpt_release(entry);
-    }
-    hca_tcp_answer(tcp, conn, hdr, status, old);
-    hca_tcp_rx_next(conn);
-}
-
-static void hca_tcp_rx_send(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-
-    if (hdr->length == 0) {
-        hca_tcp_rx_done(tcp, conn);
-        return;
-    }
-    conn->rx.iov[0].iov_base = conn->rx.stage;
-    conn->rx.iov[0].iov_len  = hdr->length;
-    conn->rx.iovcnt          = 1;
-    hca_tcp_rx_payload(conn, HCA_TCP_RXK_STAGE);
-}
-
-/* ---------------------------------------------------------------- answers */
-
-static void hca_tcp_rx_ack(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    hca_qp_t *qp;
-
-    if (hca_tcp_waiting_wqe(tcp, conn, hdr, &qp) != NULL) {
-        hca_tcp_resolve(tcp, qp, hdr->resp_idx, hdr->resp_stamp,
-                        (hca_wc_status_t)hdr->syndrome, hdr->operand);
-    }
-    hca_tcp_rx_next(conn);
-}
-
-static void hca_tcp_rx_read_resp(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    hca_wqe_t *wqe;
-    hca_qp_t *qp;
-    int n;
-
-    wqe = hca_tcp_waiting_wqe(tcp, conn, hdr, &qp);
-    if ((wqe == NULL) || (wqe->opcode != HCA_WR_RDMA_READ)) {
-        hca_tcp_rx_discard(conn); /* nobody waits for it any more */
-        return;
-    }
-    n = hca_tcp_sge_iov(wqe, hdr->offset, hdr->length, conn->rx.iov);
-    if ((n < 0) || (hdr->total != wqe->length)) {
-        /* more than was asked for: the QP fails, nothing is written */
-        hca_tcp_resolve(tcp, qp, hdr->resp_idx, hdr->resp_stamp,
-                        HCA_WC_REM_OP_ERR, 0);
-        hca_tcp_rx_discard(conn);
-        return;
-    }
-    conn->rx.iovcnt = n;
-    if (hdr->length == 0) {
-        hca_tcp_rx_done(tcp, conn);
-        return;
-    }
-    hca_tcp_rx_payload(conn, HCA_TCP_RXK_READ);
-}
-
-/* ---------------------------------------------------------------- frames */
-
-void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-
-    conn->rx.pinned = NULL;
-    conn->rx.iovcnt = 0;
-    switch ((hca_tcp_op_t)hdr->opcode) {
-    case HCA_TCP_OP_SEND:
-    case HCA_TCP_OP_WRITE:
-    case HCA_TCP_OP_READ:
-    case HCA_TCP_OP_ATOMIC:
-        if (hca_tcp_poisoned(conn, hdr->src_qpn, hdr->psn)) {
-            hca_tcp_rx_discard(conn); /* after its error: dropped */
+    if (!conn->answer_now &&
+        (conn->jobs[conn->jobs_tail % HCA_TCP_JOBS].hdr.opcode ==
+         HCA_TCP_OP_ACK) && (conn->answer_polls-- > 0)) {
+        /* held only while the thread wakes every 1 ms (user_polls): it
+         * stores user_polls, then loads answers_held; we the reverse
+         * (both seq_cst), so one of us sees the other */
+        atomic_store(&tcp->answers_held, 1);
+        if (atomic_load(&tcp->user_polls)) {
             return;
         }
-        break;
-    default:
-        break;
     }
-    switch ((hca_tcp_op_t)hdr->opcode) {
-    case HCA_TCP_OP_SEND:
-        hca_tcp_rx_send(tcp, conn);
-        break;
-    case HCA_TCP_OP_WRITE:
-        hca_tcp_rx_write(tcp, conn);
-        break;
-    case HCA_TCP_OP_READ:
-        hca_tcp_rx_read(tcp, conn);
-        break;
-    case HCA_TCP_OP_ATOMIC:
-        hca_tcp_rx_atomic(tcp, conn);
-        break;
-    case HCA_TCP_OP_ACK:
-        hca_tcp_rx_ack(tcp, conn);
-        break;
-    case HCA_TCP_OP_READ_RESP:
-        hca_tcp_rx_read_resp(tcp, conn);
-        break;
-    case HCA_TCP_OP_KEEPALIVE:
-    default:
-        hca_tcp_rx_next(conn);
-        break;
+    conn->answer_now   = 0;
+    conn->answer_polls = 0;
+    if (pthread_mutex_trylock(&conn->tx_lock) == 0) {
+        hca_tcp_jobs_pump(tcp, conn);
+        pthread_mutex_unlock(&conn->tx_lock);
     }
-}
-
-int hca_tcp_rx_target_ok(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    hca_qp_t *qp;
-
-    if (conn->rx.kind != HCA_TCP_RXK_READ) {
-        return 1; /* the stage is ours; a region is pinned */
-    }
-    return hca_tcp_waiting_wqe(tcp, conn, &conn->rx.in.hdr, &qp) != NULL;
-}
-
-/* A SEND fragment or WRITE_IMM notice waits in the stage: into its ring,
- * then the answer.  0 if the ring is still full (parked). */
-static int hca_tcp_rx_place(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    uint8_t op = (hdr->opcode == HCA_TCP_OP_SEND) ? HCA_MSG_SEND :
-                                                    HCA_MSG_WRITE_IMM;
-    hca_wc_status_t status;
-    int rc;
-
-    rc = hca_tcp_ring_put(tcp, conn, hdr, op, &status);
-    if (rc == 0) {
-        if (conn->rx.state != HCA_TCP_RX_PARKED) {
-            hca_tcp_rx_to(conn, HCA_TCP_RX_PARKED);
-            conn->rx.parked_ns = hca_now_ns();
-            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRIES, 1);
-        }
-        return 0;
-    }
-    if (rc < 0) {
-        hca_tcp_answer(tcp, conn, hdr, status, 0);
-    } else if (hdr->flags & HCA_TCP_F_LAST) {
-        hca_tcp_answer(tcp, conn, hdr, HCA_WC_SUCCESS, 0);
-    }
-    hca_tcp_rx_next(conn);
-    return 1;
-}
-
-void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    hca_qp_t *qp;
-
-    if (conn->rx.state == HCA_TCP_RX_DISCARD) {
-        hca_tcp_rx_next(conn);
-        return;
-    }
-    switch ((hca_tcp_op_t)hdr->opcode) {
-    case HCA_TCP_OP_WRITE:
-        if (conn->rx.pinned != NULL) {
-            hca_mpt_release(conn->rx.pinned);
-            conn->rx.pinned = NULL;
-        }
-        if (!(hdr->flags & HCA_TCP_F_LAST)) {
-            hca_tcp_rx_next(conn);
-        } else if (hdr->flags & HCA_TCP_F_IMM) {
-            (void)hca_tcp_rx_place(tcp, conn); /* the notice, then the ACK */
-        } else {
-            hca_tcp_answer(tcp, conn, hdr, HCA_WC_SUCCESS, 0);
-            hca_tcp_rx_next(conn);
-        }
-        break;
-    case HCA_TCP_OP_SEND:
-        (void)hca_tcp_rx_place(tcp, conn);
-        break;
-    case HCA_TCP_OP_READ_RESP:
-        if ((hdr->flags & HCA_TCP_F_LAST) &&
-            (hca_tcp_waiting_wqe(tcp, conn, hdr, &qp) != NULL)) {
-            hca_tcp_resolve(tcp, qp, hdr->resp_idx, hdr->resp_stamp,
-                            HCA_WC_SUCCESS, 0);
-        }
-        hca_tcp_rx_next(conn);
-        break;
-    default:
-        hca_tcp_rx_next(conn);
-        break;
-    }
-}
-
-int hca_tcp_rx_unpark(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    return hca_tcp_rx_place(tcp, conn);
-}
-
-void hca_tcp_rx_abort(hca_tcp_conn_t *conn)
-{
-    if (conn->rx.pinned != NULL) {
-        hca_mpt_release(conn->rx.pinned);
-        conn->rx.pinned = NULL;
-    }
-    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
-    /* answers never sent: the READs' regions */
-    while (conn->jobs_tail != conn->jobs_head) {
-        hca_tcp_job_t *job = &conn->jobs[conn->jobs_tail++ % HCA_TCP_JOBS];
-        if (job->entry != NULL) {
-            hca_mpt_release(job->entry);
-        }
-    }
-    if (conn->tx.pinned != NULL) {
-        hca_mpt_release(conn->tx.pinned);
-        conn->tx.pinned = NULL;
-    }
-    conn->tx.left = 0;
 }
