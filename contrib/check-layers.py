@@ -35,6 +35,9 @@ both layers:
      in that fabric's files and the files the marker line lists (the
      registry that decodes it, the wire format that defines it): nothing
      else may branch on which fabric carried a message.
+  i. inside a set of files the map lists with "order" (top first: the
+     files of one fabric, say), a file references symbols of files after
+     it only: the set calls one way, with no circle.
 
 Sources and headers are found recursively under src/hca_dev and
 src/uct/hca, and every map pattern is a basename glob, so files may move
@@ -93,6 +96,7 @@ class LayerMap:
         self.entries = {}           # (fabric, symbol) -> [regex] (may be [])
         self.entry_lines = {}
         self.markers = []           # (fabric, identifier, [regex], lineno)
+        self.orders = []            # ([regex], lineno): top file first
         self.uct_pats = []
         self.uct_exports = set()
         self.errors = []            # "file:line: message"
@@ -168,6 +172,12 @@ class LayerMap:
                     continue
                 self.markers.append((w[1], w[2],
                                      [glob_re(p) for p in w[3:]], lineno))
+            elif kind == "order":
+                if len(w) < 3:
+                    self.error(lineno, "expected: order <pattern> "
+                               "<pattern>...")
+                    continue
+                self.orders.append(([glob_re(p) for p in w[1:]], lineno))
             elif kind == "uct":
                 if len(w) < 2:
                     self.error(lineno, "expected: uct <pattern>...")
@@ -582,6 +592,16 @@ class Checker:
                     if only and not any(r.match(src[1]) for r in only):
                         self.violation(ref + ": entry of fabric %s for its "
                                        "registry only" % fab)
+            # rule i: inside an order, downward only
+            for pats, lineno in self.map.orders:
+                i = next((k for k, r in enumerate(pats) if r.match(src[1])),
+                         None)
+                j = next((k for k, r in enumerate(pats) if r.match(to[1])),
+                         None)
+                if i is not None and j is not None and i >= j:
+                    self.violation(ref + ": against the order of the map's "
+                                   "line %d (a file calls only files after "
+                                   "it)" % lineno)
         return defs, nchecked
 
     # rule g

@@ -52,6 +52,7 @@ layer 0 base    low.c
 header 0        api.h base.h
 layer 1 fabric  fab_*.c
 fabric x        fab_*.c
+order           fab_top.c fab_core.c   # fab_top.c calls down into fab_core.c
 entry x hca_fabric_x_ops   reg.c       # only the registry may use it
 marker x HCA_X_MARK        reg.c       # how a message says fabric x
 layer 2 top     reg.c \
@@ -74,6 +75,14 @@ const struct { int (*fn)(void); } hca_fabric_x_ops = { fab_private };
 #ifdef BAD_API_HOME
 void hca_api_close(void) { }                /* the API inside a fabric */
 #endif
+#ifdef BAD_ORDER
+int fab_top_fn(void);
+int fab_back(void) { return fab_top_fn(); } /* up the order: a circle */
+#endif
+C
+cat >lib/fab_top.c <<'C'
+int fab_private(void);
+int fab_top_fn(void) { return fab_private() + 1; }   /* down: allowed */
 C
 cat >lib/reg.c <<'C'
 extern const struct { int (*fn)(void); } hca_fabric_x_ops;
@@ -111,7 +120,7 @@ C
 variant() {
     local dir=$1 f; shift
     mkdir -p "$dir"
-    for f in lib/low lib/fab_core lib/reg lib/high uct/uct_ep; do
+    for f in lib/low lib/fab_core lib/fab_top lib/reg lib/high uct/uct_ep; do
         "$cc" -c -fPIC -Ilib -Iuct "$@" "$f.c" -o "$dir/${f#*/}.o" ||
             { echo "selftest: cannot compile $f.c" >&2; exit 1; }
     done
@@ -129,11 +138,13 @@ variant fabric -DBAD_FABRIC
 variant entry -DBAD_ENTRY
 variant api -DBAD_API
 variant apihome -DBAD_API_HOME
-"$cc" -shared good/low.o good/fab_core.o good/reg.o good/high.o \
+variant order -DBAD_ORDER
+"$cc" -shared good/low.o good/fab_core.o good/fab_top.o good/reg.o \
+    good/high.o \
     -o good/libtiny.so || exit 1
 variant exported
-"$cc" -shared exported/low.o exported/fab_core.o exported/reg.o \
-    exported/high.o -o exported/libtiny.so || exit 1
+"$cc" -shared exported/low.o exported/fab_core.o exported/fab_top.o \
+    exported/reg.o exported/high.o -o exported/libtiny.so || exit 1
 
 failures=0
 # check <name> <expected status> <expected output (grep -E)> <dir> [args]
@@ -148,6 +159,7 @@ check() {
           --api-header lib/api.h \
           --lib-srcdir "$tree/lib" --uct-srcdir "$tree/uct" \
           --lib-obj "$dir/low.o" --lib-obj "$dir/fab_core.o" \
+          --lib-obj "$dir/fab_top.o" \
           --lib-obj "$dir/reg.o" --lib-obj "$dir/high.o" \
           --uct-obj "$dir/uct_ep.o" "$@" 2>&1)
     rc=$?
@@ -165,7 +177,7 @@ check() {
 }
 
 check "correct set passes" 0 \
-    '^check-layers: OK: 5 files, 3 layers, [0-9]+ references' good
+    '^check-layers: OK: 6 files, 3 layers, [0-9]+ references' good
 check "correct includes pass" 0 \
     ', 4 headers, 6 includes checked$' good
 check "correct exports pass" 0 'exports checked' good \
@@ -180,11 +192,13 @@ check "non-API reference from uct fails" 1 \
     'error: uct_ep\.c \(uct\) -> hca_internal_fn in high\.c \(layer 2 top\): not in api\.h.s API$' api
 check "API function defined inside a fabric fails" 1 \
     'error: fab_core\.c \(layer 1 fabric, fabric x\): hca_api_close of api\.h.s API is defined inside fabric x \(the core.s entry point dispatches to a fabric op\)$' apihome
+check "a call up a file order fails" 1 \
+    '^check-layers: error: fab_core\.c \(layer 1 fabric, fabric x\) -> fab_top_fn in fab_top\.c \(layer 1 fabric, fabric x\): against the order of the map.s line [0-9]+ \(a file calls only files after it\)$' order
 HCA_SELFTEST_COUNT=2 \
 check "unassigned source fails (and unbuilt)" 1 \
     'error: new_file\.c: no layer in the map' good \
-    --lib-sources "low.c fab_core.c reg.c high.c new_file.c"
-HCA_SELFTEST_COUNT=6 \
+    --lib-sources "low.c fab_core.c fab_top.c reg.c high.c new_file.c"
+HCA_SELFTEST_COUNT=7 \
 check "exported internals fail" 1 \
     'exports hca_internal_fn .*not in api\.h.s API$' exported \
     --lib-so exported/libtiny.so
