@@ -43,6 +43,19 @@ static ucs_config_field_t uct_hca_iface_config_table[] = {
                                   ucs_offsetof(uct_hca_iface_config_t, mp),
                                   ""),
 
+    /* UCP 1.13 puts its get zero-copy threshold at reg_cost over the
+     * cost of a copy (~130 B with the registration cache), and it charges
+     * get bcopy a copy that hca's does not make: against the peer's
+     * device memory get_bcopy unpacks straight from our mapping.  Below
+     * this size bcopy is measured as fast or faster for either kind of
+     * target memory (docs/PERF.md, issue 26), so zero-copy is offered
+     * only from here; get_zcopy still accepts any length. */
+    {"GET_MIN_ZCOPY", "8k",
+     "Smallest get the interface reports for zero-copy (cap.get.min_zcopy):\n"
+     "UCP uses get bcopy below it.",
+     ucs_offsetof(uct_hca_iface_config_t, get_min_zcopy),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
     {NULL}
 };
 
@@ -96,7 +109,9 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
                                    UCS_BIT(UCT_ATOMIC_OP_SWAP) |
                                    UCS_BIT(UCT_ATOMIC_OP_CSWAP);
 
-    attr->cap.put.max_short       = inl;
+    /* up to a bounce buffer, not the inline size: see put_short (UCP
+     * sends a put up to this as put_short, one copy into device memory) */
+    attr->cap.put.max_short       = seg_size;
     attr->cap.put.max_bcopy       = seg_size;
     attr->cap.put.min_zcopy       = 0;
     attr->cap.put.max_zcopy       = dattr.max_msg_size;
@@ -106,7 +121,7 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
 
     attr->cap.get.max_short       = 0;
     attr->cap.get.max_bcopy       = seg_size;
-    attr->cap.get.min_zcopy       = 0;
+    attr->cap.get.min_zcopy       = iface->config.get_min_zcopy;
     attr->cap.get.max_zcopy       = dattr.max_msg_size;
     attr->cap.get.opt_zcopy_align = 1;
     attr->cap.get.align_mtu       = 1;
@@ -691,6 +706,8 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
     self->config.max_inline   = ucs_min(dattr.max_inline_data,
                                         UCT_HCA_MAX_INLINE);
     self->config.max_zcopy    = dattr.max_msg_size;
+    self->config.get_min_zcopy = ucs_min(config->get_min_zcopy,
+                                         dattr.max_msg_size);
     self->config.bcopy_in_slot = (config->seg_size <=
                                   dattr.max_inline_data);
     self->tx_credits          = config->tx_cq_len;
