@@ -15,6 +15,13 @@
 
 static UCS_CLASS_DECLARE_DELETE_FUNC(uct_hca_iface_t, uct_iface_t);
 
+/* cap.get.min_zcopy: see GET_MIN_ZCOPY below */
+#if UCT_HCA_UCP_PROTO_V2_DEFAULT
+#  define UCT_HCA_GET_MIN_ZCOPY_DEFAULT "0"
+#else
+#  define UCT_HCA_GET_MIN_ZCOPY_DEFAULT "8k"
+#endif
+
 static ucs_config_field_t uct_hca_iface_config_table[] = {
     /* buffers allocated through the iface are device memory, which peers
      * reach with plain loads/stores (as UCX's posix transport does) */
@@ -49,8 +56,9 @@ static ucs_config_field_t uct_hca_iface_config_table[] = {
      * device memory get_bcopy unpacks straight from our mapping.  Below
      * this size bcopy is measured as fast or faster for either kind of
      * target memory (docs/PERF.md, issue 26), so zero-copy is offered
-     * only from here; get_zcopy still accepts any length. */
-    {"GET_MIN_ZCOPY", "8k",
+     * only from here; get_zcopy still accepts any length.  Protocols v2
+     * (the default from 1.16) choose by cost themselves: 0 there. */
+    {"GET_MIN_ZCOPY", UCT_HCA_GET_MIN_ZCOPY_DEFAULT,
      "Smallest get the interface reports for zero-copy (cap.get.min_zcopy):\n"
      "UCP uses get bcopy below it.",
      ucs_offsetof(uct_hca_iface_config_t, get_min_zcopy),

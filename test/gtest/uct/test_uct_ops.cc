@@ -224,13 +224,15 @@ TEST_F(UctHcaCaps, ReachabilityAndConfig)
      * put_short); get zero-copy is offered from GET_MIN_ZCOPY (8k) */
     EXPECT_EQ(4096u, a.attr.cap.put.max_short) << "put max_short";
     EXPECT_EQ(8192u, b.attr.cap.put.max_short) << "put max_short";
-    EXPECT_EQ(8192u, b.attr.cap.get.min_zcopy) << "GET_MIN_ZCOPY default";
+    /* 8k where UCP plans with protocols v1 by default (< 1.16), else 0 */
+    EXPECT_EQ((UCT_VERNO_MAJOR == 1) && (UCT_VERNO_MINOR < 16) ? 8192u : 0u,
+              b.attr.cap.get.min_zcopy) << "GET_MIN_ZCOPY default";
     {
         entity c;
         entity_config cc;
-        cc.iface_cfg.push_back({"GET_MIN_ZCOPY", "0"});
+        cc.iface_cfg.push_back({"GET_MIN_ZCOPY", "16k"});
         ASSERT_NO_FATAL_FAILURE(c.open(cc));
-        EXPECT_EQ(0u, c.attr.cap.get.min_zcopy) << "GET_MIN_ZCOPY=0";
+        EXPECT_EQ(16384u, c.attr.cap.get.min_zcopy) << "GET_MIN_ZCOPY=16k";
     }
     EXPECT_TRUE(uct_iface_is_reachable(
         a.iface, (const uct_device_addr_t*)b.dev_addr.data(),
