@@ -124,6 +124,14 @@
  * it, 1.18.1 not; uct/base/uct_iface.h] */
 #define UCT_HCA_HAVE_IFACE_QUERY_V2      UCT_HCA_UCX_AT_LEAST(1, 19)
 
+/* UCP plans with protocols v2 by default: it picks get bcopy or zero-copy
+ * per size from the estimate_perf figures (hca_perf.c), so cap.get.min_zcopy
+ * need not steer it, and must not: v2 then also keeps the tag rendezvous'
+ * get zero-copy off below it (measured on 1.22: tag_lat 7000 B 0.82 ->
+ * 1.58 us with 8k).  Before, protocols v1 put get zero-copy at reg_cost
+ * over a copy's cost.  [NEWS 1.16.0; docs/UCP-PROTOCOLS.md] */
+#define UCT_HCA_UCP_PROTO_V2_DEFAULT     UCT_HCA_UCX_AT_LEAST(1, 16)
+
 /* uct_perf_attr_t.flags and UCT_PERF_ATTR_FIELD_FLAGS: UCP asks whether tx
  * and rx share resources (UCT_PERF_ATTR_FLAGS_TX_RX_SHARED) to give the AM
  * lane a path of its own, for peers of address version >= 17

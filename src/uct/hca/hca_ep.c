@@ -519,6 +519,49 @@ uct_hca_ep_put_short_wr(uct_hca_ep_t *ep, const void *buffer,
     return uct_hca_ep_post(ep, &wr);
 }
 
+/* put_short above the inline size, through a WR: the data is copied into
+ * a bounce buffer first (the caller may reuse its buffer when we return),
+ * as put_bcopy does; the write completes later and a flush waits for it.
+ * The target's range and rights are checked where the WR executes, so a
+ * bad one fails the operation (error CQE), never writes. */
+static UCS_F_NOINLINE ucs_status_t
+uct_hca_ep_put_short_bounce(uct_hca_ep_t *ep, const void *buffer,
+                            unsigned length, uint64_t remote_addr,
+                            uct_rkey_t rkey)
+{
+    hca_send_wr_t wr = {
+        .opcode = HCA_WR_RDMA_WRITE,
+        .rdma   = {.remote_addr = remote_addr, .rkey = (uint32_t)rkey},
+    };
+    ucs_status_t status;
+    uct_hca_op_t *op;
+    hca_sge_t sge;
+
+    /* the bounce buffer's size, even where UCX checks no parameters */
+    if (ucs_unlikely(length > uct_hca_ep_iface(ep)->config.seg_size)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
+    if (ucs_unlikely(op == NULL)) {
+        return uct_hca_ep_no_op(ep);
+    }
+    memcpy(uct_hca_op_buffer(op), buffer, length);
+    sge.addr   = (uintptr_t)uct_hca_op_buffer(op);
+    sge.length = length;
+    sge.lkey   = op->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    status     = uct_hca_ep_post_op(ep, &wr, op);
+    /* in flight (INPROGRESS) is done for the caller: the data was copied */
+    return UCS_STATUS_IS_ERR(status) ? status : UCS_OK;
+}
+
+/* put_short goes up to seg_size (cap.put.max_short), not only the inline
+ * size: UCP 1.13 sends every put up to max_short as one put_short, and a
+ * short put knows its length before it writes, so into the peer's mapped
+ * device memory it is one copy (the write_direct below, range checked
+ * first), where put_bcopy packs into a bounce buffer and copies again.
+ * Above the inline size, a target we do not map takes the bounce buffer. */
 ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
                                   unsigned length, uint64_t remote_addr,
                                   uct_rkey_t rkey)
@@ -526,12 +569,16 @@ ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
     uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
 
-    UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "put_short");
+    UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "put_short");
     if (uct_hca_ep_direct_ok(ep) &&
         (ep->fast->write_direct(ep->qp, buffer, length, remote_addr,
                           (uint32_t)rkey) == 0)) {
         ep->send_flags = 0; /* idle queue: the fence is satisfied */
         return UCS_OK;
+    }
+    if (ucs_unlikely(length > iface->config.max_inline)) {
+        return uct_hca_ep_put_short_bounce(ep, buffer, length, remote_addr,
+                                           rkey);
     }
     return uct_hca_ep_put_short_wr(ep, buffer, length, remote_addr, rkey);
 }

@@ -15,6 +15,13 @@
 
 static UCS_CLASS_DECLARE_DELETE_FUNC(uct_hca_iface_t, uct_iface_t);
 
+/* cap.get.min_zcopy: see GET_MIN_ZCOPY below */
+#if UCT_HCA_UCP_PROTO_V2_DEFAULT
+#  define UCT_HCA_GET_MIN_ZCOPY_DEFAULT "0"
+#else
+#  define UCT_HCA_GET_MIN_ZCOPY_DEFAULT "8k"
+#endif
+
 static ucs_config_field_t uct_hca_iface_config_table[] = {
     /* buffers allocated through the iface are device memory, which peers
      * reach with plain loads/stores (as UCX's posix transport does) */
@@ -42,6 +49,20 @@ static ucs_config_field_t uct_hca_iface_config_table[] = {
     UCT_HCA_IFACE_MPOOL_CONFIG_FIELDS("", -1, 128, "send/receive",
                                   ucs_offsetof(uct_hca_iface_config_t, mp),
                                   ""),
+
+    /* UCP 1.13 puts its get zero-copy threshold at reg_cost over the
+     * cost of a copy (~130 B with the registration cache), and it charges
+     * get bcopy a copy that hca's does not make: against the peer's
+     * device memory get_bcopy unpacks straight from our mapping.  Below
+     * this size bcopy is measured as fast or faster for either kind of
+     * target memory (docs/PERF.md, issue 26), so zero-copy is offered
+     * only from here; get_zcopy still accepts any length.  Protocols v2
+     * (the default from 1.16) choose by cost themselves: 0 there. */
+    {"GET_MIN_ZCOPY", UCT_HCA_GET_MIN_ZCOPY_DEFAULT,
+     "Smallest get the interface reports for zero-copy (cap.get.min_zcopy):\n"
+     "UCP uses get bcopy below it.",
+     ucs_offsetof(uct_hca_iface_config_t, get_min_zcopy),
+     UCS_CONFIG_TYPE_MEMUNITS},
 
     {NULL}
 };
@@ -96,7 +117,9 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
                                    UCS_BIT(UCT_ATOMIC_OP_SWAP) |
                                    UCS_BIT(UCT_ATOMIC_OP_CSWAP);
 
-    attr->cap.put.max_short       = inl;
+    /* up to a bounce buffer, not the inline size: see put_short (UCP
+     * sends a put up to this as put_short, one copy into device memory) */
+    attr->cap.put.max_short       = seg_size;
     attr->cap.put.max_bcopy       = seg_size;
     attr->cap.put.min_zcopy       = 0;
     attr->cap.put.max_zcopy       = dattr.max_msg_size;
@@ -106,7 +129,7 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
 
     attr->cap.get.max_short       = 0;
     attr->cap.get.max_bcopy       = seg_size;
-    attr->cap.get.min_zcopy       = 0;
+    attr->cap.get.min_zcopy       = iface->config.get_min_zcopy;
     attr->cap.get.max_zcopy       = dattr.max_msg_size;
     attr->cap.get.opt_zcopy_align = 1;
     attr->cap.get.align_mtu       = 1;
@@ -691,6 +714,8 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
     self->config.max_inline   = ucs_min(dattr.max_inline_data,
                                         UCT_HCA_MAX_INLINE);
     self->config.max_zcopy    = dattr.max_msg_size;
+    self->config.get_min_zcopy = ucs_min(config->get_min_zcopy,
+                                         dattr.max_msg_size);
     self->config.bcopy_in_slot = (config->seg_size <=
                                   dattr.max_inline_data);
     self->tx_credits          = config->tx_cq_len;

@@ -101,6 +101,7 @@ typedef struct uct_hca_iface_config {
     unsigned               tx_queue_len; /* send queue per ep */
     unsigned               tx_cq_len;    /* signalled ops in flight */
     uct_iface_mpool_config_t mp;
+    size_t                 get_min_zcopy; /* cap.get.min_zcopy */
 } uct_hca_iface_config_t;
 
 /* Device address: the host identity (what "same host" means) and the
@@ -204,6 +205,7 @@ typedef struct uct_hca_iface {
         size_t            max_zcopy;     /* device's largest message */
         int               bcopy_in_slot; /* seg_size fits a ring slot:
                                             bcopy packs straight into it */
+        size_t            get_min_zcopy; /* cap.get.min_zcopy */
     } config;
 } uct_hca_iface_t;
 

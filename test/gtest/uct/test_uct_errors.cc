@@ -340,6 +340,9 @@ TEST_P(UctErrors, OutOfRangeFailsAndWritesNothingOutside)
         {(int64_t)pg + 512, 64, "entirely after"},
         {-(int64_t)pg, 64, "entirely before"},
         {0, pg + 1, "one byte too long"},
+        /* above the inline size (put_short's bounce buffer path) */
+        {(int64_t)pg - 1024, 2048, "a long access crossing the end"},
+        {(int64_t)pg - 4000, 4001, "a long access one byte past the end"},
     };
     for (auto &c : cases) {
         ASSERT_NO_FATAL_FAILURE(expect_all_fail(

@@ -220,6 +220,20 @@ TEST_F(UctHcaCaps, ReachabilityAndConfig)
     ASSERT_NO_FATAL_FAILURE(a.open(cfg));
     ASSERT_NO_FATAL_FAILURE(b.open());
     EXPECT_EQ(4096u, a.attr.cap.am.max_bcopy) << "SEG_SIZE=4k not applied";
+    /* put_short goes up to a bounce buffer (UCP sends puts up to it as
+     * put_short); get zero-copy is offered from GET_MIN_ZCOPY (8k) */
+    EXPECT_EQ(4096u, a.attr.cap.put.max_short) << "put max_short";
+    EXPECT_EQ(8192u, b.attr.cap.put.max_short) << "put max_short";
+    /* 8k where UCP plans with protocols v1 by default (< 1.16), else 0 */
+    EXPECT_EQ((UCT_VERNO_MAJOR == 1) && (UCT_VERNO_MINOR < 16) ? 8192u : 0u,
+              b.attr.cap.get.min_zcopy) << "GET_MIN_ZCOPY default";
+    {
+        entity c;
+        entity_config cc;
+        cc.iface_cfg.push_back({"GET_MIN_ZCOPY", "16k"});
+        ASSERT_NO_FATAL_FAILURE(c.open(cc));
+        EXPECT_EQ(16384u, c.attr.cap.get.min_zcopy) << "GET_MIN_ZCOPY=16k";
+    }
     EXPECT_TRUE(uct_iface_is_reachable(
         a.iface, (const uct_device_addr_t*)b.dev_addr.data(),
         (const uct_iface_addr_t*)b.iface_addr.data()));
@@ -617,6 +631,41 @@ TEST_P(UctOps, PutShort)
     ASSERT_NO_FATAL_FAILURE(require(UCT_IFACE_FLAG_PUT_SHORT, "PUT_SHORT"));
     size_t ms = sender.attr.cap.put.max_short;
     run_put(PUT_SHORT, sizes_upto({0, 1, 8, ms}, ms));
+}
+
+/* Above the inline size put_short writes straight into the peer's mapped
+ * device memory, else through a bounce buffer and a WR: the sizes around
+ * the inline limit (960) and up to max_short, on every memory kind. */
+TEST_P(UctOps, PutShortAboveInline)
+{
+    ASSERT_NO_FATAL_FAILURE(require(UCT_IFACE_FLAG_PUT_SHORT, "PUT_SHORT"));
+    size_t ms = sender.attr.cap.put.max_short;
+    ASSERT_GE(ms, 4097u) << "put_short should reach beyond the inline size";
+    run_put(PUT_SHORT, sizes_upto({959, 960, 961, 1024, 4095, 4097, ms - 1,
+                                   ms}, ms));
+}
+
+/* A put_short one byte above max_short is refused, nothing written. */
+TEST_P(UctOps, PutShortAboveMaxShortIsRefused)
+{
+    size_t ms = sender.attr.cap.put.max_short;
+    target::rbuf r = tgt->alloc(kind, ms + 2 * GUARD);
+    ASSERT_GT(r.id, 0);
+    rkey_holder rk;
+    ASSERT_EQ(UCS_OK, rk.unpack(sender.component, r.rkey));
+    buffer src;
+    ASSERT_NO_FATAL_FAILURE(src.alloc(sender, kind, ms + 64));
+    pat_fill(src.data(), ms + 1, 5);
+    uint64_t bg = next_seed();
+    tgt->fill(r.id, 0, ms + 2 * GUARD, bg, 0);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_put_short(ep, src.data(), (unsigned)(ms + 1),
+                               r.addr + GUARD, rk.rkey()));
+    ASSERT_EQ(UCS_OK, flush_ep(ep, ents));
+    EXPECT_EQ(-1, tgt->check(r.id, 0, ms + 2 * GUARD, bg, 0))
+        << "the refused put_short wrote (first changed byte)";
+    rk.release();
+    tgt->free(r.id);
 }
 
 TEST_P(UctOps, PutBcopy)
