@@ -44,10 +44,16 @@ int      hca_claimer_gone(uint64_t mark);
 uint32_t hca_ns_inode(const char *kind);
 
 /* Fault injection (hca_fault.c): HCA_FAULT="map=P,reg=P,answer_delay_us=N,
- * ring_stall_ms=N" (P a probability in [0,1]); off by default. */
+ * ring_stall_ms=N,tcp_loss=P,tcp_dup=P,tcp_reset=P,tcp_reset_ms=N,
+ * tcp_reset_for_ms=N" (P a probability in [0,1]); off by default.  The
+ * tcp faults are per frame: these kernels have no netem. */
 typedef enum {
     HCA_FAULT_MAP = 0,     /* a peer's object cannot be mapped */
     HCA_FAULT_REG,         /* a registration fails (-ENOMEM) */
+    HCA_FAULT_TCP_LOSS,    /* a frame read is dropped as if never sent */
+    HCA_FAULT_TCP_DUP,     /* a frame is sent twice */
+    HCA_FAULT_TCP_RESET,   /* the connection is cut in the middle of a
+                              frame being sent */
     HCA_FAULT_LAST
 } hca_fault_kind_t;
 
@@ -57,6 +63,10 @@ typedef struct hca_fault_cfg {
     uint32_t         answer_delay_us;       /* before each answer */
     uint32_t         ring_stall_ms;         /* the owner stops consuming
                                                its receive rings */
+    uint32_t         tcp_reset_ms;          /* every N ms, every tcp
+                                               connection is cut ... */
+    uint32_t         tcp_reset_for_ms;      /* ... during the first N ms
+                                               after the open (0: always) */
     _Atomic uint64_t seq;
 } hca_fault_cfg_t;
 

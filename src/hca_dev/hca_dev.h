@@ -88,6 +88,12 @@ typedef struct hca_device_attr {
     uint32_t max_dm;            /* device memory objects per context */
     uint64_t max_dm_size;
     uint32_t atomic_caps;       /* HCA_ATOMIC_CAP_* */
+    uint32_t max_qp_rd_atom;    /* atomics a QP has unanswered at once
+                                   (more wait in its send queue): the
+                                   responder's replay table of each
+                                   requester QP holds that many results,
+                                   for their duplicates after a reconnect
+                                   (docs/TCP-WIRE.md) */
 } hca_device_attr_t;
 
 /* Which fabrics a context uses (hca_open_attr_t.fabric, or the

@@ -381,6 +381,7 @@ int hca_device_query(hca_device_t *dev, hca_device_attr_t *attr)
     attr->max_dm_size     = HCA_MAX_DM_SIZE;
     attr->atomic_caps     = HCA_ATOMIC_CAP_32 | HCA_ATOMIC_CAP_64 |
                             HCA_ATOMIC_CAP_GLOB | HCA_ATOMIC_CAP_BITOPS;
+    attr->max_qp_rd_atom  = HCA_MAX_QP_RD_ATOM;
     return 0;
 }
 

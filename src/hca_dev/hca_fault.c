@@ -6,6 +6,8 @@
  *
  * Set by the environment at device open (off when unset):
  *   HCA_FAULT="map=0.5,reg=0.1,answer_delay_us=2000,ring_stall_ms=300"
+ *   HCA_FAULT="tcp_loss=0.01,tcp_dup=0.01,tcp_reset=0.001"   (per frame)
+ *   HCA_FAULT="tcp_reset_ms=100,tcp_reset_for_ms=2000"
  */
 #include "hca_util.h"
 #include "hca_log.h"
@@ -14,6 +16,25 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* The probability faults, by their names in HCA_FAULT. */
+static const char *const hca_fault_names[HCA_FAULT_LAST] = {
+    [HCA_FAULT_MAP]       = "map",
+    [HCA_FAULT_REG]       = "reg",
+    [HCA_FAULT_TCP_LOSS]  = "tcp_loss",
+    [HCA_FAULT_TCP_DUP]   = "tcp_dup",
+    [HCA_FAULT_TCP_RESET] = "tcp_reset",
+};
+
+static int hca_fault_kind_of(const char *name)
+{
+    for (int i = 0; i < HCA_FAULT_LAST; ++i) {
+        if (!strcmp(name, hca_fault_names[i])) {
+            return i;
+        }
+    }
+    return -1;
+}
 
 void hca_fault_init(hca_fault_cfg_t *cfg)
 {
@@ -35,10 +56,14 @@ void hca_fault_init(hca_fault_cfg_t *cfg)
         }
         *eq = '\0';
         v   = strtod(eq + 1, NULL);
-        if (!strcmp(tok, "map") || !strcmp(tok, "reg")) {
+        int kind = hca_fault_kind_of(tok);
+        if (kind >= 0) {
             v = (v < 0) ? 0 : (v > 1) ? 1 : v;
-            cfg->prob[!strcmp(tok, "map") ? HCA_FAULT_MAP : HCA_FAULT_REG] =
-                (uint32_t)(v * 4294967295.0);
+            cfg->prob[kind] = (uint32_t)(v * 4294967295.0);
+        } else if (!strcmp(tok, "tcp_reset_ms")) {
+            cfg->tcp_reset_ms = (uint32_t)v;
+        } else if (!strcmp(tok, "tcp_reset_for_ms")) {
+            cfg->tcp_reset_for_ms = (uint32_t)v;
         } else if (!strcmp(tok, "answer_delay_us")) {
             cfg->answer_delay_us = (uint32_t)v;
         } else if (!strcmp(tok, "ring_stall_ms")) {

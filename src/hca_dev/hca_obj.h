@@ -29,6 +29,7 @@
 #define HCA_MAX_PD        65536
 #define HCA_MAX_SRQ       1024
 #define HCA_MAX_QP_WR     16384
+#define HCA_MAX_QP_RD_ATOM 16     /* atomics unanswered per QP (tcp) */
 #define HCA_MAX_CQE       65536
 #define HCA_MAX_MSG       (256ull << 20)
 #define HCA_MAX_DM_SIZE   (1ull << 36)

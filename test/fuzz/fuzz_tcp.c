@@ -471,6 +471,8 @@ static int fz_hello(const hca_tcp_hello_t *h, int raw_mac, uint64_t mac,
     t.acc_host  = fz.addr.host;
     t.acc_pid   = fz.addr.pid;
     t.acc_ctx   = fz.addr.ctx_id;
+    t.conn_incarn = h->incarn;
+    t.acc_incarn  = ans.incarn;
     if ((ans.src_host != fz.addr.host) || (ans.src_pid != fz.addr.pid) ||
         (ans.src_ctx != fz.addr.ctx_id) ||
         (ans.mac != hca_tcp_mac(fz.addr.secret, HCA_TCP_MAC_ACCEPTOR, &t))) {
@@ -530,9 +532,11 @@ static void fz_hdr_promises(const hca_tcp_hdr_t *h)
 {
     static const uint8_t allowed[HCA_TCP_OP_LAST] = {
         [HCA_TCP_OP_SEND]      = HCA_TCP_F_FIRST | HCA_TCP_F_LAST |
-                                 HCA_TCP_F_IMM,
-        [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM,
-        [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32,
+                                 HCA_TCP_F_IMM | HCA_TCP_F_START,
+        [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM |
+                                 HCA_TCP_F_START,
+        [HCA_TCP_OP_READ]      = HCA_TCP_F_START,
+        [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32 | HCA_TCP_F_START,
         [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST,
     };
     uint64_t end = (uint64_t)h->offset + h->length;
@@ -544,7 +548,8 @@ static void fz_hdr_promises(const hca_tcp_hdr_t *h)
         (h->opcode >= HCA_TCP_OP_LAST) ||
         (h->flags & ~allowed[h->opcode]) ||
         ((h->opcode != HCA_TCP_OP_ACK) && (h->syndrome != 0)) ||
-        (h->syndrome >= HCA_WC_STATUS_LAST)) {
+        ((h->syndrome >= HCA_WC_STATUS_LAST) &&
+         (h->syndrome != HCA_TCP_SYN_PSN_SEQ))) {
         fz_fail("hdr_check passed a bad version, opcode, flags or syndrome");
     }
     if ((h->length > HCA_TCP_SEG_MAX) ||
@@ -611,9 +616,11 @@ static void fz_shape(hca_tcp_hdr_t *h, uint8_t sel, uint8_t sel2)
 {
     static const uint8_t allowed[HCA_TCP_OP_LAST] = {
         [HCA_TCP_OP_SEND]      = HCA_TCP_F_FIRST | HCA_TCP_F_LAST |
-                                 HCA_TCP_F_IMM,
-        [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM,
-        [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32,
+                                 HCA_TCP_F_IMM | HCA_TCP_F_START,
+        [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM |
+                                 HCA_TCP_F_START,
+        [HCA_TCP_OP_READ]      = HCA_TCP_F_START,
+        [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32 | HCA_TCP_F_START,
         [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST,
     };
     static const uint8_t atomics[] = {
@@ -628,7 +635,9 @@ static void fz_shape(hca_tcp_hdr_t *h, uint8_t sel, uint8_t sel2)
     h->version = HCA_TCP_VERSION;
     h->opcode  = (uint8_t)(1 + h->opcode % (HCA_TCP_OP_LAST - 1));
     if (h->opcode == HCA_TCP_OP_ACK) {
-        h->syndrome %= HCA_WC_STATUS_LAST;
+        /* a status, or (bit 7) "expected psn": go back to it */
+        h->syndrome = (h->syndrome & 0x80) ? HCA_TCP_SYN_PSN_SEQ :
+                      h->syndrome % HCA_WC_STATUS_LAST;
     } else {
         h->syndrome = 0;
     }
@@ -704,7 +713,7 @@ static uint32_t fz_probe_send(void)
     memset(&h, 0, sizeof(h));
     h.version = HCA_TCP_VERSION;
     h.opcode  = HCA_TCP_OP_WRITE;
-    h.flags   = HCA_TCP_F_LAST;
+    h.flags   = HCA_TCP_F_LAST | HCA_TCP_F_START; /* its only frame */
     h.src_qpn = FZ_TCP_PROBE + (++fz.probe & 0xfffff);
     h.dst_qpn = hca_qp_num(fz.target);
     if (fz_send(&h, sizeof(h)) != 0) {
@@ -817,6 +826,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (hca_tcp_hdr_check(&h) != HCA_TCP_HDR_OK) {
             fz_wait_closed("a bad header");
+            return 0;
+        }
+        if (h.opcode == HCA_TCP_OP_BYE) {
+            fz_wait_closed("a BYE"); /* "we close our context" */
             return 0;
         }
         len = (h.length < in.n) ? h.length : in.n;

@@ -80,8 +80,10 @@ SVC = {
 }
 
 # hca_tcp_wire.h
-T_SEND, T_WRITE, T_READ, T_ATOMIC, T_ACK, T_READ_RESP, T_KEEPALIVE = range(1, 8)
-T_FIRST, T_LAST, T_IMM, T_ATOMIC32 = 1, 2, 4, 8
+T_SEND, T_WRITE, T_READ, T_ATOMIC, T_ACK, T_READ_RESP, T_KEEPALIVE, T_BYE = \
+    range(1, 9)
+T_FIRST, T_LAST, T_IMM, T_ATOMIC32, T_START = 1, 2, 4, 8, 16
+SYN_PSN_SEQ = 0x80
 # fuzz_tcp.c: mode bits, selectors
 M_SHAPED, M_HELLO, M_HELLO_FIX = 1, 2, 4
 S_DST_REQ, S_SRC_PEER, S_RAW_RKEY, S_FIX_RANGE = 2, 8, 0x10, 0x40
@@ -93,16 +95,16 @@ MR_START = 32                        # shaped address: MR + this - 32
 
 def hdr(opcode, flags=0, length=0, src=0, dst=0, rkey=0, addr=0,
         resp_idx=0, resp_stamp=0, offset=0, total=0, imm=0, atomic_op=0,
-        operand=0, swap=0, syndrome=0, version=2):
+        operand=0, swap=0, syndrome=0, version=3, psn=0):
     """A hca_tcp_hdr_t (72 bytes)."""
     return struct.pack("<4B5IQ5IB3xQQ", version, opcode, flags, syndrome,
-                       length, src, dst, 0, rkey, addr, resp_idx,
+                       length, src, dst, psn, rkey, addr, resp_idx,
                        resp_stamp, offset, total, imm, atomic_op, operand,
                        swap)
 
 
 def frame(opcode, sel=0, sel2=0, payload=b"", **kw):
-    """A shaped frame: fuzz_tcp.c maps the opcode byte to 1 + op % 7."""
+    """A shaped frame: fuzz_tcp.c maps the opcode byte to 1 + op % 8."""
     kw.setdefault("length", len(payload))
     return struct.pack("<BB", sel, sel2) + hdr(opcode - 1, **kw) + payload
 
@@ -116,37 +118,39 @@ def hello(sel=0, mac=0, proof=0):
 
 TCP = {
     "write": bytes([M_SHAPED]) +
-             frame(T_WRITE, flags=T_LAST, addr=MR_START, total=64,
+             frame(T_WRITE, flags=T_LAST | T_START, addr=MR_START, total=64,
                    payload=bytes(range(64))),
     "write_parts": bytes([M_SHAPED]) +
-                   frame(T_WRITE, addr=MR_START, total=128,
+                   frame(T_WRITE, flags=T_START, addr=MR_START, total=128,
                          payload=b"\x01" * 64) +
-                   frame(T_WRITE, flags=T_LAST, addr=MR_START + 64,
+                   frame(T_WRITE, flags=T_LAST, addr=MR_START + 64, psn=1,
                          offset=64, total=128, payload=b"\x02" * 64),
     "write_imm": bytes([M_SHAPED]) +
-                 frame(T_WRITE, flags=T_LAST | T_IMM, addr=MR_START + 512,
+                 frame(T_WRITE, flags=T_LAST | T_IMM | T_START,
+                       addr=MR_START + 512,
                        total=16, imm=0x1234, payload=b"i" * 16),
     "write_bad_rkey": bytes([M_SHAPED]) +
-                      frame(T_WRITE, sel=S_RAW_RKEY, flags=T_LAST,
+                      frame(T_WRITE, sel=S_RAW_RKEY, flags=T_LAST | T_START,
                             rkey=0xdead, addr=MR_START, total=8,
                             payload=b"nak!nak!") +
                       frame(T_WRITE, flags=T_LAST, addr=MR_START, total=8,
-                            payload=b"dropped!"),
-    "read": bytes([M_SHAPED]) + frame(T_READ, addr=MR_START, total=256),
+                            psn=1, payload=b"dropped!"),
+    "read": bytes([M_SHAPED]) + frame(T_READ, flags=T_START, addr=MR_START,
+                                      total=256),
     "fetch_add": bytes([M_SHAPED]) +
-                 frame(T_ATOMIC, sel2=S2_ALIGN, addr=MR_START + 8,
-                       atomic_op=A_FETCH_ADD, operand=1),
+                 frame(T_ATOMIC, sel2=S2_ALIGN, flags=T_START,
+                       addr=MR_START + 8, atomic_op=A_FETCH_ADD, operand=1),
     "cmp_swp32": bytes([M_SHAPED]) +
-                 frame(T_ATOMIC, sel2=S2_ALIGN, flags=T_ATOMIC32,
+                 frame(T_ATOMIC, sel2=S2_ALIGN, flags=T_ATOMIC32 | T_START,
                        addr=MR_START + 16, atomic_op=A_CMP_SWP, operand=0,
                        swap=5),
     "send": bytes([M_SHAPED]) +
-            frame(T_SEND, flags=T_FIRST | T_LAST, total=100,
+            frame(T_SEND, flags=T_FIRST | T_LAST | T_START, total=100,
                   payload=b"s" * 100),
     "send_frags": bytes([M_SHAPED]) +
-                  frame(T_SEND, flags=T_FIRST, total=9000,
+                  frame(T_SEND, flags=T_FIRST | T_START, total=9000,
                         payload=b"\x11" * 8000) +
-                  frame(T_SEND, flags=T_LAST | T_IMM, offset=8000,
+                  frame(T_SEND, flags=T_LAST | T_IMM, offset=8000, psn=1,
                         total=9000, imm=7, payload=b"\x22" * 1000),
     "ack": bytes([M_SHAPED]) +
            frame(T_ACK, sel=S_DST_REQ, resp_idx=0, resp_stamp=1) +
@@ -166,18 +170,59 @@ TCP = {
     "hello_peer_proven": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
                          hello(sel=H_CLAIM_PEER) +
                          frame(T_WRITE, sel=S_DST_REQ | S_SRC_PEER,
-                               flags=T_LAST, addr=MR_START, total=4,
-                               payload=b"id!!"),
+                               flags=T_LAST | T_START, addr=MR_START,
+                               total=4, payload=b"id!!"),
     "hello_peer_unproven": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
                            hello(sel=H_CLAIM_PEER | H_RAW_PROOF,
                                  proof=0x5eed) +
                            frame(T_WRITE, sel=S_DST_REQ | S_SRC_PEER,
-                                 flags=T_LAST, addr=MR_START, total=4,
-                                 payload=b"no!!"),
+                                 flags=T_LAST | T_START, addr=MR_START,
+                                 total=4, payload=b"no!!"),
     "hello_then_write": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
                         hello() +
-                        frame(T_WRITE, flags=T_LAST, addr=MR_START,
+                        frame(T_WRITE, flags=T_LAST | T_START, addr=MR_START,
                               total=4, payload=b"ok!!"),
+    # sequence numbers (docs/TCP-WIRE.md "Sequence, duplicates, replay"):
+    # a duplicate WRITE (acknowledged, not placed again), a frame ahead of
+    # a gap (one PSN_SEQ NAK), an atomic sent again (its saved value), a
+    # READ again, a frame with no F_START for an unknown requester QP, an
+    # answer for what was never sent, and a go-back NAK to our RTS QP
+    "dup_write": bytes([M_SHAPED]) +
+                 frame(T_WRITE, flags=T_LAST | T_START, addr=MR_START,
+                       total=8, psn=5, payload=b"first!!!") +
+                 frame(T_WRITE, flags=T_LAST, addr=MR_START, total=8,
+                       psn=5, payload=b"second!!"),
+    "psn_ahead": bytes([M_SHAPED]) +
+                 frame(T_WRITE, flags=T_LAST | T_START, addr=MR_START,
+                       total=4, psn=10, payload=b"psn0") +
+                 frame(T_WRITE, flags=T_LAST, addr=MR_START, total=4,
+                       psn=12, payload=b"gap!") +
+                 frame(T_WRITE, flags=T_LAST, addr=MR_START, total=4,
+                       psn=13, payload=b"gap2") +
+                 frame(T_WRITE, flags=T_LAST, addr=MR_START, total=4,
+                       psn=11, payload=b"psn1"),
+    "atomic_replay": bytes([M_SHAPED]) +
+                     frame(T_ATOMIC, sel2=S2_ALIGN, flags=T_START, psn=3,
+                           addr=MR_START + 8, atomic_op=A_FETCH_ADD,
+                           operand=1) +
+                     frame(T_ATOMIC, sel2=S2_ALIGN, psn=3,
+                           addr=MR_START + 8, atomic_op=A_FETCH_ADD,
+                           operand=1) +
+                     frame(T_ATOMIC, sel2=S2_ALIGN, psn=4,
+                           addr=MR_START + 8, atomic_op=A_FETCH_ADD,
+                           operand=1),
+    "read_again": bytes([M_SHAPED]) +
+                  frame(T_READ, flags=T_START, psn=7, addr=MR_START,
+                        total=64) +
+                  frame(T_READ, psn=7, addr=MR_START, total=64),
+    "no_start": bytes([M_SHAPED]) +
+                frame(T_WRITE, flags=T_LAST, addr=MR_START, total=4, psn=9,
+                      payload=b"lost"),
+    "ack_unsent": bytes([M_SHAPED]) +
+                  frame(T_ACK, sel=S_DST_REQ, psn=0x1234, resp_idx=0,
+                        resp_stamp=1) +
+                  frame(T_ACK, sel=S_DST_REQ, syndrome=SYN_PSN_SEQ,
+                        psn=0x4321),
 }
 
 

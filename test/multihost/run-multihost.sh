@@ -25,8 +25,13 @@
 #                     reports the peer's failure (error callback)
 #      kill-mixed     the same with every operation (put, get, atomics,
 #                     am, tag) in flight
-#      reset          ucp_peer put: the TCP connections killed with
-#                     `ss -K` in namespace a: both sides report an error
+#      reset          ucp_peer mixed (put, get, atomics, am, tag) with a
+#                     fixed count of operations: the TCP connections
+#                     killed with `ss -K` in namespace a three times,
+#                     200 ms apart, while it runs: the connections come
+#                     back (issue 27: RC semantics over tcp), both sides
+#                     end cleanly with every operation done and its data
+#                     checked, no error seen
 #      link-down      ucp_peer put: the veth of b brought down: both sides
 #                     report an error (the peer timeout)
 #      stop           ucp_peer put: the requester SIGSTOPped for 3 x the
@@ -35,7 +40,8 @@
 #      stop-target    the same with the target stopped: the requester's
 #                     operations fail, the target (continued) ends too
 #    Every survivor must report the peer's failure (Endpoint timeout or
-#    Connection reset), with no data corruption (ucp_peer's checks).
+#    Connection reset), with no data corruption (ucp_peer's checks); but
+#    in `reset` nobody fails.
 #
 # One line per run (name, result, seconds, what was measured), a summary
 # line; exit status 1 if a run failed, 0 otherwise.  Not root, or no
@@ -531,6 +537,79 @@ ucp_fault() {
     fi
 }
 
+# ucp_survive NAME WORKLOAD OPS: target in a, requester in b, OPS
+# operations of WORKLOAD; once traffic runs, ss -K of the hca TCP
+# connections in a, three times 200 ms apart (each while the requester
+# still runs: else OPS is too small and the case proves nothing).  Both
+# must end cleanly: exit 0, no error, no corruption.
+ucp_survive() {
+    local name="fault $1" wl=$2 ops=$3 dir=$logdir/f-$1 tgt req t0 tk k
+    local detail= ok=1 killed=0
+    [ -n "$peer_bin" ] || { report "$name" FAIL 0 "ucp_peer not built"; return; }
+    mkdir -p "$dir"
+    chmod 0777 "$dir"
+    local penv=("${fault_env[@]}" "UCX_TLS=hca,self" REL_RUN_LIMIT=$((FAULT_LIMIT + 10)))
+    t0=$(now_ms)
+    ip netns exec "$(netns_name a)" env "${penv[@]}" \
+        "$peer_bin" target "$wl" heap "$dir" "$ops" >"$dir/target.log" 2>&1 &
+    tgt=$!
+    ip netns exec "$(netns_name b)" env "${penv[@]}" \
+        "$peer_bin" requester "$wl" heap "$dir" "$ops" >"$dir/requester.log" 2>&1 &
+    req=$!
+    bg_pids+=("$tgt" "$req")
+    for k in $(seq 1 100); do
+        grep -qs traffic "$dir/requester.stage" && grep -qs traffic "$dir/target.stage" && break
+        sleep 0.05
+    done
+    if ! grep -qs traffic "$dir/requester.stage"; then
+        report "$name" FAIL $(($(now_ms) - t0)) "no traffic started (logs $dir)"
+        kill -KILL $tgt $req 2>/dev/null; wait $tgt $req 2>/dev/null
+        return
+    fi
+    sleep 0.2
+    tk=$(now_ms)
+    for k in 1 2 3; do
+        if ! alive $req; then
+            ok=0
+            detail+="the requester ended before reset $k: too few operations; "
+            break
+        fi
+        ip netns exec "$(netns_name a)" ss -K -t dst "$addr_b" >"$dir/ss-$k.log" 2>&1
+        if grep -q ESTAB "$dir/ss-$k.log"; then
+            killed=$((killed + $(grep -c ESTAB "$dir/ss-$k.log")))
+        fi
+        sleep 0.2
+    done
+    if [ $ok = 1 ] && [ $killed = 0 ]; then
+        kill -KILL $tgt $req 2>/dev/null
+        wait $tgt $req 2>/dev/null
+        report "$name" n/a $(($(now_ms) - tk)) "ss -K closed no connection (kernel without CONFIG_INET_DIAG_DESTROY?): $(tr '\n' ' ' <"$dir/ss-1.log" | cut -c1-100)"
+        return
+    fi
+    wait_gone $req "$FAULT_LIMIT"
+    local req_rc=$wait_rc surv_ms=$wait_ms
+    wait_gone $tgt "$FAULT_LIMIT"
+    local tgt_rc=$wait_rc side res st
+    for side in target requester; do
+        res=$(cat "$dir/$side.result" 2>/dev/null)
+        if [ $side = target ]; then st=$tgt_rc; else st=$req_rc; fi
+        [ "$st" = 0 ] || ok=0
+        grep -q 'errors=0 ' <<<"$res" || ok=0
+        grep -q 'corrupt=0' <<<"$res" || ok=0
+        grep -q 'first_error=-' <<<"$res" || ok=0
+        detail+="$side: status $st, $(sed -n 's/.*\(ops=[0-9]*\).*/\1/p' <<<"$res") $(sed -n 's/.*\(errors=[0-9]*\).*/\1/p' <<<"$res") $(sed -n 's/.*\(first_error=.*\)/\1/p' <<<"$res"); "
+    done
+    detail+="$killed connections killed"
+    kill -KILL $tgt $req 2>/dev/null
+    wait $tgt $req 2>/dev/null
+    if [ $ok = 1 ]; then
+        report "$name" PASS "$surv_ms" "$detail"
+        [ "${MH_KEEP:-0}" = 1 ] || rm -rf "$dir"
+    else
+        report "$name" FAIL "$surv_ms" "$detail (logs $dir)"
+    fi
+}
+
 run_faults() {
     echo "--- fault cases (UCX_HCA_PEER_TIMEOUT=2s, limit ${FAULT_LIMIT}s each)"
     local f faults=${MH_FAULTS:-kill-perftest kill-ucp kill-mixed reset link-down stop stop-target}
@@ -543,7 +622,7 @@ run_faults() {
         kill-perftest) fault_kill_perftest ;;
         kill-ucp)  ucp_fault kill-ucp kill ;;
         kill-mixed) ucp_fault kill-mixed kill mixed ;;
-        reset)     ucp_fault reset reset ;;
+        reset)     ucp_survive reset mixed "${MH_RESET_OPS:-40000}" ;;
         link-down) ucp_fault link-down down ;;
         stop)      ucp_fault stop stop ;;
         stop-target) ucp_fault stop-target stopt ;;

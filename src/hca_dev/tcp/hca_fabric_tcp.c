@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -18,12 +19,17 @@
 
 /* ---------------------------------------------------------------- device */
 
+/* The retry timeout: nothing received from a peer for this long (its
+ * connection lost and not back, or silent) fails its QPs. */
 static uint32_t hca_tcp_timeout_ms(const hca_device_t *dev)
 {
-    const char *env = getenv("HCA_TCP_TIMEOUT_MS");
+    const char *env = getenv("HCA_TCP_RETRY_TIMEOUT_MS");
 
     if (dev->open_attr.peer_timeout_ms != 0) {
         return dev->open_attr.peer_timeout_ms;
+    }
+    if ((env == NULL) || (atoi(env) <= 0)) {
+        env = getenv("HCA_TCP_TIMEOUT_MS"); /* its first name */
     }
     if ((env != NULL) && (atoi(env) > 0)) {
         return (uint32_t)atoi(env);
@@ -91,6 +97,10 @@ static int hca_tcp_dev_open(hca_device_t *dev)
     tcp->epfd       = -1;
     tcp->wake_fd    = -1;
     tcp->timeout_ms = hca_tcp_timeout_ms(dev);
+    tcp->open_ns    = hca_now_ns();
+    do {
+        tcp->incarn = hca_tcp_nonce(); /* 0 says "cannot resume" */
+    } while (tcp->incarn == 0);
     pthread_mutex_init(&tcp->lock, NULL);
     tcp->scratch = malloc(HCA_TCP_SEG_MAX);
     if (tcp->scratch == NULL) {
@@ -145,6 +155,24 @@ static void hca_tcp_dev_close(hca_device_t *dev)
     if (tcp == NULL) {
         return;
     }
+    /* peers are told (best effort: a socket that takes it now): their
+     * QPs with us fail at once, rather than wait for us to come back */
+    pthread_mutex_lock(&tcp->lock);
+    for (conn = tcp->conns; conn != NULL; conn = conn->next) {
+        hca_tcp_job_t job;
+        if (atomic_load(&conn->state) != HCA_TCP_CONN_UP) {
+            continue;
+        }
+        memset(&job, 0, sizeof(job));
+        job.hdr.version = HCA_TCP_VERSION;
+        job.hdr.opcode  = HCA_TCP_OP_BYE;
+        pthread_mutex_lock(&conn->tx_lock);
+        if (hca_tcp_job_push(conn, &job) == 0) {
+            hca_tcp_jobs_pump(tcp, conn);
+        }
+        pthread_mutex_unlock(&conn->tx_lock);
+    }
+    pthread_mutex_unlock(&tcp->lock);
     hca_tcp_thread_stop(tcp);
     while ((conn = tcp->conns) != NULL) {
         tcp->conns = conn->next;
@@ -192,6 +220,15 @@ static int hca_tcp_connect(hca_qp_t *qp)
     hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
     hca_tcp_conn_t *conn;
 
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+    hca_tcp_sent_t *sent;
+    uint32_t psn;
+
+    /* one record per WQE that may be unanswered: the send queue's depth */
+    sent = calloc((size_t)qp->sq_mask + 1, sizeof(*sent));
+    if (sent == NULL) {
+        return -ENOMEM;
+    }
     pthread_mutex_lock(&tcp->lock);
     conn = hca_tcp_conn_get(tcp, &qp->dest);
     if (conn != NULL) {
@@ -199,10 +236,20 @@ static int hca_tcp_connect(hca_qp_t *qp)
     }
     pthread_mutex_unlock(&tcp->lock);
     if (conn == NULL) {
+        free(sent);
         return -ENOMEM;
     }
-    memset(hca_tcp_qp(qp), 0, sizeof(hca_tcp_qp_t));
-    hca_tcp_qp(qp)->conn = conn;
+    memset(tq, 0, sizeof(hca_tcp_qp_t));
+    /* a random start: a QP connected again (after a reset) is a new
+     * incarnation to the responder, whose record of it starts afresh */
+    psn            = (uint32_t)hca_tcp_nonce();
+    tq->sent       = sent;
+    tq->sent_mask  = qp->sq_mask;
+    tq->start_psn  = psn;
+    tq->next_psn   = psn;
+    tq->rtx_psn    = psn;
+    atomic_store(&tq->answered_ns, hca_now_ns());
+    tq->conn       = conn; /* last: the thread reads the QP by it */
     return 0;
 }
 
@@ -222,6 +269,11 @@ static void hca_tcp_quiesce(hca_qp_t *qp)
         hca_tcp_tx_orphan(tcp, conn, qp->qpn);
         pthread_mutex_unlock(&conn->tx_lock);
     }
+    /* its WQEs are flushed: nothing of them is sent again, and answers
+     * find no record */
+    if (hca_tcp_qp(qp)->sent != NULL) {
+        hca_tcp_sent_clear(qp);
+    }
     pthread_mutex_unlock(&tcp->lock);
 }
 
@@ -235,12 +287,13 @@ static void hca_tcp_disconnect(hca_qp_t *qp)
     }
     hca_tcp_quiesce(qp);
     conn = hca_tcp_qp(qp)->conn;
+    pthread_mutex_lock(&tcp->lock);
     if (conn != NULL) {
-        pthread_mutex_lock(&tcp->lock);
         conn->qp_refs--;
-        pthread_mutex_unlock(&tcp->lock);
     }
+    free(hca_tcp_qp(qp)->sent);
     memset(hca_tcp_qp(qp), 0, sizeof(hca_tcp_qp_t));
+    pthread_mutex_unlock(&tcp->lock);
 }
 
 /* ---------------------------------------------------------------- liveness */
@@ -252,8 +305,16 @@ static hca_wc_status_t hca_tcp_peer_status(hca_qp_t *qp)
     if (conn == NULL) {
         return HCA_WC_RETRY_EXC_ERR;
     }
-    return (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) ? (hca_wc_status_t)atomic_load(&conn->fail) :
-           HCA_WC_SUCCESS;
+    if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
+        return (hca_wc_status_t)atomic_load(&conn->fail);
+    }
+    /* a peer process of this host that is gone is known at once, not at
+     * the retry timeout (its reset alone would only start a reconnect) */
+    if ((conn->peer.host == qp->dev->host_key) &&
+        (kill((pid_t)conn->peer.pid, 0) != 0) && (errno == ESRCH)) {
+        return HCA_WC_RETRY_EXC_ERR;
+    }
+    return HCA_WC_SUCCESS;
 }
 
 static uint64_t hca_tcp_check_peers(hca_device_t *dev)
@@ -310,6 +371,13 @@ static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
     [HCA_TCP_CNT_CONNS_LOST] = "connections_lost",
     [HCA_TCP_CNT_BAD_FRAMES] = "bad_frames",
     [HCA_TCP_CNT_REFUSED]    = "refused_hellos",
+    [HCA_TCP_CNT_RETRANSMITS]  = "retransmits",
+    [HCA_TCP_CNT_DUP_REQUESTS] = "dup_requests",
+    [HCA_TCP_CNT_REPLAYS]      = "replays",
+    [HCA_TCP_CNT_SEQ_NAKS]     = "seq_naks",
+    [HCA_TCP_CNT_RTOS]         = "rtos",
+    [HCA_TCP_CNT_RECONNECTS]   = "reconnects",
+    [HCA_TCP_CNT_FAULTS]       = "faults_injected",
     [HCA_TCP_CNT_NAKS + HCA_WC_SUCCESS]         = "nak_success",
     [HCA_TCP_CNT_NAKS + HCA_WC_LOC_LEN_ERR]     = "nak_loc_len_err",
     [HCA_TCP_CNT_NAKS + HCA_WC_LOC_QP_OP_ERR]   = "nak_loc_qp_op_err",

@@ -79,7 +79,7 @@ static void hca_tcp_put64(uint8_t *p, uint64_t v)
 uint64_t hca_tcp_mac(uint64_t secret, hca_tcp_mac_kind_t kind,
                      const hca_tcp_transcript_t *t)
 {
-    uint8_t key[16], msg[56];
+    uint8_t key[16], msg[72];
 
     /* the key: the secret and a fixed word (the secret is all the key's
      * entropy: 64 bits, as the address carries) */
@@ -92,6 +92,8 @@ uint64_t hca_tcp_mac(uint64_t secret, hca_tcp_mac_kind_t kind,
     hca_tcp_put64(msg + 32, ((uint64_t)t->conn_ctx << 32) | t->conn_pid);
     hca_tcp_put64(msg + 40, t->acc_host);
     hca_tcp_put64(msg + 48, ((uint64_t)t->acc_ctx << 32) | t->acc_pid);
+    hca_tcp_put64(msg + 56, t->conn_incarn);
+    hca_tcp_put64(msg + 64, t->acc_incarn);
     return hca_siphash24(key, msg, sizeof(msg));
 }
 

@@ -19,17 +19,24 @@ typedef enum {
     HCA_TCP_MAC_ACCEPTOR  = 1, /* the acceptor knows its own secret */
     HCA_TCP_MAC_CONNECTOR = 2, /* the connector was given the acceptor's
                                   address (its secret) */
-    HCA_TCP_MAC_IDENTITY  = 3  /* the connector knows its own secret: it is
+    HCA_TCP_MAC_IDENTITY  = 3, /* the connector knows its own secret: it is
                                   the context it claims to be */
+    HCA_TCP_MAC_RESUME    = 4  /* the connector of a connection whose
+                                  socket was lost, over that connection's
+                                  last handshake: the acceptor's secret and
+                                  those nonces together prove the same
+                                  connector comes back */
 } hca_tcp_mac_kind_t;
 
-/* The handshake's transcript: both nonces and both identities. */
+/* The handshake's transcript: both nonces, both identities and both
+ * incarnations. */
 typedef struct hca_tcp_transcript {
     uint64_t nonce_c, nonce_a;
     uint64_t conn_host;         /* the connector */
     uint32_t conn_pid, conn_ctx;
     uint64_t acc_host;          /* the acceptor */
     uint32_t acc_pid, acc_ctx;
+    uint64_t conn_incarn, acc_incarn;
 } hca_tcp_transcript_t;
 
 /* MAC(secret; kind, transcript). */

@@ -2,9 +2,11 @@
  * hca_tcp_conn.c - the tcp fabric's connections: one per pair of device
  * contexts, made on the first QP that needs it (nonblocking connect,
  * TCP_NODELAY), watched by the fabric's thread (its epoll events), the
- * four-message handshake (docs/TCP-WIRE.md "Connection set-up"), and
- * death (every QP on it then fails).  Sending is hca_tcp_tx.c's, reading
- * hca_tcp_rx.c's.
+ * four-message handshake (docs/TCP-WIRE.md "Connection set-up"), the
+ * loss of its socket (LINKING: the side that dialled dials again, and the
+ * acceptor resumes the connection on the new socket, whose handshake
+ * proves the same connector comes back), and death (every QP on it then
+ * fails).  Sending is hca_tcp_tx.c's, reading hca_tcp_rx.c's.
  */
 #include "hca_tcp_fabric.h"
 #include "hca_log.h"
@@ -20,6 +22,63 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* What the frames being read and sent hold is given back: their regions,
+ * the READs' answers never sent (the socket is gone). */
+void hca_tcp_rx_abort(hca_tcp_conn_t *conn)
+{
+    if (conn->rx.pinned != NULL) {
+        hca_mpt_release(conn->rx.pinned);
+        conn->rx.pinned = NULL;
+    }
+    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
+    /* answers never sent: the READs' regions */
+    while (conn->jobs_tail != conn->jobs_head) {
+        hca_tcp_job_t *job = &conn->jobs[conn->jobs_tail++ % HCA_TCP_JOBS];
+        if (job->entry != NULL) {
+            hca_mpt_release(job->entry);
+        }
+    }
+    if (conn->tx.pinned != NULL) {
+        hca_mpt_release(conn->tx.pinned);
+        conn->tx.pinned = NULL;
+    }
+    conn->tx.left = 0;
+}
+
+/* The receiver and the sender start again, on a new socket (both locks
+ * held, or the connection not yet seen by anyone): nothing of the old
+ * socket's stream is kept.  rx_state: HELLO for a handshake of its own,
+ * HDR for a socket whose handshake another connection object did. */
+void hca_tcp_conn_io_reset(hca_tcp_conn_t *conn, hca_tcp_rx_state_t rx_state)
+{
+    if (conn->rx.state != HCA_TCP_RX_DISCARD) {
+        hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD); /* the old stream's end */
+    }
+    hca_tcp_rx_to(conn, rx_state);
+    conn->rx.got      = 0;
+    conn->rx.want     = (rx_state == HCA_TCP_RX_HELLO) ?
+                        sizeof(hca_tcp_hello_t) : sizeof(hca_tcp_hdr_t);
+    conn->rx.left     = 0;
+    conn->rx.iovcnt   = 0;
+    conn->rx.kind     = HCA_TCP_RXK_NONE;
+    conn->rx.buf_head = conn->rx.buf_tail = 0;
+    conn->rx.bulk     = 0;
+    conn->rx.rqp      = NULL;
+    conn->rx.dup      = 0;
+    conn->tx.left     = 0;
+    conn->tx.first    = 0;
+    conn->tx.iovcnt   = 0;
+    conn->tx.frames   = 0;
+    conn->tx.owner_qpn = 0;
+    conn->tx.cut      = 0;
+    conn->tx_stuck_ns = 0;
+    conn->answer_now  = 0;
+    conn->answer_polls = 0;
+    conn->hs_step     = 0;
+    conn->want_out    = 0;
+    conn->reading     = 1;
+}
 
 hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
 {
@@ -39,6 +98,7 @@ hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
     }
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->fd       = fd;
+    conn->tcp      = tcp;
     conn->outbound = outbound;
     conn->start_ns = hca_now_ns();
     atomic_store(&conn->last_rx_ns, conn->start_ns);
@@ -58,6 +118,7 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
     if (conn->fd >= 0) {
         close(conn->fd);
     }
+    hca_tcp_rqps_free(conn);
     pthread_mutex_destroy(&conn->tx_lock);
     pthread_mutex_destroy(&conn->rx_lock);
     free(conn->rx.stage);
@@ -86,6 +147,9 @@ int hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret)
  * or a new one, connecting (the thread completes it).  An inbound one
  * carries our requests only if it proves it is that peer (its claim in
  * the hello alone is anyone's: docs/TCP-WIRE.md, "Connection set-up"). */
+static void hca_tcp_dial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                         const struct sockaddr_storage *ss, uint32_t len);
+
 hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
 {
     struct sockaddr_storage ss;
@@ -115,18 +179,52 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
         return NULL;
     }
     conn->peer = *peer;
-    if ((connect(fd, (struct sockaddr*)&ss, len) != 0) &&
+    hca_tcp_dial(tcp, conn, &ss, len);
+    return conn; /* if it failed at once, its QPs fail at their first post */
+}
+
+/* connect() on conn->fd, then the thread completes it. */
+static void hca_tcp_dial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                         const struct sockaddr_storage *ss, uint32_t len)
+{
+    if ((connect(conn->fd, (const struct sockaddr*)ss, len) != 0) &&
         (errno != EINPROGRESS)) {
         char str[64];
-        hca_net_addr_str(&peer->net, str, sizeof(str));
+        hca_net_addr_str(&conn->peer.net, str, sizeof(str));
         hca_log("tcp fabric: cannot connect to %s (pid %u ctx %u): %s", str,
-                peer->pid, peer->ctx_id, strerror(errno));
-        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
-        return conn; /* its QPs fail at their first post */
+                conn->peer.pid, conn->peer.ctx_id, strerror(errno));
+        hca_tcp_conn_drop(tcp, conn);
+        return;
     }
-    (void)hca_tcp_conn_to(conn, HCA_TCP_CONN_CONNECTING);
+    if (hca_tcp_conn_to(conn, HCA_TCP_CONN_CONNECTING) < 0) {
+        return;
+    }
     hca_tcp_watch(tcp, conn);
-    return conn;
+}
+
+int hca_tcp_redial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    struct sockaddr_storage ss;
+    uint32_t len;
+    int fd, one = 1;
+
+    if (hca_tcp_sockaddr(&conn->peer.net, &ss, &len) != 0) {
+        return -1;
+    }
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1; /* out of fds: the next attempt */
+    }
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    pthread_mutex_lock(&conn->rx_lock);
+    pthread_mutex_lock(&conn->tx_lock);
+    hca_tcp_conn_io_reset(conn, HCA_TCP_RX_HELLO);
+    conn->fd = fd;
+    pthread_mutex_unlock(&conn->tx_lock);
+    pthread_mutex_unlock(&conn->rx_lock);
+    conn->start_ns = hca_now_ns();
+    hca_tcp_dial(tcp, conn, &ss, len);
+    return 0;
 }
 
 /* The connection is closed; the QPs on it see `why` at their next
@@ -159,6 +257,42 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     }
     HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS_LOST, 1);
     atomic_fetch_add(&tcp->dev->dead_peers, 1);
+}
+
+void hca_tcp_conn_drop_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                          const char *where)
+{
+    int was;
+
+    if (!conn->was_up || (conn->peer_incarn == 0)) {
+        /* never up (unreachable: fail fast), or a peer that cannot come
+         * back (no incarnation: not a context of ours) */
+        hca_tcp_conn_kill_at(tcp, conn, HCA_WC_RETRY_EXC_ERR, where);
+        return;
+    }
+    if (atomic_load(&conn->state) == HCA_TCP_CONN_LINKING) {
+        return;
+    }
+    was = hca_tcp_conn_to_at(conn, HCA_TCP_CONN_LINKING, where);
+    if (was < 0) {
+        return; /* dead meanwhile */
+    }
+    if (was == HCA_TCP_CONN_UP) {
+        atomic_fetch_sub(&tcp->conns_up, 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS_LOST, 1);
+        if (HCA_UNLIKELY(tcp->dev->trace)) {
+            hca_log("tcp fabric: connection %s pid %u ctx %u lost its "
+                    "socket: %s", conn->outbound ? "to" : "from",
+                    conn->peer.pid, conn->peer.ctx_id,
+                    conn->outbound ? "dialling again" : "waiting for it");
+        }
+    }
+    /* the thread closes the socket (EPOLLHUP) and, as the dialler,
+     * dials again */
+    if (conn->fd >= 0) {
+        (void)shutdown(conn->fd, SHUT_RDWR);
+    }
+    atomic_store(&tcp->linking, 1);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -272,10 +406,11 @@ void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_log("tcp fabric: connect to pid %u ctx %u: %s",
                     conn->peer.pid, conn->peer.ctx_id, strerror(err));
         }
-        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        hca_tcp_conn_drop(tcp, conn);
         return;
     }
     conn->hs.nonce_c   = hca_tcp_nonce();
+    conn->hs.conn_incarn = tcp->incarn;
     conn->hs.conn_host = tcp->dev->host_key;
     conn->hs.conn_pid  = tcp->dev->pid;
     conn->hs.conn_ctx  = tcp->dev->ctx_id;
@@ -287,12 +422,13 @@ void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     h.dst_pid  = conn->peer.pid;
     h.dst_ctx  = conn->peer.ctx_id;
     h.nonce    = conn->hs.nonce_c;
+    h.incarn   = tcp->incarn;
     if (hca_tcp_send_all(conn->fd, &h, sizeof(h)) != 0) {
         if (tcp->dev->trace) {
             hca_log("tcp fabric: hello to pid %u ctx %u: %s",
                     conn->peer.pid, conn->peer.ctx_id, strerror(errno));
         }
-        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        hca_tcp_conn_drop(tcp, conn);
         return;
     }
     conn->hs_step = HCA_TCP_STEP_HELLO;
@@ -327,7 +463,8 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         return 0;
     }
     /* the CHALLENGE: the context we wanted, and it knows its secret */
-    conn->hs.nonce_a = in->nonce;
+    conn->hs.nonce_a    = in->nonce;
+    conn->hs.acc_incarn = in->incarn;
     if ((in->src_host != conn->peer.host) || (in->src_pid != conn->peer.pid) ||
         (in->src_ctx != conn->peer.ctx_id) ||
         !hca_tcp_mac_equal(in->mac, hca_tcp_mac(conn->peer.secret,
@@ -340,16 +477,145 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
         return -1;
     }
+    if (conn->was_up && (in->incarn != conn->peer_incarn)) {
+        /* the peer restarted: what we would send again is not for it */
+        hca_log("tcp fabric: pid %u ctx %u is another incarnation than "
+                "the one our QPs talked to: they fail", conn->peer.pid,
+                conn->peer.ctx_id);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    conn->peer_incarn = in->incarn;
     hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_PROOF, 0);
     out.mac   = hca_tcp_mac(conn->peer.secret, HCA_TCP_MAC_CONNECTOR,
                             &conn->hs);
     out.proof = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_IDENTITY, &conn->hs);
+    if (conn->was_up) {
+        /* the same connection back: proven over the last handshake */
+        out.nonce = hca_tcp_mac(conn->peer.secret, HCA_TCP_MAC_RESUME,
+                                &conn->hs_done);
+    }
     if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
-        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        hca_tcp_conn_drop(tcp, conn);
         return -1;
     }
     conn->hs_step = HCA_TCP_STEP_PROOF;
     return 1; /* more to read */
+}
+
+/* The connection from the same connector (identity and incarnation) that
+ * lost its socket: NULL if there is none, or the resume MAC is not over
+ * its last handshake. */
+static hca_tcp_conn_t *hca_tcp_resumed(hca_tcp_dev_t *tcp,
+                                       const hca_tcp_conn_t *conn,
+                                       uint64_t resume_mac)
+{
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        int state = atomic_load(&c->state);
+        if ((c != conn) && !c->outbound && c->was_up &&
+            ((state == HCA_TCP_CONN_UP) || (state == HCA_TCP_CONN_LINKING)) &&
+            (c->peer.host == conn->peer.host) &&
+            (c->peer.pid == conn->peer.pid) &&
+            (c->peer.ctx_id == conn->peer.ctx_id) &&
+            (c->peer_incarn == conn->peer_incarn) &&
+            hca_tcp_mac_equal(resume_mac,
+                              hca_tcp_mac(tcp->secret, HCA_TCP_MAC_RESUME,
+                                          &c->hs_done))) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* The PROOF asks to resume a connection (tcp->lock and conn->rx_lock
+ * held): its socket moves into the old connection, which goes on with its
+ * QPs and sequence state; conn, only the handshake's, ends quietly.  -1:
+ * conn is dead (refused, or the old one is busy: the connector dials
+ * again). */
+static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                          uint64_t resume_mac, hca_tcp_hello_t *verdict)
+{
+    hca_tcp_conn_t *old = hca_tcp_resumed(tcp, conn, resume_mac);
+    uint8_t *buf;
+    int was;
+
+    if (old == NULL) {
+        /* nothing to resume (it timed out here, or never was): its QPs
+         * must fail, as the peer's state is gone */
+        hca_tcp_hello_fill(tcp, verdict, HCA_TCP_STEP_VERDICT, 1);
+        verdict->status = HCA_TCP_HELLO_NO_CONTEXT;
+        (void)hca_tcp_send_all(conn->fd, verdict, sizeof(*verdict));
+        hca_tcp_refusal(tcp, "pid %u ctx %u asked to resume a connection "
+                        "we do not have", conn->peer.pid, conn->peer.ctx_id);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+        return -1;
+    }
+    /* tcp->lock is held: the old receiver's lock is only tried (a poll
+     * reading it now: the connector dials again in a moment) */
+    if (pthread_mutex_trylock(&old->rx_lock) != 0) {
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return -1;
+    }
+    pthread_mutex_lock(&old->tx_lock);
+    was = atomic_load(&old->state);
+    if (was == HCA_TCP_CONN_UP) {
+        /* we had not seen its socket die */
+        if (hca_tcp_conn_to(old, HCA_TCP_CONN_LINKING) == HCA_TCP_CONN_UP) {
+            atomic_fetch_sub(&tcp->conns_up, 1);
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS_LOST, 1);
+        }
+    }
+    if (old->fd >= 0) {
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, old->fd, NULL);
+        hca_tcp_rx_abort(old);
+        close(old->fd);
+    }
+    hca_tcp_conn_io_reset(old, HCA_TCP_RX_HDR);
+    old->fd  = conn->fd;
+    conn->fd = -1;
+    /* the socket's epoll entry names the old connection from now on
+     * (conn is freed soon) */
+    hca_tcp_events(tcp, old, EPOLL_CTL_MOD);
+    /* what the new socket already read is the old connection's now */
+    buf                = old->rx.buf;
+    old->rx.buf        = conn->rx.buf;
+    old->rx.buf_head   = conn->rx.buf_head;
+    old->rx.buf_tail   = conn->rx.buf_tail;
+    conn->rx.buf       = buf;
+    conn->rx.buf_head  = conn->rx.buf_tail = 0;
+    old->hs            = conn->hs;
+    old->hs_done       = conn->hs;
+    old->proof         = conn->proof;
+    old->start_ns      = hca_now_ns();
+    atomic_store(&old->last_rx_ns, old->start_ns);
+    if (hca_tcp_send_all(old->fd, verdict, sizeof(*verdict)) != 0) {
+        pthread_mutex_unlock(&old->tx_lock);
+        pthread_mutex_unlock(&old->rx_lock);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        /* the socket is the old connection's: it waits for the next */
+        (void)shutdown(old->fd, SHUT_RDWR);
+        return -1;
+    }
+    /* our own QPs on it send again what is unanswered, before the
+     * connection is seen UP (their owners read the state first) */
+    hca_tcp_rewind_conn(tcp, old);
+    if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
+        atomic_fetch_or(&tcp->dev->fabric_polls, 1u << HCA_FABRIC_TCP);
+    }
+    (void)hca_tcp_conn_to(old, HCA_TCP_CONN_UP);
+    hca_tcp_events(tcp, old, EPOLL_CTL_MOD); /* as UP: polls read it */
+    pthread_mutex_unlock(&old->tx_lock);
+    pthread_mutex_unlock(&old->rx_lock);
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RECONNECTS, 1);
+    if (HCA_UNLIKELY(tcp->dev->trace)) {
+        hca_log("tcp fabric: connection from pid %u ctx %u resumed",
+                old->peer.pid, old->peer.ctx_id);
+    }
+    /* only the handshake's: no QP, no counters of a loss */
+    atomic_store(&conn->fail, HCA_WC_RETRY_EXC_ERR);
+    conn->reading = 0;
+    (void)hca_tcp_conn_to(conn, HCA_TCP_CONN_DEAD);
+    return -1;
 }
 
 /* The acceptor's side: the connector's HELLO, then its PROOF. */
@@ -388,6 +654,9 @@ static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     }
     if (in->step == HCA_TCP_STEP_HELLO) {
         /* who it claims to be: proven only by in->proof, later */
+        conn->peer_incarn  = in->incarn;
+        conn->hs.conn_incarn = in->incarn;
+        conn->hs.acc_incarn  = tcp->incarn;
         conn->peer.host    = in->src_host;
         conn->peer.pid     = in->src_pid;
         conn->peer.ctx_id  = in->src_ctx;
@@ -400,13 +669,17 @@ static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         conn->hs.acc_pid   = dev->pid;
         conn->hs.acc_ctx   = dev->ctx_id;
         hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_CHALLENGE, 0);
-        out.nonce = conn->hs.nonce_a;
+        out.nonce  = conn->hs.nonce_a;
+        out.incarn = tcp->incarn;
         out.mac   = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_ACCEPTOR, &conn->hs);
         conn->hs_step = HCA_TCP_STEP_CHALLENGE;
     } else {
         conn->proof = in->proof;
         hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_VERDICT, 0);
         conn->hs_step = HCA_TCP_STEP_VERDICT;
+        if (in->nonce != 0) {
+            return hca_tcp_resume(tcp, conn, in->nonce, &out);
+        }
     }
     if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
         hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
@@ -427,7 +700,24 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (rc != 0) {
         return; /* dead, or the next message of the handshake to read */
     }
-    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS, 1);
+    hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
+    conn->rx.got   = 0;
+    conn->rx.want  = sizeof(hca_tcp_hdr_t);
+    conn->hs_done  = conn->hs;
+    if (conn->was_up) {
+        /* back on a new socket (we dialled): our QPs send again what is
+         * unanswered, before they see it UP */
+        hca_tcp_rewind_conn(tcp, conn);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RECONNECTS, 1);
+        if (HCA_UNLIKELY(dev->trace)) {
+            hca_log("tcp fabric: connection to pid %u ctx %u resumed",
+                    conn->peer.pid, conn->peer.ctx_id);
+        }
+    } else {
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_CONNS, 1);
+    }
+    conn->was_up    = 1;
+    conn->redial_ms = 0;
     if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
         /* user threads' polls read connections from now on */
         atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_TCP);
@@ -435,7 +725,4 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (hca_tcp_conn_to(conn, HCA_TCP_CONN_UP) < 0) {
         return; /* killed meanwhile by a sender */
     }
-    hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
-    conn->rx.got   = 0;
-    conn->rx.want  = sizeof(hca_tcp_hdr_t);
 }

@@ -4,81 +4,16 @@
  * from the WQE's buffers (sendmsg with an iovec: no copy).  SENDs go in
  * fragments of one receive-ring slot, WRITEs in HCA_TCP_SEG_MAX parts, so
  * that other QPs' frames pass between them.  Every WQE ends with the
- * responder's answer in its response slot (hca_tcp_rx.c): completion
- * means the responder executed it.
+ * responder's answer in its response slot (hca_tcp_resp.c): completion
+ * means the responder executed it.  Each frame takes its QP's next PSN,
+ * and each WQE is recorded until answered (hca_tcp_rel.c): what the
+ * thread asks to be sent again goes before any new frame.
  */
 #include "hca_tcp_fabric.h"
 #include "hca_queue.h"
 
 #include <time.h>
 #include <string.h>
-
-/* The next frame of the WQE, whose first `wqe->done` bytes are out: its
- * header and payload.  Returns the payload bytes; *last_p: 1 if it is the
- * WQE's last frame (a READ or an atomic is one frame). */
-static uint32_t hca_tcp_frame_of(hca_qp_t *qp, hca_wqe_t *wqe,
-                                 hca_tcp_hdr_t *hdr, struct iovec *iov,
-                                 int *iovcnt, int *last_p)
-{
-    uint64_t left = wqe->length - wqe->done;
-    uint32_t n    = 0;
-
-    memset(hdr, 0, sizeof(*hdr));
-    hdr->version    = HCA_TCP_VERSION;
-    hdr->src_qpn    = qp->qpn;
-    hdr->dst_qpn    = qp->dest_qpn;
-    hdr->psn        = hca_tcp_qp(qp)->psn++;
-    hdr->resp_idx   = (uint32_t)(wqe - qp->sq);
-    hdr->resp_stamp = wqe->resp_stamp;
-    hdr->rkey       = wqe->rkey;
-    hdr->imm        = wqe->imm;
-    hdr->offset     = (uint32_t)wqe->done;
-    hdr->total      = (uint32_t)wqe->length;
-
-    switch ((hca_wr_opcode_t)wqe->opcode) {
-    case HCA_WR_SEND:
-    case HCA_WR_SEND_WITH_IMM:
-        n = (uint32_t)((left < HCA_TCP_SEND_MAX) ? left : HCA_TCP_SEND_MAX);
-        hdr->opcode = HCA_TCP_OP_SEND;
-        hdr->flags  = ((wqe->done == 0) ? HCA_TCP_F_FIRST : 0) |
-                      ((n == left) ? HCA_TCP_F_LAST : 0) |
-                      ((wqe->opcode == HCA_WR_SEND_WITH_IMM) ?
-                       HCA_TCP_F_IMM : 0);
-        hdr->rkey   = 0;
-        break;
-    case HCA_WR_RDMA_WRITE:
-    case HCA_WR_RDMA_WRITE_WITH_IMM:
-        n = (uint32_t)((left < HCA_TCP_SEG_MAX) ? left : HCA_TCP_SEG_MAX);
-        hdr->opcode      = HCA_TCP_OP_WRITE;
-        hdr->remote_addr = wqe->remote_addr + wqe->done;
-        hdr->flags       = (n == left) ? HCA_TCP_F_LAST : 0;
-        if ((n == left) && (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM)) {
-            hdr->flags |= HCA_TCP_F_IMM;
-        }
-        break;
-    case HCA_WR_RDMA_READ:
-        hdr->opcode      = HCA_TCP_OP_READ;
-        hdr->remote_addr = wqe->remote_addr;
-        hdr->offset      = 0;
-        break;
-    default: /* atomics: hca_post checked the opcode */
-        hdr->opcode      = HCA_TCP_OP_ATOMIC;
-        hdr->atomic_op   = wqe->opcode;
-        hdr->flags       = (wqe->flags & HCA_SEND_ATOMIC32) ?
-                           HCA_TCP_F_ATOMIC32 : 0;
-        hdr->remote_addr = wqe->remote_addr;
-        hdr->operand     = wqe->compare_add;
-        hdr->swap        = wqe->swap;
-        hdr->offset      = 0;
-        hdr->total       = 0;
-        break;
-    }
-    hdr->length = n;
-    *iovcnt     = (n > 0) ? hca_tcp_sge_iov(wqe, wqe->done, n, iov) : 0;
-    *last_p     = (hdr->opcode == HCA_TCP_OP_READ) ||
-                  (hdr->opcode == HCA_TCP_OP_ATOMIC) || (n == left);
-    return n;
-}
 
 /* A remote range that wraps (its end past the last address): no region
  * holds it, and the responder would refuse it.  The requester knows that
@@ -121,14 +56,82 @@ static int hca_tcp_conn_wait(hca_tcp_conn_t *conn)
     return state;
 }
 
+/* Sends again from rtx_psn what the thread asked for (tx_lock held): 1
+ * done (or left to the thread: the socket is full with the last), 0 the
+ * socket is full, -1 the connection is down. */
+static int hca_tcp_rtx(hca_tcp_dev_t *tcp, hca_qp_t *qp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+    int rc;
+
+    hca_tcp_rewind_take(qp);
+    while (tq->rtx_psn != tq->next_psn) {
+        struct iovec iov[HCA_MAX_SGE];
+        hca_tcp_sent_t *e = hca_tcp_sent_find(qp, tq->rtx_psn);
+        const hca_wqe_t *wqe;
+        hca_tcp_hdr_t hdr;
+        int iovcnt;
+
+        if (e == NULL) {
+            uint64_t tail = atomic_load_explicit(&tq->sent_tail,
+                                                 memory_order_acquire);
+            /* answered meanwhile: on from the first unanswered frame */
+            if ((tail != atomic_load_explicit(&tq->sent_head,
+                                              memory_order_relaxed)) &&
+                (hca_tcp_psn_diff(tq->sent[tail & tq->sent_mask].psn,
+                                  tq->rtx_psn) > 0)) {
+                tq->rtx_psn = tq->sent[tail & tq->sent_mask].psn;
+                continue;
+            }
+            tq->rtx_psn = tq->next_psn;
+            break;
+        }
+        wqe = &qp->sq[e->sq_idx];
+        rc  = hca_tcp_tx_flush(tcp, conn);
+        if (rc <= 0) {
+            if (rc == 0) {
+                hca_tcp_want_out(tcp, conn);
+            }
+            return rc;
+        }
+        hca_tcp_frame_build(qp, wqe, e, tq->rtx_psn - e->psn, &hdr, iov,
+                            &iovcnt);
+        hca_tcp_tx_start(conn, &hdr, iov, iovcnt, qp->qpn);
+        tq->rtx_psn++;
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRANSMITS, 1);
+    }
+    rc = hca_tcp_tx_flush(tcp, conn);
+    if (rc == 0) {
+        hca_tcp_want_out(tcp, conn);
+        return 1; /* the thread finishes it: new frames may follow */
+    }
+    return rc;
+}
+
+/* The connection is down for now (LINKING: the WQE's frames go out, or
+ * again, once it is back), or for good (*status_p). */
+static hca_exec_t hca_tcp_exec_down(hca_tcp_conn_t *conn, hca_exec_t busy,
+                                    hca_wc_status_t *status_p)
+{
+    if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
+        *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
+        return HCA_EXEC_DONE;
+    }
+    return busy;
+}
+
 hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
                         hca_wc_status_t *status_p)
 {
     hca_tcp_dev_t *tcp   = hca_tcp_dev(qp->dev);
-    hca_tcp_conn_t *conn = hca_tcp_qp(qp)->conn;
+    hca_tcp_qp_t *tq     = hca_tcp_qp(qp);
+    hca_tcp_conn_t *conn = tq->conn;
     int state            = atomic_load_explicit(&conn->state,
                                                 memory_order_acquire);
+    hca_exec_t busy      = (wqe->state == HCA_WQE_PARTIAL) ?
+                           HCA_EXEC_PARTIAL : HCA_EXEC_BUSY;
     hca_exec_t res       = HCA_EXEC_ISSUED;
+    hca_tcp_sent_t *e;
 
     if (HCA_UNLIKELY((wqe->state == HCA_WQE_POSTED) &&
                      hca_tcp_range_wraps(wqe))) {
@@ -138,44 +141,71 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         return HCA_EXEC_DONE;
     }
     if (HCA_UNLIKELY(state != HCA_TCP_CONN_UP)) {
-        state = hca_tcp_conn_wait(conn);
-    }
-    if (HCA_UNLIKELY(state == HCA_TCP_CONN_DEAD)) {
-        *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
-        return HCA_EXEC_DONE;
-    }
-    if (HCA_UNLIKELY(state != HCA_TCP_CONN_UP)) {
-        return HCA_EXEC_BUSY; /* still connecting: nothing sent yet */
+        if (!conn->was_up) {
+            state = hca_tcp_conn_wait(conn); /* its first connect */
+        }
+        if (state == HCA_TCP_CONN_DEAD) {
+            *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
+            return HCA_EXEC_DONE;
+        }
+        if (state != HCA_TCP_CONN_UP) {
+            return busy; /* connecting, or again (LINKING) */
+        }
     }
 
     pthread_mutex_lock(&conn->tx_lock);
+    if (HCA_UNLIKELY(hca_tcp_rtx_wanted(tcp, qp))) {
+        /* what the thread asked to be sent again goes first */
+        int rc = hca_tcp_rtx(tcp, qp, conn);
+        if (rc <= 0) {
+            pthread_mutex_unlock(&conn->tx_lock);
+            return (rc < 0) ? hca_tcp_exec_down(conn, busy, status_p) :
+                              busy;
+        }
+    }
     if (wqe->state == HCA_WQE_POSTED) {
         wqe->done       = 0;
         wqe->resp_stamp = hca_qp_next_stamp(qp);
+        if (hca_tcp_sent_push(qp, wqe) != 0) {
+            pthread_mutex_unlock(&conn->tx_lock);
+            return HCA_EXEC_BUSY; /* HCA_TCP_RD_ATOM atomics unanswered */
+        }
     }
+    e = hca_tcp_sent_last(qp);
     for (;;) {
         struct iovec iov[HCA_MAX_SGE];
         hca_tcp_hdr_t hdr;
         int iovcnt, rc, last;
-        uint32_t n;
+        uint32_t k;
 
         rc = hca_tcp_tx_flush(tcp, conn);
-        if (rc < 0) {
-            *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
-            res       = HCA_EXEC_DONE;
+        if (rc <= 0) {
+            if ((rc < 0) &&
+                (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD)) {
+                *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
+                res       = HCA_EXEC_DONE;
+                break;
+            }
+            if (rc == 0) {
+                /* someone's frame is still going out: the thread ends
+                 * it */
+                hca_tcp_want_out(tcp, conn);
+                HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRIES, 1);
+            }
+            /* recorded, so not to be recorded again: the rest of its
+             * frames go when the socket takes them (or the connection
+             * is back: LINKING) */
+            wqe->state = HCA_WQE_PARTIAL;
+            res        = HCA_EXEC_PARTIAL;
             break;
         }
-        if (rc == 0) {
-            /* someone's frame is still going out: the thread ends it */
-            hca_tcp_want_out(tcp, conn);
-            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRIES, 1);
-            res = (wqe->state == HCA_WQE_PARTIAL) ? HCA_EXEC_PARTIAL :
-                                                    HCA_EXEC_BUSY;
-            break;
-        }
-        n = hca_tcp_frame_of(qp, wqe, &hdr, iov, &iovcnt, &last);
+        k = hca_tcp_qp(qp)->next_psn - e->psn;
+        hca_tcp_frame_build(qp, wqe, e, k, &hdr, iov, &iovcnt);
         hca_tcp_tx_start(conn, &hdr, iov, iovcnt, qp->qpn);
-        wqe->done += n;
+        tq->next_psn++;
+        tq->rtx_psn = tq->next_psn;
+        wqe->done  += hdr.length;
+        last        = (k + 1 == e->npsn);
         if (!last) {
             wqe->state = HCA_WQE_PARTIAL; /* the engine's, but the frame
                                              is on the wire */
@@ -183,8 +213,12 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         }
         rc = hca_tcp_tx_flush(tcp, conn);
         if (rc < 0) {
-            *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
-            res       = HCA_EXEC_DONE;
+            /* every frame has its PSN: a lost one goes again when the
+             * connection is back, or the QP fails with it */
+            if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
+                *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
+                res       = HCA_EXEC_DONE;
+            }
         } else if (rc == 0) {
             hca_tcp_want_out(tcp, conn);
         }
@@ -200,17 +234,29 @@ hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_tcp_conn_t *conn = hca_tcp_qp(qp)->conn;
     hca_exec_t res       = hca_resp_slot_poll(qp, wqe, status_p);
 
-    if ((res == HCA_EXEC_ISSUED) && (conn != NULL) &&
-        HCA_UNLIKELY(atomic_load_explicit(&conn->state,
-                                          memory_order_relaxed) ==
-                     HCA_TCP_CONN_DEAD)) {
-        *status_p = (hca_wc_status_t)atomic_load(&conn->fail); /* its answer will never come */
-        return HCA_EXEC_DONE;
+    if ((res == HCA_EXEC_ISSUED) && (conn != NULL)) {
+        int state = atomic_load_explicit(&conn->state, memory_order_acquire);
+        hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
+
+        if (HCA_UNLIKELY(state == HCA_TCP_CONN_DEAD)) {
+            /* its answer will never come */
+            *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
+            return HCA_EXEC_DONE;
+        }
+        if (HCA_UNLIKELY((state == HCA_TCP_CONN_UP) &&
+                         hca_tcp_rtx_wanted(tcp, qp))) {
+            pthread_mutex_lock(&conn->tx_lock);
+            (void)hca_tcp_rtx(tcp, qp, conn);
+            pthread_mutex_unlock(&conn->tx_lock);
+        }
     }
     return res;
 }
 
 int hca_tcp_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
 {
-    return hca_resp_slot_ready(qp, wqe);
+    /* a retransmission asked for is the owner's to do: not asleep */
+    return hca_resp_slot_ready(qp, wqe) ||
+           atomic_load_explicit(&((hca_tcp_qp_t*)(void*)qp->fabric_priv)->rewind,
+                                memory_order_relaxed);
 }

@@ -7,6 +7,10 @@
  *   hca_fabric_tcp.c  ops table, device open/close, connect, liveness
  *   hca_tcp_netif.c   which interface and address the listener uses
  *   hca_tcp_state.c   the connection's and the receiver's state machines
+ *   hca_tcp_rel.c     reliability: PSNs, the requester's record of what
+ *                     is unanswered and its retransmission, the
+ *                     responder's in-order exactly-once check, duplicates
+ *                     and the atomic replay table
  *   hca_tcp_conn.c    connections: establish, epoll events, handshake,
  *                     death
  *   hca_tcp_tx.c      sending: frames under tx_lock, queued answers
@@ -38,8 +42,19 @@
 #include <sys/uio.h>
 
 #define HCA_TCP_JOBS          256     /* answers queued per connection */
-#define HCA_TCP_POISON        16      /* refused requester QPs remembered */
-#define HCA_TCP_TIMEOUT_MS    10000   /* default silent-peer limit */
+#define HCA_TCP_TIMEOUT_MS    10000   /* default retry timeout: nothing
+                                         received from a peer for this
+                                         long fails its QPs */
+#define HCA_TCP_RD_ATOM       HCA_MAX_QP_RD_ATOM /* atomics a requester QP may have
+                                         unanswered, and the replay table of
+                                         a responder (max_qp_rd_atom) */
+#define HCA_TCP_RQP_BUCKETS   64      /* responder records' hash, per
+                                         connection */
+#define HCA_TCP_RTO_NS        20000000ull /* injected loss only: a QP with
+                                         frames unanswered this long sends
+                                         them again (a live TCP stream
+                                         loses nothing: no timer then) */
+#define HCA_TCP_REDIAL_MAX_MS 100     /* reconnect attempts' backoff cap */
 #define HCA_TCP_CONNECT_MS    5000    /* connect + handshake limit */
 #define HCA_TCP_HALF_OPEN_MAX 256     /* inbound connections whose handshake
                                          is not done, per listener (and at
@@ -71,6 +86,10 @@ typedef enum {
     HCA_TCP_CONN_HELLO,          /* hello sent (connector) or awaited
                                     (acceptor) */
     HCA_TCP_CONN_UP,
+    HCA_TCP_CONN_LINKING,        /* its socket was lost: the connection
+                                    lives on (QPs, sequence state) while
+                                    the side that dialled dials again,
+                                    within the retry timeout */
     HCA_TCP_CONN_DEAD            /* closed; conn->fail says why */
 } hca_tcp_conn_state_t;
 
@@ -85,7 +104,8 @@ typedef enum {
 typedef struct hca_tcp_tx {
     hca_tcp_hdr_t    hdr;
     hca_tcp_hdr_t    answers[HCA_TCP_TX_ANSWERS];
-    struct iovec     iov[HCA_TCP_TX_ANSWERS + 1 + HCA_MAX_SGE];
+    struct iovec     iov[HCA_TCP_TX_ANSWERS + 2 * (1 + HCA_MAX_SGE)]; /* a
+                                   frame twice: injected duplication */
     int              frames;    /* in it: answers, and hdr if any */
     int              iovcnt;
     int              first;     /* first iov not sent */
@@ -97,6 +117,8 @@ typedef struct hca_tcp_tx {
     uint8_t         *bounce;    /* HCA_TCP_SEG_MAX bytes, made at the first
                                    orphan: the copy an orphaned frame's
                                    payload goes out from */
+    int              cut;       /* injected reset: half of it goes out,
+                                   then the socket is dropped */
 } hca_tcp_tx_t;
 
 /* An answer the fabric's thread owes a peer: an ACK, or the rest of a
@@ -152,10 +174,38 @@ typedef struct hca_tcp_rx {
                                    the next header is read with a little
                                    behind it, not a whole buffer of what
                                    is likely more payload (a copy) */
+    struct hca_tcp_rqp *rqp;    /* the request's responder record */
+    int              dup;       /* the request is a duplicate */
 } hca_tcp_rx_t;
+
+/* An atomic the responder executed, kept to answer its duplicate. */
+typedef struct hca_tcp_atom {
+    uint32_t psn;
+    uint8_t  valid;
+    uint8_t  status;
+    uint64_t value;
+} hca_tcp_atom_t;
+
+/* The responder's record of one requester QP (InfiniBand's responder
+ * state of an RC QP): what it expects next, and the atomics it answered.
+ * Kept per connection, which outlives its sockets. */
+typedef struct hca_tcp_rqp {
+    struct hca_tcp_rqp *next;       /* hash chain */
+    uint32_t        src_qpn;
+    uint32_t        start_psn;      /* its connect's first frame */
+    uint32_t        epsn;           /* the next frame to execute */
+    uint8_t         nak_sent;       /* a PSN_SEQ NAK for epsn is out */
+    uint8_t         err;            /* refused at err_psn: later frames
+                                       are dropped, as after a NAK on IB */
+    uint8_t         err_status;
+    uint8_t         atom_next;
+    uint32_t        err_psn;
+    hca_tcp_atom_t  atom[HCA_TCP_RD_ATOM]; /* the replay table: a ring */
+} hca_tcp_rqp_t;
 
 typedef struct hca_tcp_conn {
     struct hca_tcp_conn *next;
+    struct hca_tcp_dev  *tcp;
     int                  fd;
     _Atomic int          state;     /* hca_tcp_conn_state_t: changed only
                                        by hca_tcp_conn_to */
@@ -179,6 +229,14 @@ typedef struct hca_tcp_conn {
     uint8_t              src_ip[16]; /* inbound: where from (IPv4 mapped) */
     uint32_t             qp_refs;   /* our QPs connected through it
                                        (tcp->lock) */
+    uint64_t             peer_incarn; /* the peer context's incarnation
+                                         (its hello): 0 if it cannot resume */
+    int                  was_up;    /* it was UP once: a lost socket sends
+                                       it to LINKING, not DEAD */
+    hca_tcp_transcript_t hs_done;   /* the last completed handshake: what
+                                       a resume proves it knew */
+    uint64_t             redial_ns; /* LINKING, dialler: the next attempt */
+    uint32_t             redial_ms; /* its backoff */
     uint64_t             start_ns;  /* connect began */
     _Atomic uint64_t     last_rx_ns;
     _Atomic uint64_t     last_tx_ns;
@@ -197,10 +255,9 @@ typedef struct hca_tcp_conn {
      * holding tcp->lock, rx_lock is only tried. */
     pthread_mutex_t      rx_lock;
     hca_tcp_rx_t         rx;
-    uint32_t             poison[HCA_TCP_POISON]; /* requester QPs refused:
-                                                    their later frames are
-                                                    dropped */
-    uint32_t             poison_next;
+    hca_tcp_rqp_t       *rqps[HCA_TCP_RQP_BUCKETS]; /* responder records
+                                       (tcp->lock) */
+    uint32_t             n_rqps;
     uint64_t             rx_frames; /* headers read (rx_lock) */
     uint64_t             rx_judged_frames; /* the timer pass's last look */
     uint64_t             rx_judged_ns;     /* at a payload (rx_lock) */
@@ -225,6 +282,15 @@ typedef enum {
     HCA_TCP_CNT_CONNS_LOST,   /* closed: reset, timeout, bad frame, refusal */
     HCA_TCP_CNT_BAD_FRAMES,   /* connections closed for a malformed frame */
     HCA_TCP_CNT_REFUSED,      /* hellos refused (secret, context, version) */
+    HCA_TCP_CNT_RETRANSMITS,  /* request frames sent again */
+    HCA_TCP_CNT_DUP_REQUESTS, /* request frames received again (not
+                                 executed again) */
+    HCA_TCP_CNT_REPLAYS,      /* duplicate atomics answered from the replay
+                                 table, duplicate READs answered again */
+    HCA_TCP_CNT_SEQ_NAKS,     /* PSN_SEQ NAKs sent (a frame came ahead) */
+    HCA_TCP_CNT_RTOS,         /* retransmissions by timer (injected loss) */
+    HCA_TCP_CNT_RECONNECTS,   /* connections resumed on a new socket */
+    HCA_TCP_CNT_FAULTS,       /* injected faults (HCA_FAULT) */
     HCA_TCP_CNT_NAKS,         /* requests refused, + the syndrome */
     HCA_TCP_CNT_LAST = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST
 } hca_tcp_counter_t;
@@ -254,7 +320,12 @@ typedef struct hca_tcp_dev {
     hca_net_addr_t       addr;       /* the listener's */
     char                 ifname[32];
     uint64_t             secret;
-    uint32_t             timeout_ms;
+    uint32_t             timeout_ms; /* the retry timeout */
+    uint64_t             incarn;     /* this context's incarnation */
+    uint64_t             open_ns;
+    uint64_t             reset_ns;   /* injected periodic resets: the last */
+    _Atomic int          linking;    /* a connection is LINKING: the
+                                        thread looks every 1 ms */
     uint8_t             *scratch;    /* discarded payload lands here */
     _Atomic uint64_t     conns_dead; /* found dead (check_peers counts) */
     _Atomic uint32_t     conns_up;   /* live connections: polls read them */
@@ -270,12 +341,38 @@ typedef struct hca_tcp_dev {
     uint32_t             log_held;   /* refusals not logged since */
 } hca_tcp_dev_t;
 
-/* Per-QP state, in qp->fabric_priv. */
+/* A WQE whose frames were sent and whose answer has not come: the
+ * requester's record for retransmission (a ring per QP, send-queue deep).
+ * Its frames are rebuilt from the WQE, which keeps its buffers until the
+ * completion. */
+enum { HCA_TCP_SENT_PLAIN = 0, HCA_TCP_SENT_READ, HCA_TCP_SENT_ATOMIC };
+typedef struct hca_tcp_sent {
+    uint32_t psn;       /* its first frame's */
+    uint32_t npsn;      /* its frames: one PSN each */
+    uint32_t sq_idx;    /* the WQE ... */
+    uint32_t stamp;     /* ... and its resp_stamp */
+    uint32_t read_off;  /* READ: answer bytes landed in order (thread) */
+    uint8_t  kind;      /* HCA_TCP_SENT_* */
+} hca_tcp_sent_t;
+
+/* Per-QP state, in qp->fabric_priv.  The owner (who posts and polls)
+ * writes next_psn, rtx_psn and sent_head; the thread, which takes the
+ * answers, writes sent_tail and asks for a retransmission in rewind. */
 typedef struct hca_tcp_qp {
-    hca_tcp_conn_t *conn;
-    uint32_t        psn;  /* of its next request frame; 0 after each
-                             connect (RTR): the responder forgets an
-                             earlier refusal of this QPN at psn 0 */
+    hca_tcp_conn_t  *conn;
+    hca_tcp_sent_t  *sent;        /* sent_mask + 1 entries */
+    uint32_t         sent_mask;
+    uint32_t         start_psn;   /* random at each connect (RTR) */
+    uint32_t         next_psn;    /* of its next new frame */
+    uint32_t         rtx_psn;     /* the next frame to send again
+                                     (== next_psn: none) */
+    _Atomic uint64_t sent_head;   /* owner */
+    _Atomic uint64_t sent_tail;   /* thread (tcp->lock) */
+    _Atomic uint64_t rewind;      /* thread: 1 << 32 | psn to send again
+                                     from (0: none) */
+    _Atomic uint64_t answered_ns; /* thread: an answer was taken */
+    _Atomic uint32_t atomics_out; /* unanswered atomics (HCA_TCP_RD_ATOM) */
+    uint64_t         rto_ns;      /* owner: injected loss, when it looked */
 } hca_tcp_qp_t;
 
 _Static_assert(sizeof(hca_tcp_qp_t) <= HCA_FABRIC_QP_PRIV, "tcp QP state");
@@ -323,6 +420,60 @@ int  hca_tcp_netif_pick(const char *setting, hca_net_addr_t *addr,
                         char *ifname, size_t ifname_len);
 int  hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len);
 
+/* PSNs wrap at 2^32: a - b in serial arithmetic */
+HCA_INLINE int32_t hca_tcp_psn_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b);
+}
+
+/* hca_tcp_rel.c: reliability.  The requester side (the QP's owner):
+ * records a WQE about to go out, builds frame k of a recorded WQE, and
+ * sends again what the thread asked for. */
+int  hca_tcp_sent_push(hca_qp_t *qp, hca_wqe_t *wqe);
+void hca_tcp_frame_build(hca_qp_t *qp, const hca_wqe_t *wqe,
+                         const hca_tcp_sent_t *e, uint32_t k,
+                         hca_tcp_hdr_t *hdr, struct iovec *iov, int *iovcnt);
+/* the entry of the WQE being sent (the newest) */
+hca_tcp_sent_t *hca_tcp_sent_last(hca_qp_t *qp);
+/* the owner takes the thread's request: rtx_psn moves back to it */
+void hca_tcp_rewind_take(hca_qp_t *qp);
+/* a retransmission was asked for, or (injected loss) is due */
+int  hca_tcp_rtx_wanted(hca_tcp_dev_t *tcp, hca_qp_t *qp);
+/* the thread: answers taken (tcp->lock held) */
+void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp,
+                   const hca_tcp_hdr_t *hdr);
+hca_tcp_sent_t *hca_tcp_sent_find(hca_qp_t *qp, uint32_t psn);
+void hca_tcp_rewind(hca_tcp_dev_t *tcp, hca_qp_t *qp, uint32_t psn);
+/* every QP of ours on conn sends again what is unanswered (the
+ * connection resumed on a new socket) */
+void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+void hca_tcp_sent_clear(hca_qp_t *qp);
+
+/* The responder side (rx_lock and tcp->lock held); the rqp checked last
+ * is conn->rx.rqp. */
+typedef enum {
+    HCA_TCP_PSN_NEW = 0,  /* the frame expected: execute it */
+    HCA_TCP_PSN_DUP,      /* executed before: answer, do not execute */
+    HCA_TCP_PSN_GAP,      /* ahead of the PSN expected, the first since
+                             it: drop it, NAK PSN_SEQ with the expected */
+    HCA_TCP_PSN_DROP      /* ahead of a gap NAKed, or after a refusal */
+} hca_tcp_psn_verdict_t;
+hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
+                                        hca_tcp_conn_t *conn,
+                                        const hca_tcp_hdr_t *hdr);
+/* the request in conn->rx was executed / refused */
+void hca_tcp_psn_done(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr);
+void hca_tcp_psn_refused(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
+                         hca_wc_status_t status);
+/* the request in conn->rx is the one refused: 1 and its status */
+int  hca_tcp_psn_refusal(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
+                         hca_wc_status_t *status_p);
+void hca_tcp_atom_save(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
+                       hca_wc_status_t status, uint64_t value);
+const hca_tcp_atom_t *hca_tcp_atom_find(hca_tcp_conn_t *conn,
+                                        const hca_tcp_hdr_t *hdr);
+void hca_tcp_rqps_free(hca_tcp_conn_t *conn);
+
 /* hca_tcp_conn.c: connections, their epoll events, the handshake */
 hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
 /* Does the connection prove it is the context whose secret is secret
@@ -333,6 +484,20 @@ int  hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret);
 hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound);
 void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           hca_wc_status_t why, const char *where);
+/* its socket broke (reset, closed, silent): LINKING if it can resume,
+ * else DEAD with RETRY_EXC_ERR */
+void hca_tcp_conn_drop_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                          const char *where);
+#define hca_tcp_conn_drop(_tcp, _conn) \
+    hca_tcp_conn_drop_at(_tcp, _conn, __FILE__ ":" HCA_TCP_STR(__LINE__))
+/* a LINKING connection we dialled dials again (the thread, tcp->lock
+ * held, its old socket closed): 0, or -1 to try later */
+int  hca_tcp_redial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* releases what the frames being read and sent hold (a socket's end,
+ * both locks held) */
+void hca_tcp_rx_abort(hca_tcp_conn_t *conn);
+/* its receiver and sender start again on a new socket */
+void hca_tcp_conn_io_reset(hca_tcp_conn_t *conn, hca_tcp_rx_state_t rx_state);
 #define HCA_TCP_STR2(x) #x
 #define HCA_TCP_STR(x)  HCA_TCP_STR2(x)
 /* (where: for HCA_TRACE, the line that found it dead) */
@@ -386,8 +551,6 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 /* a parked SEND: 1 if it went into its ring now */
 int  hca_tcp_rx_unpark(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
-/* releases what a frame being read holds (connection death) */
-void hca_tcp_rx_abort(hca_tcp_conn_t *conn);
 /* before reading more payload into a QP's buffers: 1 if still wanted
  * (tcp->lock held) */
 int  hca_tcp_rx_target_ok(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);

@@ -23,13 +23,15 @@ const char *const hca_tcp_hdr_err_name[HCA_TCP_HDR_LAST] = {
 
 /* The flags each opcode may carry. */
 static const uint8_t hca_tcp_op_flags[HCA_TCP_OP_LAST] = {
-    [HCA_TCP_OP_SEND]      = HCA_TCP_F_FIRST | HCA_TCP_F_LAST | HCA_TCP_F_IMM,
-    [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM,
-    [HCA_TCP_OP_READ]      = 0,
-    [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32,
+    [HCA_TCP_OP_SEND]      = HCA_TCP_F_FIRST | HCA_TCP_F_LAST | HCA_TCP_F_IMM |
+                             HCA_TCP_F_START,
+    [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM | HCA_TCP_F_START,
+    [HCA_TCP_OP_READ]      = HCA_TCP_F_START,
+    [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32 | HCA_TCP_F_START,
     [HCA_TCP_OP_ACK]       = 0,
     [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST,
     [HCA_TCP_OP_KEEPALIVE] = 0,
+    [HCA_TCP_OP_BYE]       = 0,
 };
 
 /* [offset, offset + length) lies in a total-byte message, total is a
@@ -123,7 +125,8 @@ hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr)
         if (hdr->length != 0) {
             return HCA_TCP_HDR_LENGTH;
         }
-        if (hdr->syndrome >= HCA_WC_STATUS_LAST) {
+        if ((hdr->syndrome >= HCA_WC_STATUS_LAST) &&
+            (hdr->syndrome != HCA_TCP_SYN_PSN_SEQ)) {
             return HCA_TCP_HDR_SYNDROME;
         }
         return HCA_TCP_HDR_OK;
@@ -133,6 +136,7 @@ hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr)
         }
         return hca_tcp_part_ok(hdr) ? HCA_TCP_HDR_OK : HCA_TCP_HDR_RANGE;
     case HCA_TCP_OP_KEEPALIVE:
+    case HCA_TCP_OP_BYE:
         return (hdr->length == 0) ? HCA_TCP_HDR_OK : HCA_TCP_HDR_LENGTH;
     default:
         return HCA_TCP_HDR_OPCODE;

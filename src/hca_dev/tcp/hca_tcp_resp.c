@@ -15,8 +15,10 @@
  *                full ring parks the connection until it has room; ACK
  *                after the LAST one
  *   A refused request gets an ACK with the error (a NAK) and its
- *   requester QP is remembered: its later frames are dropped, so nothing
- *   after an error touches memory.
+ *   requester QP's record says so: its later frames are dropped, so
+ *   nothing after an error touches memory.  Every request passes the
+ *   sequence check first (hca_tcp_rel.c): executed once, in order; a
+ *   duplicate is answered, not executed again.
  *
  *   answers (we are the requester): ACK and READ_RESP land in the QP's
  *   response slot and READ buffers, only while the WQE still waits for
@@ -31,29 +33,6 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------- helpers */
-
-static void hca_tcp_poison(hca_tcp_conn_t *conn, uint32_t src_qpn)
-{
-    conn->poison[conn->poison_next++ % HCA_TCP_POISON] = src_qpn;
-}
-
-/* Is the requester QP refused earlier?  Its first frame after a connect
- * (RTR starts its psn at 0: a QP reset and connected again) ends that: a
- * new incarnation of the QP starts afresh, as on InfiniBand. */
-static int hca_tcp_poisoned(hca_tcp_conn_t *conn, uint32_t src_qpn,
-                            uint32_t psn)
-{
-    for (int i = 0; i < HCA_TCP_POISON; ++i) {
-        if ((conn->poison[i] == src_qpn) && (src_qpn != 0)) {
-            if (psn == 0) {
-                conn->poison[i] = 0;
-                return 0;
-            }
-            return 1;
-        }
-    }
-    return 0;
-}
 
 /* Answers a request: queues an ACK with its status (and fetched value). */
 static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
@@ -74,7 +53,7 @@ static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     job.hdr.operand    = value;
     if (status != HCA_WC_SUCCESS) {
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_NAKS + status, 1);
-        hca_tcp_poison(conn, req->src_qpn);
+        hca_tcp_psn_refused(conn, req, status);
     }
     /* the answer of a SEND may wait for a frame of ours to go with (a
      * polling process that received a message often replies at once):
@@ -86,6 +65,26 @@ static void hca_tcp_answer(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     }
     /* sent when the reader has read what the socket had (hca_tcp_read),
      * with the other answers and frames then queued: one sendmsg for all */
+    pthread_mutex_lock(&conn->tx_lock);
+    (void)hca_tcp_job_push(conn, &job); /* room: checked before reading */
+    pthread_mutex_unlock(&conn->tx_lock);
+}
+
+/* A PSN_SEQ NAK: "I expect epsn" (a frame came ahead of it). */
+static void hca_tcp_seq_nak(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                            const hca_tcp_hdr_t *req, uint32_t epsn)
+{
+    hca_tcp_job_t job;
+
+    memset(&job, 0, sizeof(job));
+    job.hdr.version  = HCA_TCP_VERSION;
+    job.hdr.opcode   = HCA_TCP_OP_ACK;
+    job.hdr.syndrome = HCA_TCP_SYN_PSN_SEQ;
+    job.hdr.src_qpn  = req->dst_qpn;
+    job.hdr.dst_qpn  = req->src_qpn;
+    job.hdr.psn      = epsn;
+    conn->answer_now = 1;
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_SEQ_NAKS, 1);
     pthread_mutex_lock(&conn->tx_lock);
     (void)hca_tcp_job_push(conn, &job); /* room: checked before reading */
     pthread_mutex_unlock(&conn->tx_lock);
@@ -367,6 +366,7 @@ static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
     hca_tcp_jobs_pump(tcp, conn);
     pthread_mutex_unlock(&conn->tx_lock);
+    hca_tcp_psn_done(conn, hdr);
     hca_tcp_rx_next(conn);
 }
 
@@ -390,6 +390,10 @@ static void hca_tcp_rx_atomic(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                                (void*)(uintptr_t)hdr->remote_addr, size,
                                hdr->operand, hdr->swap);
         hca_mpt_release(entry);
+        /* its answer may be lost: a duplicate gets this value, never a
+         * second execution */
+        hca_tcp_atom_save(conn, hdr, status, old);
+        hca_tcp_psn_done(conn, hdr);
     }
     hca_tcp_answer(tcp, conn, hdr, status, old);
     hca_tcp_rx_next(conn);
@@ -411,16 +415,67 @@ static void hca_tcp_rx_send(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
 /* ---------------------------------------------------------------- answers */
 
+/* Our QP an answer is for, sending on this connection to its sender. */
+static hca_qp_t *hca_tcp_answered_qp(hca_tcp_dev_t *tcp,
+                                     const hca_tcp_conn_t *conn,
+                                     const hca_tcp_hdr_t *hdr)
+{
+    hca_qp_t *qp = hca_tcp_our_qp(tcp, hdr->dst_qpn);
+
+    if ((qp == NULL) || (qp->state != HCA_QPS_RTS) ||
+        (qp->fabric->type != HCA_FABRIC_TCP) ||
+        (hca_tcp_qp(qp)->conn != conn) || (hdr->src_qpn != qp->dest_qpn) ||
+        (hca_tcp_qp(qp)->sent == NULL)) {
+        return NULL;
+    }
+    return qp;
+}
+
 static void hca_tcp_rx_ack(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
-    hca_qp_t *qp;
+    hca_qp_t *qp             = hca_tcp_answered_qp(tcp, conn, hdr);
 
-    if (hca_tcp_waiting_wqe(tcp, conn, hdr, &qp) != NULL) {
-        hca_tcp_resolve(tcp, qp, hdr->resp_idx, hdr->resp_stamp,
-                        (hca_wc_status_t)hdr->syndrome, hdr->operand);
+    if (qp != NULL) {
+        hca_tcp_acked(tcp, qp, hdr);
     }
     hca_tcp_rx_next(conn);
+}
+
+/* A duplicate request: answered as it was, not executed again. */
+static void hca_tcp_rx_dup(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
+    const hca_tcp_atom_t *a;
+
+    switch ((hca_tcp_op_t)hdr->opcode) {
+    case HCA_TCP_OP_SEND:
+    case HCA_TCP_OP_WRITE:
+        /* placed before: its payload is dropped, its end acknowledged
+         * again with its own PSN (an ACK up to the PSN expected could
+         * pass a READ or atomic sent again before its answer) */
+        if (hdr->flags & HCA_TCP_F_LAST) {
+            hca_tcp_answer(tcp, conn, hdr, HCA_WC_SUCCESS, 0);
+        }
+        hca_tcp_rx_discard(conn);
+        break;
+    case HCA_TCP_OP_READ:
+        /* answered again from the region as it is now (IB allows it) */
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REPLAYS, 1);
+        hca_tcp_rx_read(tcp, conn);
+        break;
+    case HCA_TCP_OP_ATOMIC:
+    default:
+        a = hca_tcp_atom_find(conn, hdr);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REPLAYS, 1);
+        /* not in the table: older than HCA_TCP_RD_ATOM atomics, which an
+         * honest requester never sends again */
+        hca_tcp_answer(tcp, conn, hdr,
+                       (a != NULL) ? (hca_wc_status_t)a->status :
+                       HCA_WC_REM_OP_ERR, (a != NULL) ? a->value : 0);
+        hca_tcp_rx_next(conn);
+        break;
+    }
 }
 
 static void hca_tcp_rx_read_resp(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
@@ -431,8 +486,12 @@ static void hca_tcp_rx_read_resp(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     int n;
 
     wqe = hca_tcp_waiting_wqe(tcp, conn, hdr, &qp);
-    if ((wqe == NULL) || (wqe->opcode != HCA_WR_RDMA_READ)) {
-        hca_tcp_rx_discard(conn); /* nobody waits for it any more */
+    if ((wqe == NULL) || (wqe->opcode != HCA_WR_RDMA_READ) ||
+        (hca_tcp_answered_qp(tcp, conn, hdr) == NULL) ||
+        (hca_tcp_sent_find(qp, hdr->psn) == NULL)) {
+        /* nobody waits for it any more (an answer again, to a READ sent
+         * again, after the first one completed it) */
+        hca_tcp_rx_discard(conn);
         return;
     }
     n = hca_tcp_sge_iov(wqe, hdr->offset, hdr->length, conn->rx.iov);
@@ -464,9 +523,26 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     case HCA_TCP_OP_WRITE:
     case HCA_TCP_OP_READ:
     case HCA_TCP_OP_ATOMIC:
-        if (hca_tcp_poisoned(conn, hdr->src_qpn, hdr->psn)) {
-            hca_tcp_rx_discard(conn); /* after its error: dropped */
+        switch (hca_tcp_psn_check(tcp, conn, hdr)) {
+        case HCA_TCP_PSN_NEW:
+            break;
+        case HCA_TCP_PSN_DUP:
+            hca_tcp_rx_dup(tcp, conn);
             return;
+        case HCA_TCP_PSN_GAP:
+            hca_tcp_seq_nak(tcp, conn, hdr, conn->rx.rqp->epsn);
+            hca_tcp_rx_discard(conn);
+            return;
+        case HCA_TCP_PSN_DROP:
+        default: {
+            hca_wc_status_t status;
+            if (hca_tcp_psn_refusal(conn, hdr, &status)) {
+                /* the refused request sent again: its NAK again */
+                hca_tcp_answer(tcp, conn, hdr, status, 0);
+            }
+            hca_tcp_rx_discard(conn); /* after its error, or a gap */
+            return;
+        }
         }
         break;
     default:
@@ -490,6 +566,12 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         break;
     case HCA_TCP_OP_READ_RESP:
         hca_tcp_rx_read_resp(tcp, conn);
+        break;
+    case HCA_TCP_OP_BYE:
+        /* a context that closed does not come back: its QPs fail now, not
+         * after the retry timeout */
+        hca_tcp_rx_next(conn);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
         break;
     case HCA_TCP_OP_KEEPALIVE:
     default:
@@ -529,8 +611,11 @@ static int hca_tcp_rx_place(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
     if (rc < 0) {
         hca_tcp_answer(tcp, conn, hdr, status, 0);
-    } else if (hdr->flags & HCA_TCP_F_LAST) {
-        hca_tcp_answer(tcp, conn, hdr, HCA_WC_SUCCESS, 0);
+    } else {
+        hca_tcp_psn_done(conn, hdr);
+        if (hdr->flags & HCA_TCP_F_LAST) {
+            hca_tcp_answer(tcp, conn, hdr, HCA_WC_SUCCESS, 0);
+        }
     }
     hca_tcp_rx_next(conn);
     return 1;
@@ -552,10 +637,12 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             conn->rx.pinned = NULL;
         }
         if (!(hdr->flags & HCA_TCP_F_LAST)) {
+            hca_tcp_psn_done(conn, hdr);
             hca_tcp_rx_next(conn);
         } else if (hdr->flags & HCA_TCP_F_IMM) {
             (void)hca_tcp_rx_place(tcp, conn); /* the notice, then the ACK */
         } else {
+            hca_tcp_psn_done(conn, hdr);
             hca_tcp_answer(tcp, conn, hdr, HCA_WC_SUCCESS, 0);
             hca_tcp_rx_next(conn);
         }
@@ -564,10 +651,24 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         (void)hca_tcp_rx_place(tcp, conn);
         break;
     case HCA_TCP_OP_READ_RESP:
-        if ((hdr->flags & HCA_TCP_F_LAST) &&
-            (hca_tcp_waiting_wqe(tcp, conn, hdr, &qp) != NULL)) {
-            hca_tcp_resolve(tcp, qp, hdr->resp_idx, hdr->resp_stamp,
-                            HCA_WC_SUCCESS, 0);
+        if ((hca_tcp_waiting_wqe(tcp, conn, hdr, &qp) != NULL) &&
+            (hca_tcp_answered_qp(tcp, conn, hdr) != NULL)) {
+            hca_tcp_sent_t *e = hca_tcp_sent_find(qp, hdr->psn);
+            if ((e != NULL) && (e->psn == hdr->psn)) {
+                /* its parts come in order: one missing (injected loss)
+                 * shows at the last, and the READ goes again */
+                if (hdr->offset == e->read_off) {
+                    e->read_off += hdr->length;
+                }
+                if (!(hdr->flags & HCA_TCP_F_LAST)) {
+                    /* more to come */
+                } else if (e->read_off == hdr->total) {
+                    hca_tcp_acked(tcp, qp, hdr);
+                } else {
+                    e->read_off = 0;
+                    hca_tcp_rewind(tcp, qp, e->psn);
+                }
+            }
         }
         hca_tcp_rx_next(conn);
         break;
@@ -580,25 +681,4 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 int hca_tcp_rx_unpark(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     return hca_tcp_rx_place(tcp, conn);
-}
-
-void hca_tcp_rx_abort(hca_tcp_conn_t *conn)
-{
-    if (conn->rx.pinned != NULL) {
-        hca_mpt_release(conn->rx.pinned);
-        conn->rx.pinned = NULL;
-    }
-    hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
-    /* answers never sent: the READs' regions */
-    while (conn->jobs_tail != conn->jobs_head) {
-        hca_tcp_job_t *job = &conn->jobs[conn->jobs_tail++ % HCA_TCP_JOBS];
-        if (job->entry != NULL) {
-            hca_mpt_release(job->entry);
-        }
-    }
-    if (conn->tx.pinned != NULL) {
-        hca_mpt_release(conn->tx.pinned);
-        conn->tx.pinned = NULL;
-    }
-    conn->tx.left = 0;
 }

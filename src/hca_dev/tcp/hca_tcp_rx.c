@@ -63,6 +63,22 @@ static int hca_tcp_rx_header(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_OP_ERR);
         return -1;
     }
+    if (HCA_UNLIKELY(tcp->dev->fault.enabled) &&
+        (rx->in.hdr.opcode != HCA_TCP_OP_KEEPALIVE) &&
+        hca_fault(tcp->dev, HCA_FAULT_TCP_LOSS)) {
+        /* injected loss: as if it was never sent */
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FAULTS, 1);
+        rx->pinned = NULL;
+        rx->iovcnt = 0;
+        if (rx->in.hdr.length > 0) {
+            hca_tcp_rx_to(conn, HCA_TCP_RX_DISCARD);
+            rx->left = rx->in.hdr.length;
+            rx->want = sizeof(hca_tcp_hdr_t);
+        } else {
+            rx->want = sizeof(hca_tcp_hdr_t);
+        }
+        return 0;
+    }
     pthread_mutex_lock(&tcp->lock);
     hca_tcp_rx_frame(tcp, conn);
     pthread_mutex_unlock(&tcp->lock);
@@ -98,7 +114,8 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         int iovcnt = 0;
         ssize_t n;
 
-        if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
+        int state = atomic_load(&conn->state);
+        if ((state == HCA_TCP_CONN_DEAD) || (state == HCA_TCP_CONN_LINKING)) {
             return -1;
         }
         /* first what the buffer holds */
@@ -218,7 +235,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         }
 
         if (n == 0) {
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR); /* closed */
+            hca_tcp_conn_drop(tcp, conn); /* closed */
             return -1;
         }
         if (n < 0) {
@@ -228,7 +245,7 @@ static int hca_tcp_read_frames(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
             if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
                 return 0;
             }
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR); /* reset */
+            hca_tcp_conn_drop(tcp, conn); /* reset */
             return -1;
         }
         atomic_store_explicit(&conn->last_rx_ns, hca_now_ns(),

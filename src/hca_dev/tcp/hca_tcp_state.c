@@ -7,7 +7,13 @@
  *
  *     NEW --connect()--> CONNECTING --hello sent--> HELLO --proofs--> UP
  *      \--accept()---------------------------------> HELLO
- *     NEW, CONNECTING, HELLO, UP --kill--> DEAD (conn->fail says why)
+ *     UP --socket lost--> LINKING (a connection that can resume: was UP,
+ *                                  its peer a context with an incarnation)
+ *     LINKING --the dialler dials again--> CONNECTING ... HELLO --> UP
+ *     CONNECTING, HELLO (of a connection that was UP) --failed--> LINKING
+ *     LINKING --the acceptor takes a new socket that resumes it--> UP
+ *     NEW, CONNECTING, HELLO, UP, LINKING --kill--> DEAD (conn->fail says
+ *                                                     why)
  *
  * Its receiver (hca_tcp_rx_state_t, conn->rx.state, under rx_lock):
  *
@@ -16,6 +22,7 @@
  *     PAYLOAD --a SEND fragment and its ring full--> PARKED --room--> HDR
  *     PAYLOAD --placed--> HDR
  *     any --the connection dies (hca_tcp_rx_abort)--> DISCARD
+ *     DISCARD --a new socket (hca_tcp_conn_io_reset)--> HELLO or HDR
  *
  * A transition the tables do not allow is a bug of this fabric: it is
  * logged with both names and the process aborts, as an assertion would
@@ -31,6 +38,7 @@ static const char *const hca_tcp_conn_state_names[] = {
     [HCA_TCP_CONN_CONNECTING] = "CONNECTING",
     [HCA_TCP_CONN_HELLO]      = "HELLO",
     [HCA_TCP_CONN_UP]         = "UP",
+    [HCA_TCP_CONN_LINKING]    = "LINKING",
     [HCA_TCP_CONN_DEAD]       = "DEAD",
 };
 
@@ -42,10 +50,16 @@ static const unsigned hca_tcp_conn_next[] = {
                                 HCA_TCP_BIT(HCA_TCP_CONN_HELLO) |
                                 HCA_TCP_BIT(HCA_TCP_CONN_DEAD),
     [HCA_TCP_CONN_CONNECTING] = HCA_TCP_BIT(HCA_TCP_CONN_HELLO) |
+                                HCA_TCP_BIT(HCA_TCP_CONN_LINKING) |
                                 HCA_TCP_BIT(HCA_TCP_CONN_DEAD),
     [HCA_TCP_CONN_HELLO]      = HCA_TCP_BIT(HCA_TCP_CONN_UP) |
+                                HCA_TCP_BIT(HCA_TCP_CONN_LINKING) |
                                 HCA_TCP_BIT(HCA_TCP_CONN_DEAD),
-    [HCA_TCP_CONN_UP]         = HCA_TCP_BIT(HCA_TCP_CONN_DEAD),
+    [HCA_TCP_CONN_UP]         = HCA_TCP_BIT(HCA_TCP_CONN_LINKING) |
+                                HCA_TCP_BIT(HCA_TCP_CONN_DEAD),
+    [HCA_TCP_CONN_LINKING]    = HCA_TCP_BIT(HCA_TCP_CONN_CONNECTING) |
+                                HCA_TCP_BIT(HCA_TCP_CONN_UP) |
+                                HCA_TCP_BIT(HCA_TCP_CONN_DEAD),
     [HCA_TCP_CONN_DEAD]       = 0,
 };
 
@@ -67,7 +81,8 @@ static const unsigned hca_tcp_rx_next[] = {
                            HCA_TCP_BIT(HCA_TCP_RX_DISCARD) |
                            HCA_TCP_BIT(HCA_TCP_RX_PARKED),
     [HCA_TCP_RX_DISCARD] = HCA_TCP_BIT(HCA_TCP_RX_HDR) |
-                           HCA_TCP_BIT(HCA_TCP_RX_DISCARD),
+                           HCA_TCP_BIT(HCA_TCP_RX_DISCARD) |
+                           HCA_TCP_BIT(HCA_TCP_RX_HELLO),
     [HCA_TCP_RX_PARKED]  = HCA_TCP_BIT(HCA_TCP_RX_HDR) |
                            HCA_TCP_BIT(HCA_TCP_RX_DISCARD),
 };

@@ -10,6 +10,7 @@
 #include "hca_log.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,7 +201,13 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
     pthread_mutex_lock(&tcp->lock);
     for (hca_tcp_conn_t **pp = &tcp->conns; *pp != NULL;) {
         hca_tcp_conn_t *conn = *pp;
-        if (atomic_load(&conn->state) != HCA_TCP_CONN_DEAD) {
+        int state            = atomic_load(&conn->state);
+        if (state == HCA_TCP_CONN_LINKING) {
+            /* its socket lost: closed now (the peer sees it), the
+             * connection lives on (hca_tcp_timers dials again) */
+            (void)hca_tcp_close_fd(tcp, conn);
+        }
+        if (state != HCA_TCP_CONN_DEAD) {
             pp = &conn->next;
             continue;
         }
@@ -265,20 +272,106 @@ static int hca_tcp_rx_stalled(hca_tcp_conn_t *conn, uint64_t now,
     return hca_tcp_age(now, conn->rx_judged_ns) > limit;
 }
 
-/* Keepalives on quiet connections; silent, stuck and parked ones. */
+/* The socket of a connection that can resume is lost (it goes LINKING
+ * and comes back), of one that cannot the connection dies: its QPs fail
+ * (tcp->lock held). */
+static void hca_tcp_lost(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                         const char *what)
+{
+    int resumable = conn->was_up && (conn->peer_incarn != 0);
+
+    hca_log("tcp fabric: pid %u ctx %u %s for %u ms: %s", conn->peer.pid,
+            conn->peer.ctx_id, what,
+            resumable ? tcp->timeout_ms / 2 : tcp->timeout_ms,
+            resumable ? "its socket is closed, the connection goes on" :
+                        "its QPs fail");
+    hca_tcp_conn_drop(tcp, conn);
+}
+
+/* A connection whose socket was lost (LINKING, or dialling again): the
+ * retry timeout since the last byte from its peer fails it; the dialler
+ * dials again, with a backoff.  1 if it died. */
+static int hca_tcp_linking(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                           int state, uint64_t now, uint64_t limit)
+{
+    uint64_t attempt = limit / 4;
+
+    if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) {
+        hca_log("tcp fabric: nothing from pid %u ctx %u for %u ms (its "
+                "connection lost and not back): its QPs fail",
+                conn->peer.pid, conn->peer.ctx_id, tcp->timeout_ms);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return 1;
+    }
+    if ((conn->peer.host == tcp->dev->host_key) &&
+        (kill((pid_t)conn->peer.pid, 0) != 0) && (errno == ESRCH)) {
+        /* a peer of this host that is gone is known at once */
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        return 1;
+    }
+    if (state != HCA_TCP_CONN_LINKING) {
+        /* an attempt (connect, handshake) gets a part of the timeout */
+        attempt = (attempt < 200000000ull) ? 200000000ull : attempt;
+        attempt = (attempt < HCA_TCP_CONNECT_MS * 1000000ull) ? attempt :
+                  HCA_TCP_CONNECT_MS * 1000000ull;
+        if (hca_tcp_age(now, conn->start_ns) > attempt) {
+            hca_tcp_conn_drop(tcp, conn);
+        }
+        return 0;
+    }
+    if ((conn->fd >= 0) && (hca_tcp_close_fd(tcp, conn) != 0)) {
+        return 0; /* a poll reads it: the next pass */
+    }
+    if (conn->outbound && (now >= conn->redial_ns)) {
+        conn->redial_ms = (conn->redial_ms == 0) ? 1 :
+                          (conn->redial_ms * 2 < HCA_TCP_REDIAL_MAX_MS) ?
+                          conn->redial_ms * 2 : HCA_TCP_REDIAL_MAX_MS;
+        conn->redial_ns = now + conn->redial_ms * 1000000ull;
+        (void)hca_tcp_redial(tcp, conn);
+    }
+    return 0;
+}
+
+/* Injected periodic resets (HCA_FAULT tcp_reset_ms): 1 if now. */
+static int hca_tcp_reset_due(hca_tcp_dev_t *tcp, uint64_t now)
+{
+    const hca_fault_cfg_t *f = &tcp->dev->fault;
+
+    if (HCA_LIKELY(!f->enabled) || (f->tcp_reset_ms == 0) ||
+        ((f->tcp_reset_for_ms != 0) &&
+         (now - tcp->open_ns > f->tcp_reset_for_ms * 1000000ull)) ||
+        (now - tcp->reset_ns < f->tcp_reset_ms * 1000000ull)) {
+        return 0;
+    }
+    tcp->reset_ns = now;
+    return 1;
+}
+
+/* Keepalives on quiet connections; silent, stuck and parked ones; lost
+ * ones dial again or time out. */
 static int hca_tcp_timers(hca_tcp_dev_t *tcp)
 {
     uint64_t now, limit = tcp->timeout_ms * 1000000ull;
-    int dead = 0, parked = 0, n_resumed = 0;
+    int dead = 0, parked = 0, n_resumed = 0, linking = 0, reset;
     hca_tcp_conn_t *resumed[HCA_TCP_POLL_MAX];
 
     pthread_mutex_lock(&tcp->lock);
-    now = hca_now_ns();
+    now   = hca_now_ns();
+    reset = hca_tcp_reset_due(tcp, now);
     for (hca_tcp_conn_t *conn = tcp->conns; conn != NULL; conn = conn->next) {
         int state = atomic_load(&conn->state);
+        /* a connection that can resume gives up its socket at half the
+         * retry timeout of silence, and fails at the whole */
+        int resumable = conn->was_up && (conn->peer_incarn != 0);
+        uint64_t silent = resumable ? limit / 2 : limit;
 
         if (state == HCA_TCP_CONN_DEAD) {
             dead = 1;
+            continue;
+        }
+        if (conn->was_up && (state != HCA_TCP_CONN_UP)) {
+            linking = 1;
+            dead   |= hca_tcp_linking(tcp, conn, state, now, limit);
             continue;
         }
         if (state != HCA_TCP_CONN_UP) {
@@ -289,6 +382,12 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
             }
             continue;
         }
+        if (reset && resumable) {
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FAULTS, 1);
+            hca_tcp_conn_drop(tcp, conn);
+            linking = 1;
+            continue;
+        }
         if (!conn->reading || (conn->rx.state == HCA_TCP_RX_PARKED)) {
             /* we do not read it (a full ring or answer queue of ours):
              * its keepalives wait behind what we left there.  A full
@@ -296,29 +395,21 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
              * judges that (a peer that drains it slowly, a large READ's
              * answers on a slow link, is alive) */
             atomic_store(&conn->last_rx_ns, now);
-        } else if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) {
-            hca_log("tcp fabric: pid %u ctx %u silent for %u ms: its QPs "
-                    "fail", conn->peer.pid, conn->peer.ctx_id,
-                    tcp->timeout_ms);
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        } else if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) >
+                   silent) {
+            hca_tcp_lost(tcp, conn, "silent");
             dead = 1;
             continue;
         }
-        if (hca_tcp_tx_stuck(conn, now, limit)) {
-            hca_log("tcp fabric: pid %u ctx %u took none of our answers for "
-                    "%u ms: its QPs fail", conn->peer.pid, conn->peer.ctx_id,
-                    tcp->timeout_ms);
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+        if (hca_tcp_tx_stuck(conn, now, silent)) {
+            hca_tcp_lost(tcp, conn, "took none of our answers");
             dead = 1;
             continue;
         }
         if (pthread_mutex_trylock(&conn->rx_lock) == 0) {
-            if (hca_tcp_rx_stalled(conn, now, limit)) {
+            if (hca_tcp_rx_stalled(conn, now, silent)) {
                 pthread_mutex_unlock(&conn->rx_lock);
-                hca_log("tcp fabric: pid %u ctx %u sent no more of a frame's "
-                        "payload for %u ms: its QPs fail", conn->peer.pid,
-                        conn->peer.ctx_id, tcp->timeout_ms);
-                hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+                hca_tcp_lost(tcp, conn, "sent no more of a frame's payload");
                 dead = 1;
                 continue;
             }
@@ -347,7 +438,7 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
             }
             pthread_mutex_unlock(&conn->rx_lock);
         }
-        if (hca_tcp_age(now, atomic_load(&conn->last_tx_ns)) > limit / 4) {
+        if (hca_tcp_age(now, atomic_load(&conn->last_tx_ns)) > limit / 8) {
             hca_tcp_job_t job;
             memset(&job, 0, sizeof(job));
             job.hdr.version = HCA_TCP_VERSION;
@@ -379,6 +470,7 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
         tcp->listen_paused = 0;
         (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev);
     }
+    atomic_store(&tcp->linking, linking);
     if (dead) {
         hca_tcp_reap(tcp);
     }
@@ -414,13 +506,19 @@ static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
     pthread_mutex_unlock(&tcp->lock);
 }
 
-/* The timer pass's period: keepalives and the silent check at an eighth
- * of the peer timeout, the connect limit at a quarter of its own. */
+/* The timer pass's period: keepalives (an eighth of the retry timeout)
+ * and the silent check at a sixteenth, the connect limit at a quarter of
+ * its own; injected periodic resets at theirs. */
 static uint64_t hca_tcp_period_ns(const hca_tcp_dev_t *tcp)
 {
-    uint64_t ms = tcp->timeout_ms / 8;
+    uint64_t ms = tcp->timeout_ms / 16;
 
     ms = (ms < HCA_TCP_CONNECT_MS / 4) ? ms : HCA_TCP_CONNECT_MS / 4;
+    if (HCA_UNLIKELY(tcp->dev->fault.enabled) &&
+        (tcp->dev->fault.tcp_reset_ms != 0) &&
+        (tcp->dev->fault.tcp_reset_ms < ms)) {
+        ms = tcp->dev->fault.tcp_reset_ms;
+    }
     return ((ms > 0) ? ms : 1) * 1000000ull;
 }
 
@@ -434,7 +532,8 @@ static void *hca_tcp_thread(void *arg)
     while (tcp->running) {
         uint64_t now;
         int n = epoll_wait(tcp->epfd, ev, 32,
-                           (atomic_load(&tcp->parked) || tcp->user_polls) ?
+                           (atomic_load(&tcp->parked) || tcp->user_polls ||
+                            atomic_load(&tcp->linking)) ?
                            1 : (int)(hca_tcp_period_ns(tcp) / 1000000ull));
 
         reap = 0; /* after the batch: a freed connection may be in it */
@@ -457,7 +556,7 @@ static void *hca_tcp_thread(void *arg)
                     pthread_mutex_lock(&conn->rx_lock);
                     (void)hca_tcp_read(tcp, conn); /* then the close */
                     pthread_mutex_unlock(&conn->rx_lock);
-                    hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+                    hca_tcp_conn_drop(tcp, conn);
                 }
                 reap = 1;
                 continue;
@@ -480,15 +579,16 @@ static void *hca_tcp_thread(void *arg)
             }
             if ((ev[i].events & EPOLLRDHUP) && !conn->reading) {
                 /* the peer closed while we read nothing (parked, or out of
-                 * room for answers): it is gone */
-                hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+                 * room for answers): the socket is gone */
+                hca_tcp_conn_drop(tcp, conn);
                 reap = 1;
                 continue;
             }
             if (ev[i].events & EPOLLOUT) {
                 hca_tcp_writable(tcp, conn);
             }
-            reap |= (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD);
+            reap |= (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) ||
+                    (atomic_load(&conn->state) == HCA_TCP_CONN_LINKING);
         }
         if (reap) {
             hca_tcp_reap(tcp);
@@ -496,7 +596,8 @@ static void *hca_tcp_thread(void *arg)
         now = hca_now_ns();
         hca_tcp_poll_mode(tcp, now);
         hca_tcp_answers_held(tcp); /* after: see hca_tcp_poll_read */
-        if (atomic_load(&tcp->parked) || (now >= next_timer)) {
+        if (atomic_load(&tcp->parked) || atomic_load(&tcp->linking) ||
+            (now >= next_timer)) {
             /* cleared before the pass: a poll that parks meanwhile sets it
              * again */
             atomic_store(&tcp->parked, 0);

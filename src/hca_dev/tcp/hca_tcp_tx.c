@@ -47,23 +47,58 @@ void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
     }
     tx->frames = n;
     if (hdr != NULL) {
-        tx->hdr                      = *hdr;
-        tx->iov[tx->iovcnt].iov_base = &tx->hdr;
-        tx->iov[tx->iovcnt].iov_len  = sizeof(tx->hdr);
-        tx->iovcnt++;
-        tx->left += sizeof(tx->hdr);
-        tx->frames++;
-        for (int i = 0; i < iovcnt; ++i) {
-            if (iov[i].iov_len == 0) {
-                continue;
+        /* injected duplication: the frame twice, as a network that
+         * repeats a packet (TCP never does: a resent frame does) */
+        int copies = (HCA_UNLIKELY(conn->tcp->dev->fault.enabled) &&
+                      hca_fault(conn->tcp->dev, HCA_FAULT_TCP_DUP)) ? 2 : 1;
+        tx->hdr = *hdr;
+        for (int c = 0; c < copies; ++c) {
+            tx->iov[tx->iovcnt].iov_base = &tx->hdr;
+            tx->iov[tx->iovcnt].iov_len  = sizeof(tx->hdr);
+            tx->iovcnt++;
+            tx->left += sizeof(tx->hdr);
+            tx->frames++;
+            for (int i = 0; i < iovcnt; ++i) {
+                if (iov[i].iov_len == 0) {
+                    continue;
+                }
+                tx->iov[tx->iovcnt++] = iov[i];
+                tx->left             += iov[i].iov_len;
             }
-            tx->iov[tx->iovcnt++] = iov[i];
-            tx->left             += iov[i].iov_len;
         }
+        if (copies > 1) {
+            HCA_TCP_COUNT(conn->tcp, HCA_TCP_CNT_FAULTS, 1);
+        }
+        /* injected reset: the connection is cut in the middle of it */
+        tx->cut = HCA_UNLIKELY(conn->tcp->dev->fault.enabled) &&
+                  hca_fault(conn->tcp->dev, HCA_FAULT_TCP_RESET);
     }
     tx->first     = 0;
     tx->owner_qpn = owner_qpn;
     tx->pinned    = NULL;
+}
+
+/* The injected reset of the frame in tx: half of it goes out, then the
+ * socket is dropped (a reset in the middle of a header or payload). */
+static void hca_tcp_tx_cut(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_tcp_tx_t *tx = &conn->tx;
+    struct iovec iov[HCA_TCP_TX_ANSWERS + 2 * (1 + HCA_MAX_SGE)];
+    size_t want      = tx->left / 2;
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 0};
+
+    for (int i = tx->first; (i < tx->iovcnt) && (want > 0); ++i) {
+        iov[msg.msg_iovlen]         = tx->iov[i];
+        if (iov[msg.msg_iovlen].iov_len > want) {
+            iov[msg.msg_iovlen].iov_len = want;
+        }
+        want -= iov[msg.msg_iovlen].iov_len;
+        msg.msg_iovlen++;
+    }
+    (void)sendmsg(conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    tx->cut = 0;
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FAULTS, 1);
+    hca_tcp_conn_drop(tcp, conn);
 }
 
 int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
@@ -71,8 +106,14 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_tcp_tx_t *tx = &conn->tx;
 
     if (HCA_UNLIKELY((conn->fd < 0) ||
-                     (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD))) {
-        return -1; /* closed: nothing more goes out on it */
+                     (atomic_load(&conn->state) != HCA_TCP_CONN_UP))) {
+        return -1; /* closed, or its socket lost: nothing more goes out on
+                      it (the frames that did not go are sent again on
+                      the next socket) */
+    }
+    if (HCA_UNLIKELY(tx->cut) && (tx->left > 0)) {
+        hca_tcp_tx_cut(tcp, conn);
+        return -1;
     }
 
     while (tx->left > 0) {
@@ -92,7 +133,7 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             if (errno == EINTR) {
                 continue;
             }
-            hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
+            hca_tcp_conn_drop(tcp, conn);
             return -1;
         }
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BYTES_TX, n);

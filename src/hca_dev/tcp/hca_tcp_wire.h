@@ -25,8 +25,10 @@
 #endif
 
 #define HCA_TCP_MAGIC    0x50544348u       /* "HCTP" */
-#define HCA_TCP_VERSION  2                 /* 2: the challenge-response
-                                              handshake */
+#define HCA_TCP_VERSION  3                 /* 2: the challenge-response
+                                              handshake; 3: sequence
+                                              numbers checked, duplicates,
+                                              resume after a reconnect */
 #define HCA_TCP_SEG_MAX  (64u * 1024)      /* payload of a WRITE or
                                               READ_RESP frame: a large
                                               transfer is cut into these,
@@ -74,9 +76,15 @@ typedef struct hca_tcp_hello {
                              address); else 0 */
     uint32_t dst_pid;
     uint32_t dst_ctx;
-    uint64_t nonce;       /* HELLO: nonce_c; CHALLENGE: nonce_a */
+    uint64_t nonce;       /* HELLO: nonce_c; CHALLENGE: nonce_a; PROOF:
+                             the resume MAC (0: a new connection) */
     uint64_t mac;         /* CHALLENGE: mac_a; PROOF: mac_c */
-    uint64_t proof;       /* PROOF: proof of the connector's identity */
+    union {
+        uint64_t proof;   /* PROOF: proof of the connector's identity */
+        uint64_t incarn;  /* HELLO, CHALLENGE: the sender's incarnation
+                             (random per device open, never 0): a peer
+                             that restarted is never fed a replay */
+    };
 } hca_tcp_hello_t;
 
 /* ------------------------------------------------------------ frames */
@@ -91,6 +99,8 @@ typedef enum {
     HCA_TCP_OP_ACK,        /* the end of a request: syndrome, value */
     HCA_TCP_OP_READ_RESP,  /* bytes [offset, +length) of a READ */
     HCA_TCP_OP_KEEPALIVE,  /* nothing: its sender lives */
+    HCA_TCP_OP_BYE,        /* its sender closes its context: the
+                              connection ends, it is not to be resumed */
     HCA_TCP_OP_LAST
 } hca_tcp_op_t;
 
@@ -101,8 +111,16 @@ enum {
     HCA_TCP_F_IMM      = 1u << 2, /* SEND, WRITE: carries imm (a WRITE's
                                      last part consumes a receive) */
     HCA_TCP_F_ATOMIC32 = 1u << 3, /* ATOMIC: 4-byte operands */
-    HCA_TCP_F_ALL      = (1u << 4) - 1
+    HCA_TCP_F_START    = 1u << 4, /* SEND, WRITE, READ, ATOMIC: the frame
+                                     at the requester QP's start PSN (its
+                                     first since it was connected) */
+    HCA_TCP_F_ALL      = (1u << 5) - 1
 };
+
+/* An ACK's syndrome beyond the statuses: "a request frame came ahead of
+ * the PSN expected, which the ACK's psn names": the requester sends again
+ * from there (docs/TCP-WIRE.md, "Sequence, duplicates, replay"). */
+#define HCA_TCP_SYN_PSN_SEQ 0x80
 
 typedef struct hca_tcp_hdr {
     uint8_t  version;     /* HCA_TCP_VERSION */
@@ -112,7 +130,10 @@ typedef struct hca_tcp_hdr {
     uint32_t length;      /* payload bytes after the header */
     uint32_t src_qpn;     /* the sender's QP */
     uint32_t dst_qpn;     /* the receiver's QP */
-    uint32_t psn;         /* requests: the requester QP's sequence */
+    uint32_t psn;         /* requests: the frame's sequence number in its
+                             requester QP; ACK, READ_RESP: the psn of the
+                             request answered (every frame before it was
+                             executed); PSN_SEQ NAK: the psn expected */
     uint32_t rkey;        /* WRITE, READ, ATOMIC */
     uint64_t remote_addr; /* WRITE: of this frame's bytes; READ, ATOMIC:
                              of the operation */

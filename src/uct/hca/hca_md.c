@@ -56,9 +56,17 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
      "Port range of the tcp fabric's listener; 0-0: an ephemeral port.",
      ucs_offsetof(uct_hca_md_config_t, port_range), UCS_CONFIG_TYPE_RANGE_SPEC},
 
-    {"PEER_TIMEOUT", "10s",
-     "A tcp peer that sends nothing (not even its keepalives) for this long\n"
-     "is declared dead: its endpoints fail.",
+    {"RETRY_TIMEOUT", "10s",
+     "Over the tcp fabric, a peer from which nothing arrives for this long\n"
+     "fails its endpoints (RETRY_EXC_ERR): a lost connection is dialled again\n"
+     "and its unanswered operations sent again until then; a peer that is\n"
+     "silent (not even its keepalives) counts the same.  The default is what\n"
+     "an rc endpoint gives with UCX's defaults (RC_RETRY_COUNT 7 x\n"
+     "RC_TIMEOUT 1s, about 8.6 s), and half of UCP's keepalive interval.",
+     ucs_offsetof(uct_hca_md_config_t, retry_timeout), UCS_CONFIG_TYPE_TIME},
+
+    {"PEER_TIMEOUT", "0s",
+     "The first name of RETRY_TIMEOUT; when set (not 0) it is used instead.",
      ucs_offsetof(uct_hca_md_config_t, peer_timeout), UCS_CONFIG_TYPE_TIME},
 
     {"RCACHE", "y",
@@ -609,7 +617,9 @@ static ucs_status_t uct_hca_md_open(uct_component_t *component,
         .net_devices     = config->net_devices,
         .port_min        = (uint16_t)config->port_range.first,
         .port_max        = (uint16_t)config->port_range.last,
-        .peer_timeout_ms = (uint32_t)(config->peer_timeout * 1e3),
+        .peer_timeout_ms = (uint32_t)(((config->peer_timeout > 0) ?
+                                       config->peer_timeout :
+                                       config->retry_timeout) * 1e3),
     };
     uct_hca_md_t *md;
     int rc;

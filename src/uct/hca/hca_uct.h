@@ -51,7 +51,9 @@ typedef struct uct_hca_md_config {
     int             fabric;       /* hca_fabric_mode_t */
     char           *net_devices;  /* tcp listener: interfaces/addresses */
     ucs_range_spec_t port_range;  /* tcp listener ports */
-    double          peer_timeout; /* seconds: a silent tcp peer fails */
+    double          retry_timeout; /* seconds: a tcp peer from which nothing
+                                      arrives fails (UCX_HCA_RETRY_TIMEOUT) */
+    double          peer_timeout;  /* its first name; 0: unset */
     int             stats;        /* print device counters at close */
     int             rcache;       /* registration cache on */
     unsigned        rcache_max_regions;

@@ -41,7 +41,8 @@ _Static_assert((int)TCPF_OP_SEND == (int)HCA_TCP_OP_SEND &&
                (int)TCPF_OP_LAST == (int)HCA_TCP_OP_LAST, "opcodes");
 _Static_assert((int)TCPF_F_FIRST == (int)HCA_TCP_F_FIRST &&
                (int)TCPF_F_LAST == (int)HCA_TCP_F_LAST && (int)TCPF_F_IMM == (int)HCA_TCP_F_IMM &&
-               (int)TCPF_F_ATOMIC32 == (int)HCA_TCP_F_ATOMIC32, "flags");
+               (int)TCPF_F_ATOMIC32 == (int)HCA_TCP_F_ATOMIC32 &&
+               (int)TCPF_F_START == (int)HCA_TCP_F_START, "flags");
 
 const uint32_t tcpf_version  = HCA_TCP_VERSION;
 const uint32_t tcpf_seg_max  = HCA_TCP_SEG_MAX;
@@ -95,7 +96,8 @@ uint64_t tcpf_mac(uint64_t secret, int kind, const tcpf_transcript_t *t)
         .nonce_c   = t->nonce_c,   .nonce_a  = t->nonce_a,
         .conn_host = t->conn_host, .conn_pid = t->conn_pid,
         .conn_ctx  = t->conn_ctx,  .acc_host = t->acc_host,
-        .acc_pid   = t->acc_pid,   .acc_ctx  = t->acc_ctx
+        .acc_pid   = t->acc_pid,   .acc_ctx  = t->acc_ctx,
+        .conn_incarn = t->conn_incarn, .acc_incarn = t->acc_incarn
     };
     return hca_tcp_mac(secret, (hca_tcp_mac_kind_t)kind, &w);
 }
@@ -106,7 +108,8 @@ int tcpf_prove(const tcpf_hello_t *h, const tcpf_hello_t *ch,
                tcpf_hello_t *proof)
 {
     tcpf_transcript_t t = {h->nonce,  ch->nonce, h->src_host, h->src_pid,
-                           h->src_ctx, acc_host, acc_pid,     acc_ctx};
+                           h->src_ctx, acc_host, acc_pid,     acc_ctx,
+                           h->proof,   ch->proof};
 
     if ((ch->step != TCPF_STEP_CHALLENGE) || (ch->status != 0) ||
         (ch->src_host != acc_host) || (ch->src_pid != acc_pid) ||

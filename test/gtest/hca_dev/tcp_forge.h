@@ -41,12 +41,14 @@ enum {
     TCPF_OP_ACK,
     TCPF_OP_READ_RESP,
     TCPF_OP_KEEPALIVE,
+    TCPF_OP_BYE,
     TCPF_OP_LAST,
 
     TCPF_F_FIRST    = 1 << 0,
     TCPF_F_LAST     = 1 << 1,
     TCPF_F_IMM      = 1 << 2,
-    TCPF_F_ATOMIC32 = 1 << 3
+    TCPF_F_ATOMIC32 = 1 << 3,
+    TCPF_F_START    = 1 << 4  /* the requester QP's first frame (its start PSN) */
 };
 
 extern const uint32_t tcpf_version;
@@ -74,6 +76,8 @@ typedef struct tcpf_transcript {
     uint32_t conn_pid, conn_ctx;
     uint64_t acc_host;
     uint32_t acc_pid, acc_ctx;
+    uint64_t conn_incarn, acc_incarn; /* the HELLO's and the CHALLENGE's
+                                         `proof` field (its incarnation) */
 } tcpf_transcript_t;
 
 /* hca_tcp_mac and hca_siphash24 (the library's own code) */

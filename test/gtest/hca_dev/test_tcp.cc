@@ -266,6 +266,7 @@ protected:
         h.src_qpn    = src;
         h.dst_qpn    = qpn;
         h.psn        = 7;
+        h.flags      = TCPF_F_START; /* each test's requester QP starts here */
         h.resp_idx   = 3;
         h.resp_stamp = 0x5a5a0000u + src;
         return h;
@@ -276,7 +277,7 @@ protected:
                          uint32_t key) const
     {
         tcpf_hdr_t h  = request(TCPF_OP_WRITE, src);
-        h.flags       = TCPF_F_LAST;
+        h.flags      |= TCPF_F_LAST;
         h.rkey        = key;
         h.remote_addr = addr;
         h.length      = len;
@@ -601,10 +602,15 @@ TEST_F(TcpWire, FramesDroppedAfterNak)
     ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
     ASSERT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR));
 
-    /* the same requester QP, a good key: dropped, no answer */
-    h = write_hdr(bad, addr_of(0), 128, rkey);
+    /* the same requester QP, its next frames with a good key: dropped, no
+     * answer (nothing after an error touches memory) */
+    h       = write_hdr(bad, addr_of(0), 128, rkey);
+    h.flags = TCPF_F_LAST; /* not its first frame */
+    h.psn   = 8;
     ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
     tcpf_hdr_t rd = request(TCPF_OP_READ, bad);
+    rd.flags       = 0;
+    rd.psn         = 9;
     rd.rkey        = rkey;
     rd.remote_addr = addr_of(0);
     rd.total       = 64;
@@ -620,6 +626,13 @@ TEST_F(TcpWire, FramesDroppedAfterNak)
                                                             "WRITE landed";
     EXPECT_EQ(-1, check_byte(mem + 4096 + 128, MR_LEN - 4096 - 128 + PAD,
                              SENTINEL));
+
+    /* the refused frame itself sent again (its NAK was lost, say): its
+     * NAK again, and still nothing lands */
+    h = write_hdr(bad, addr_of(0), 128, rkey ^ 0x100u);
+    ASSERT_TRUE(cl.send_frame(h, data.data(), data.size()));
+    EXPECT_TRUE(expect_ack(cl, h, HCA_WC_REM_ACCESS_ERR));
+    EXPECT_EQ(-1, check_byte(buf, PAD, SENTINEL)) << "a refused WRITE landed";
 }
 
 /* A well-formed request whose remote range wraps (its end past the last
@@ -710,7 +723,7 @@ TEST_F(TcpWire, WrappingAddressNakKeepsConnection)
     for (int is32 = 0; is32 < 2; ++is32) {
         tcpf_hdr_t h  = request(TCPF_OP_ATOMIC, next_src++);
         h.rkey        = rkey;
-        h.flags       = is32 ? TCPF_F_ATOMIC32 : 0;
+        h.flags      |= is32 ? TCPF_F_ATOMIC32 : 0;
         h.remote_addr = is32 ? (uint64_t)-4 : (uint64_t)-8;
         h.atomic_op   = HCA_WR_ATOMIC_FETCH_ADD;
         h.operand     = 1;
@@ -780,6 +793,7 @@ tcpf_hdr_t env_req(const frame_env &e, uint8_t opcode, uint32_t src)
     h.src_qpn     = src;
     h.dst_qpn     = e.qpn;
     h.psn         = 9;
+    h.flags       = TCPF_F_START; /* the requester QP's first frame */
     h.resp_idx    = 1;
     h.resp_stamp  = 0x77000000u + src;
     h.rkey        = e.rkey;
@@ -792,7 +806,7 @@ tcpf_hdr_t env_req(const frame_env &e, uint8_t opcode, uint32_t src)
 tcpf_hdr_t env_write(const frame_env &e, uint32_t src, uint32_t len)
 {
     tcpf_hdr_t h = env_req(e, TCPF_OP_WRITE, src);
-    h.flags      = TCPF_F_LAST;
+    h.flags     |= TCPF_F_LAST;
     h.length     = len;
     h.total      = len;
     return h;
@@ -1139,7 +1153,8 @@ INSTANTIATE_TEST_SUITE_P(Fabric, BadRequestOneQp,
 
 /* A requester QP refused once (its later frames are dropped on the
  * connection) is served again after a reset and a new connect, as a reset
- * QP starts afresh on InfiniBand: its first frame carries psn 0. */
+ * QP starts afresh on InfiniBand: its first frame carries a new random
+ * start PSN and F_START, and the responder's record of it starts over. */
 TEST(TcpQp, ResetQpServedAfterRefusal)
 {
     ctx a, b;

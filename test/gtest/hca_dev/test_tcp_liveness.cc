@@ -193,6 +193,7 @@ protected:
         h.opcode     = opcode;
         h.src_qpn    = src;
         h.dst_qpn    = qpn;
+        h.flags      = TCPF_F_START; /* a requester QP's first frame */
         h.resp_stamp = 0x7a000000u + src;
         return h;
     }
@@ -252,6 +253,7 @@ TEST_F(TcpLiveness, PeerNotReadingAnswersDoesNotHoldDereg)
     for (int i = 0; i < 1000; ++i) {
         tcpf_hdr_t h  = request(TCPF_OP_READ, 0x300);
         h.psn         = (uint32_t)i;
+        h.flags       = (i == 0) ? TCPF_F_START : 0;
         h.resp_idx    = (uint32_t)i & 63;
         h.rkey        = rkey;
         h.remote_addr = (uint64_t)(uintptr_t)mem;
@@ -417,7 +419,7 @@ TEST_F(TcpLiveness, TrickledWriteDoesNotHoldDereg)
     ASSERT_TRUE(cl.handshake(c.addr, LV_CLIENT_CTX));
     uint64_t lost0 = conns_lost();
     tcpf_hdr_t h   = request(TCPF_OP_WRITE, 0x301);
-    h.flags        = TCPF_F_LAST;
+    h.flags       |= TCPF_F_LAST;
     h.rkey         = rkey;
     h.remote_addr  = (uint64_t)(uintptr_t)mem;
     h.length       = 64 * 1024;
@@ -513,7 +515,7 @@ private:
 {
     uint8_t payload[64];
     memset(payload, 0x42, sizeof(payload));
-    h.flags  = TCPF_F_FIRST | TCPF_F_LAST;
+    h.flags |= TCPF_F_FIRST | TCPF_F_LAST;
     h.length = sizeof(payload);
     h.total  = sizeof(payload);
     if (!cl.send_frame(h, payload, sizeof(payload))) {
@@ -537,7 +539,7 @@ TEST_F(TcpLiveness, UnfinishedSendsOfOneSourceDoNotStarve)
     std::vector<uint8_t> frag(tcpf_send_max, 0x17);
     for (uint32_t i = 0; i < 70; ++i) {
         tcpf_hdr_t h = request(TCPF_OP_SEND, 0x400 + i);
-        h.flags      = TCPF_F_FIRST;
+        h.flags     |= TCPF_F_FIRST;
         h.length     = tcpf_send_max;
         h.total      = 4 * tcpf_send_max;
         ASSERT_TRUE(a.send_frame(h, frag.data(), frag.size()));
@@ -571,7 +573,7 @@ TEST_F(TcpLiveness, UnfinishedSendEndsAfterTimeout)
     uint64_t lost0 = conns_lost();
     std::vector<uint8_t> frag(tcpf_send_max, 0x17);
     tcpf_hdr_t h = request(TCPF_OP_SEND, 0x410);
-    h.flags      = TCPF_F_FIRST;
+    h.flags     |= TCPF_F_FIRST;
     h.length     = tcpf_send_max;
     h.total      = 4 * tcpf_send_max;
     ASSERT_TRUE(a.send_frame(h, frag.data(), frag.size()));
