@@ -45,7 +45,8 @@ uint32_t hca_ns_inode(const char *kind);
 
 /* Fault injection (hca_fault.c): HCA_FAULT="map=P,reg=P,answer_delay_us=N,
  * ring_stall_ms=N,tcp_loss=P,tcp_dup=P,tcp_reset=P,tcp_reset_ms=N,
- * tcp_reset_for_ms=N" (P a probability in [0,1]); off by default.  The
+ * tcp_reset_for_ms=N,tcp_relisten_ms=N" (P a probability in [0,1]); off
+ * by default.  The
  * tcp faults are per frame: these kernels have no netem. */
 typedef enum {
     HCA_FAULT_MAP = 0,     /* a peer's object cannot be mapped */
@@ -67,6 +68,11 @@ typedef struct hca_fault_cfg {
                                                connection is cut ... */
     uint32_t         tcp_reset_for_ms;      /* ... during the first N ms
                                                after the open (0: always) */
+    uint32_t         tcp_relisten_ms;       /* N ms after the open, the tcp
+                                               listener and every connection
+                                               are closed; the listener is
+                                               bound again on its port 100 ms
+                                               later (a restarted listener) */
     _Atomic uint64_t seq;
 } hca_fault_cfg_t;
 

@@ -8,6 +8,7 @@
  *   HCA_FAULT="map=0.5,reg=0.1,answer_delay_us=2000,ring_stall_ms=300"
  *   HCA_FAULT="tcp_loss=0.01,tcp_dup=0.01,tcp_reset=0.001"   (per frame)
  *   HCA_FAULT="tcp_reset_ms=100,tcp_reset_for_ms=2000"
+ *   HCA_FAULT="tcp_relisten_ms=300"
  */
 #include "hca_util.h"
 #include "hca_log.h"
@@ -64,6 +65,8 @@ void hca_fault_init(hca_fault_cfg_t *cfg)
             cfg->tcp_reset_ms = (uint32_t)v;
         } else if (!strcmp(tok, "tcp_reset_for_ms")) {
             cfg->tcp_reset_for_ms = (uint32_t)v;
+        } else if (!strcmp(tok, "tcp_relisten_ms")) {
+            cfg->tcp_relisten_ms = (uint32_t)v;
         } else if (!strcmp(tok, "answer_delay_us")) {
             cfg->answer_delay_us = (uint32_t)v;
         } else if (!strcmp(tok, "ring_stall_ms")) {

@@ -4,7 +4,7 @@
 #
 # usage: test/apps/run-apps.sh [-q] [--hosts N] [CASE...]
 #
-#   CASE   p2p coll rma rma_swatomic rma_dynamic shmem failure
+#   CASE   p2p coll rma rma_swatomic rma_dynamic shmem failure reset
 #          (default: all)
 #   -q     quick: the programs' -q mode (fewer iterations, smaller sizes)
 #   --hosts N
@@ -44,6 +44,14 @@
 #                ran (the emulation carried them).
 #   failure      a rank calls exit(1) mid-communication: passes if mpirun
 #                exits non-zero well within the timeout (no hang).
+#   reset        across hosts only (else SKIP): the rma program while the
+#                hca connections between the hosts are killed with `ss -K`
+#                every 300 ms for 3 s, in every host (hca's listeners on
+#                ports 20000-20999, UCX_HCA_NET_PORT_RANGE, below the
+#                ephemeral range, so that Open MPI's own TCP connections
+#                are not touched): the job must pass as without it (hca's
+#                connections are resumed: issue 27), and at least one
+#                connection must have been killed.
 #
 # Prints PASS/FAIL/SKIP per case and rank count, then a summary; exits 1 if
 # anything failed.
@@ -79,7 +87,7 @@ MPICC=${MPICC:-mpicc}
 OSHCC=${OSHCC:-oshcc}
 app_cflags="-std=gnu11 -O2 -g -Wall -Wextra"
 
-all_cases="p2p coll rma rma_swatomic rma_dynamic shmem failure"
+all_cases="p2p coll rma rma_swatomic rma_dynamic shmem failure reset"
 quick=()
 cases=()
 hosts=${HCA_APPS_HOSTS_INNER:-0}
@@ -96,7 +104,7 @@ while [ $# -gt 0 ]; do
         shift ;;
     -h|--help) sed -n '3,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                exit 0 ;;
-    p2p|coll|rma|rma_swatomic|rma_dynamic|shmem|failure) cases+=("$a") ;;
+    p2p|coll|rma|rma_swatomic|rma_dynamic|shmem|failure|reset) cases+=("$a") ;;
     *) echo "run-apps: unknown case '$a' (cases: $all_cases)" >&2; exit 2 ;;
     esac
 done
@@ -282,6 +290,24 @@ show_log() {
     grep -v '^[[:space:]]*$' "$1" | tail -n 15 | sed 's/^/      | /'
 }
 
+# reset_killer LOG: every 300 ms for 3 s (from 1 s on), ss -K of the hca
+# connections (ports 20000-20999) in every host's namespace; what ss
+# closed goes to LOG
+reset_killer() {
+    local ss_log=$1 names ns i
+    names=$(sed -n 's/^names=//p' "$HCA_HOSTS_DIR/state" 2>/dev/null)
+    : >"$ss_log"
+    sleep 1
+    for i in $(seq 1 10); do
+        for ns in $names; do
+            ip netns exec "$ns" ss -K -t -n \
+                '( sport >= :20000 and sport <= :20999 ) or ( dport >= :20000 and dport <= :20999 )' \
+                >>"$ss_log" 2>&1
+        done
+        sleep 0.3
+    done
+}
+
 # ------------------------------------------------------------ cases
 
 for c in "${cases[@]}"; do
@@ -293,6 +319,15 @@ for c in "${cases[@]}"; do
         case_args=(-x UCX_ATOMIC_MODE=device) ;;
     rma_dynamic) need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
     shmem)       launcher=oshrun cc=$OSHCC need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
+    reset)
+        prog=rma need="RDMA_WRITE RDMA_READ ATOMIC_"
+        case_args=(-x UCX_HCA_NET_PORT_RANGE=20000-20999)
+        if [ "$hosts" = 0 ]; then
+            for np in $nps; do
+                result SKIP "$c np=$np" "(across hosts only: --hosts N)"
+            done
+            continue
+        fi ;;
     esac
     if ! command -v "$launcher" >/dev/null || ! command -v "$cc" >/dev/null; then
         for np in $nps; do
@@ -315,7 +350,17 @@ for c in "${cases[@]}"; do
         name="$c np=$np"
         [ "$hosts" != 0 ] && name="$c np=$np hosts=$hosts"
         log=$logdir/$c-np$np.log
+        killer=
+        if [ "$c" = reset ]; then
+            reset_killer "$logdir/$c-np$np-ss.log" &
+            killer=$!
+        fi
         run_case "$launcher" "$np" "$prog" ${args[@]+"${args[@]}"}
+        if [ -n "$killer" ]; then
+            kill "$killer" 2>/dev/null
+            wait "$killer" 2>/dev/null
+            killed=$(grep -c ESTAB "$logdir/$c-np$np-ss.log" 2>/dev/null)
+        fi
 
         case $c in
         failure)
@@ -430,10 +475,14 @@ for c in "${cases[@]}"; do
             elif ! check_stats "$log" "$np" "$need"; then
                 result FAIL "$name" "$stats_msg"
                 show_log "$log"
+            elif [ "$c" = reset ] && [ "${killed:-0}" = 0 ]; then
+                result FAIL "$name" "no hca connection was killed during the run (${secs}s; ss: $(head -c 120 "$logdir/$c-np$np-ss.log" | tr '\n' ' ')): the case proves nothing"
             elif [ "$c" = rma_swatomic ] &&
                  grep -qE '^hca-run:   ATOMIC_[A-Z_]* +ops=[1-9]' "$log"; then
                 result FAIL "$name" "device atomics ran: UCX_ATOMIC_MODE=device did not reach the ranks; $stats_msg"
                 show_log "$log"
+            elif [ "$c" = reset ]; then
+                result PASS "$name" "${secs}s, $killed hca connections killed during the run; $stats_msg"
             else
                 result PASS "$name" "${secs}s; $stats_msg"
             fi

@@ -573,8 +573,9 @@ static void fz_hdr_promises(const hca_tcp_hdr_t *h)
         (((h->flags & HCA_TCP_F_FIRST) != 0) != (h->offset == 0))) {
         fz_fail("hdr_check passed a SEND whose FIRST and offset disagree");
     }
-    if ((h->opcode == HCA_TCP_OP_READ) && (h->offset != 0)) {
-        fz_fail("hdr_check passed a READ at offset %u", h->offset);
+    if ((h->opcode == HCA_TCP_OP_READ) && (h->offset > h->total)) {
+        fz_fail("hdr_check passed a READ at offset %u of %u", h->offset,
+                h->total);
     }
 }
 
@@ -658,8 +659,8 @@ static void fz_shape(hca_tcp_hdr_t *h, uint8_t sel, uint8_t sel2)
     }
     if (sel & 0x40) {
         if (h->opcode == HCA_TCP_OP_READ) {
-            h->offset = 0;
             h->total %= FZ_TCP_MR + 64;
+            h->offset %= h->total + 1; /* an answer from there on */
         } else {
             h->offset %= 65536;
             if (h->opcode == HCA_TCP_OP_SEND) {

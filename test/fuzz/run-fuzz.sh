@@ -77,7 +77,7 @@ for h in $harnesses; do
         "$build/obj/fuzz_common.o" $objs -lnuma -lpthread -lrt \
         -o "$build/$h" || exit 2
 
-    # the inputs that once broke it (crashes/<ring|svc>-*) first: each
+    # the inputs that once broke it (crashes/<ring|svc|tcp>-*) first: each
     # must pass now
     regress=$(ls "$here/crashes/${h#fuzz_}-"* 2>/dev/null)
     if [ -n "$regress" ] &&

@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -35,48 +34,6 @@ static uint32_t hca_tcp_timeout_ms(const hca_device_t *dev)
         return (uint32_t)atoi(env);
     }
     return HCA_TCP_TIMEOUT_MS;
-}
-
-/* Binds the listener to the chosen address, on a port of the configured
- * range or an ephemeral one. */
-static int hca_tcp_listen(hca_tcp_dev_t *tcp, const hca_open_attr_t *attr)
-{
-    struct sockaddr_storage ss;
-    uint32_t len;
-    uint16_t port = attr->port_min;
-    int fd, rc, one = 1;
-
-    fd = socket((tcp->addr.family == HCA_NET_IPV6) ? AF_INET6 : AF_INET,
-                SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return -errno;
-    }
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    for (;;) {
-        tcp->addr.port = port;
-        hca_tcp_sockaddr(&tcp->addr, &ss, &len);
-        if (bind(fd, (struct sockaddr*)&ss, len) == 0) {
-            break;
-        }
-        rc = -errno;
-        if ((rc != -EADDRINUSE) || (port == 0) || (port >= attr->port_max)) {
-            close(fd);
-            return rc;
-        }
-        ++port;
-    }
-    len = sizeof(ss);
-    if ((listen(fd, 128) != 0) ||
-        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
-        rc = -errno;
-        close(fd);
-        return rc;
-    }
-    tcp->addr.port = ntohs((ss.ss_family == AF_INET6) ?
-                           ((struct sockaddr_in6*)&ss)->sin6_port :
-                           ((struct sockaddr_in*)&ss)->sin_port);
-    tcp->listen_fd = fd;
-    return 0;
 }
 
 static int hca_tcp_dev_open(hca_device_t *dev)
@@ -115,7 +72,8 @@ static int hca_tcp_dev_open(hca_device_t *dev)
     rc = hca_tcp_netif_pick(setting, &tcp->addr, tcp->ifname,
                             sizeof(tcp->ifname));
     if (rc == 0) {
-        rc = hca_tcp_listen(tcp, &dev->open_attr);
+        rc = hca_tcp_listen(tcp, dev->open_attr.port_min,
+                            dev->open_attr.port_max);
     }
     if (rc != 0) {
         hca_log("tcp fabric: no listener (%s): peers on other hosts are "
@@ -179,7 +137,9 @@ static void hca_tcp_dev_close(hca_device_t *dev)
         hca_tcp_rx_abort(conn);
         hca_tcp_conn_free(conn);
     }
-    close(tcp->listen_fd);
+    if (tcp->listen_fd >= 0) {
+        close(tcp->listen_fd);
+    }
     pthread_mutex_destroy(&tcp->lock);
     free(tcp->scratch);
     free(tcp);
@@ -310,8 +270,7 @@ static hca_wc_status_t hca_tcp_peer_status(hca_qp_t *qp)
     }
     /* a peer process of this host that is gone is known at once, not at
      * the retry timeout (its reset alone would only start a reconnect) */
-    if ((conn->peer.host == qp->dev->host_key) &&
-        (kill((pid_t)conn->peer.pid, 0) != 0) && (errno == ESRCH)) {
+    if (hca_tcp_peer_gone(hca_tcp_dev(qp->dev), conn)) {
         return HCA_WC_RETRY_EXC_ERR;
     }
     return HCA_WC_SUCCESS;

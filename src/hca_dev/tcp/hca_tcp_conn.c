@@ -259,6 +259,19 @@ void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     atomic_fetch_add(&tcp->dev->dead_peers, 1);
 }
 
+int hca_tcp_peer_gone(const hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn)
+{
+    uint64_t start;
+    int rc;
+
+    if (conn->peer.host != tcp->dev->host_key) {
+        return 0; /* another host's: its link tells, or the retry timeout */
+    }
+    /* a zombie too (killed, not reaped): it never answers again */
+    rc = hca_proc_start_time(conn->peer.pid, &start);
+    return (rc == -ESRCH) || (rc == -ENOENT);
+}
+
 void hca_tcp_conn_drop_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           const char *where)
 {

@@ -324,6 +324,9 @@ typedef struct hca_tcp_dev {
     uint64_t             incarn;     /* this context's incarnation */
     uint64_t             open_ns;
     uint64_t             reset_ns;   /* injected periodic resets: the last */
+    int                  relisten;   /* injected listener restart: 1 closed,
+                                        2 bound again */
+    uint64_t             relisten_ns; /* ... when it is bound again */
     _Atomic int          linking;    /* a connection is LINKING: the
                                         thread looks every 1 ms */
     uint8_t             *scratch;    /* discarded payload lands here */
@@ -352,6 +355,8 @@ typedef struct hca_tcp_sent {
     uint32_t sq_idx;    /* the WQE ... */
     uint32_t stamp;     /* ... and its resp_stamp */
     uint32_t read_off;  /* READ: answer bytes landed in order (thread) */
+    uint32_t read_gap;  /* READ: 1 + the read_off it was sent again from
+                           (0: none): one request per gap */
     uint8_t  kind;      /* HCA_TCP_SENT_* */
 } hca_tcp_sent_t;
 
@@ -419,6 +424,9 @@ HCA_INLINE int hca_tcp_sge_iov(const hca_wqe_t *wqe, uint64_t offset,
 int  hca_tcp_netif_pick(const char *setting, hca_net_addr_t *addr,
                         char *ifname, size_t ifname_len);
 int  hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len);
+/* the listener at tcp->addr, on a port of [port_min, port_max] (0: any):
+ * 0 and tcp->listen_fd, tcp->addr.port set, or -errno */
+int  hca_tcp_listen(hca_tcp_dev_t *tcp, uint16_t port_min, uint16_t port_max);
 
 /* PSNs wrap at 2^32: a - b in serial arithmetic */
 HCA_INLINE int32_t hca_tcp_psn_diff(uint32_t a, uint32_t b)
@@ -490,6 +498,9 @@ void hca_tcp_conn_drop_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           const char *where);
 #define hca_tcp_conn_drop(_tcp, _conn) \
     hca_tcp_conn_drop_at(_tcp, _conn, __FILE__ ":" HCA_TCP_STR(__LINE__))
+/* the peer is a process of this host that is gone (exited, or a zombie):
+ * known at once, rather than at the retry timeout */
+int  hca_tcp_peer_gone(const hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn);
 /* a LINKING connection we dialled dials again (the thread, tcp->lock
  * held, its old socket closed): 0, or -1 to try later */
 int  hca_tcp_redial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);

@@ -106,7 +106,9 @@ hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr)
         if (hdr->length != 0) {
             return HCA_TCP_HDR_LENGTH;
         }
-        if (hdr->offset != 0) {
+        if (hdr->offset > hdr->total) {
+            /* offset: where its answer is to start (a READ sent again
+             * after part of its answer came) */
             return HCA_TCP_HDR_RANGE;
         }
         return HCA_TCP_HDR_OK;

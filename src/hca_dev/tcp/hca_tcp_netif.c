@@ -3,7 +3,8 @@
  * listener, as UCX's tcp transport chooses them: the setting names
  * interfaces or addresses (comma separated, the first usable wins);
  * without one, the first interface that is up, not loopback and has an
- * address (IPv4 before IPv6), else loopback.
+ * address (IPv4 before IPv6), else loopback; and the listener bound to
+ * it.
  */
 #include "hca_tcp_fabric.h"
 #include "hca_log.h"
@@ -15,6 +16,8 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 int hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len)
 {
@@ -137,4 +140,46 @@ int hca_tcp_netif_pick(const char *setting, hca_net_addr_t *addr,
     }
     freeifaddrs(list);
     return found ? 0 : -ENODEV;
+}
+
+/* Binds the listener to the chosen address, on a port of [port_min,
+ * port_max] or (0) an ephemeral one. */
+int hca_tcp_listen(hca_tcp_dev_t *tcp, uint16_t port_min, uint16_t port_max)
+{
+    struct sockaddr_storage ss;
+    uint32_t len;
+    uint16_t port = port_min;
+    int fd, rc, one = 1;
+
+    fd = socket((tcp->addr.family == HCA_NET_IPV6) ? AF_INET6 : AF_INET,
+                SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -errno;
+    }
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    for (;;) {
+        tcp->addr.port = port;
+        hca_tcp_sockaddr(&tcp->addr, &ss, &len);
+        if (bind(fd, (struct sockaddr*)&ss, len) == 0) {
+            break;
+        }
+        rc = -errno;
+        if ((rc != -EADDRINUSE) || (port == 0) || (port >= port_max)) {
+            close(fd);
+            return rc;
+        }
+        ++port;
+    }
+    len = sizeof(ss);
+    if ((listen(fd, 128) != 0) ||
+        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    tcp->addr.port = ntohs((ss.ss_family == AF_INET6) ?
+                           ((struct sockaddr_in6*)&ss)->sin6_port :
+                           ((struct sockaddr_in*)&ss)->sin_port);
+    tcp->listen_fd = fd;
+    return 0;
 }

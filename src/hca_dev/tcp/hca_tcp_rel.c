@@ -92,6 +92,7 @@ int hca_tcp_sent_push(hca_qp_t *qp, hca_wqe_t *wqe)
     e->sq_idx   = (uint32_t)(wqe - qp->sq);
     e->stamp    = wqe->resp_stamp;
     e->read_off = 0;
+    e->read_gap = 0;
     e->kind     = kind;
     if (kind == HCA_TCP_SENT_ATOMIC) {
         atomic_fetch_add(&tq->atomics_out, 1);
@@ -154,7 +155,10 @@ void hca_tcp_frame_build(hca_qp_t *qp, const hca_wqe_t *wqe,
     case HCA_WR_RDMA_READ:
         hdr->opcode      = HCA_TCP_OP_READ;
         hdr->remote_addr = wqe->remote_addr;
-        hdr->offset      = 0;
+        /* sent again after its answer came in part: the rest only (the
+         * parts before read_off landed in order), as an IB requester
+         * retries a READ from its first missing response packet */
+        hdr->offset      = e->read_off;
         break;
     default: /* atomics: hca_post checked the opcode */
         hdr->opcode      = HCA_TCP_OP_ATOMIC;
@@ -282,7 +286,7 @@ void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     for (uint32_t i = 1; i < HCA_MAX_QP; ++i) {
         hca_qp_t *qp = __atomic_load_n(&dev->qps[i], __ATOMIC_ACQUIRE);
         hca_tcp_qp_t *tq;
-        uint64_t tail;
+        uint64_t tail, head;
 
         if ((qp == NULL) || (qp->fabric->type != HCA_FABRIC_TCP) ||
             (qp->state != HCA_QPS_RTS)) {
@@ -293,10 +297,11 @@ void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             continue;
         }
         tail = atomic_load_explicit(&tq->sent_tail, memory_order_acquire);
-        if (tail != atomic_load_explicit(&tq->sent_head,
-                                         memory_order_acquire)) {
-            hca_tcp_rewind(tcp, qp, tq->sent[tail & tq->sent_mask].psn);
+        head = atomic_load_explicit(&tq->sent_head, memory_order_acquire);
+        if (tail == head) {
+            continue;
         }
+        hca_tcp_rewind(tcp, qp, tq->sent[tail & tq->sent_mask].psn);
     }
 }
 
@@ -359,8 +364,7 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp, const hca_tcp_hdr_t *hdr)
             /* executed before p: a plain WQE is done; a READ's data or
              * an atomic's value did not come, it goes again */
             if (e->kind != HCA_TCP_SENT_PLAIN) {
-                e->read_off = 0;
-                hca_tcp_rewind(tcp, qp, e->psn);
+                hca_tcp_rewind(tcp, qp, e->psn); /* a READ: from read_off */
                 return;
             }
             hca_tcp_sent_resolve(tcp, qp, e, HCA_WC_SUCCESS, 0);

@@ -355,6 +355,7 @@ static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     job.hdr.resp_idx   = hdr->resp_idx;
     job.hdr.resp_stamp = hdr->resp_stamp;
     job.hdr.total      = hdr->total;
+    job.hdr.offset     = hdr->offset; /* the answer goes from there */
     job.entry          = entry; /* released after the last part is out */
     job.addr           = hdr->remote_addr;
     pthread_mutex_lock(&conn->tx_lock);
@@ -447,7 +448,24 @@ static void hca_tcp_rx_dup(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
     const hca_tcp_atom_t *a;
+    hca_wc_status_t status;
+    hca_qp_pub_t *pub;
 
+    /* answered as it was only if it is still a request this connection
+     * may make of that QP (the same checks as a new one: a duplicate
+     * vouches for nothing) */
+    status = hca_tcp_target(tcp, conn, hdr,
+                            (hdr->opcode == HCA_TCP_OP_WRITE) ?
+                            HCA_ACCESS_REMOTE_WRITE :
+                            (hdr->opcode == HCA_TCP_OP_ATOMIC) ?
+                            HCA_ACCESS_REMOTE_ATOMIC :
+                            (hdr->opcode == HCA_TCP_OP_READ) ?
+                            HCA_ACCESS_REMOTE_READ : 0, &pub);
+    if (status != HCA_WC_SUCCESS) {
+        hca_tcp_answer(tcp, conn, hdr, status, 0);
+        hca_tcp_rx_discard(conn);
+        return;
+    }
     switch ((hca_tcp_op_t)hdr->opcode) {
     case HCA_TCP_OP_SEND:
     case HCA_TCP_OP_WRITE:
@@ -656,16 +674,20 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_tcp_sent_t *e = hca_tcp_sent_find(qp, hdr->psn);
             if ((e != NULL) && (e->psn == hdr->psn)) {
                 /* its parts come in order: one missing (injected loss)
-                 * shows at the last, and the READ goes again */
-                if (hdr->offset == e->read_off) {
+                 * shows at the next one, and the READ goes again for the
+                 * rest, from the first part missing (once per gap: the
+                 * parts already on their way do not ask again) */
+                uint32_t before = e->read_off;
+                int last        = (hdr->flags & HCA_TCP_F_LAST) != 0;
+
+                if (hdr->offset == before) {
                     e->read_off += hdr->length;
                 }
-                if (!(hdr->flags & HCA_TCP_F_LAST)) {
-                    /* more to come */
-                } else if (e->read_off == hdr->total) {
+                if (last && (e->read_off == hdr->total)) {
                     hca_tcp_acked(tcp, qp, hdr);
-                } else {
-                    e->read_off = 0;
+                } else if ((last || (hdr->offset > before)) &&
+                           (e->read_gap != e->read_off + 1)) {
+                    e->read_gap = e->read_off + 1;
                     hca_tcp_rewind(tcp, qp, e->psn);
                 }
             }

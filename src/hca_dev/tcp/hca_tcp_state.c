@@ -118,8 +118,10 @@ int hca_tcp_conn_to_at(hca_tcp_conn_t *conn, hca_tcp_conn_state_t to,
             hca_tcp_state_bug("connection", "?", hca_tcp_conn_state_str(to),
                               where);
         }
-        if (from == HCA_TCP_CONN_DEAD) {
-            return -1; /* another thread killed it first: not a bug */
+        if ((from == HCA_TCP_CONN_DEAD) ||
+            ((from == HCA_TCP_CONN_LINKING) && (to == HCA_TCP_CONN_LINKING))) {
+            return -1; /* another thread killed it (or lost its socket)
+                          first: not a bug */
         }
         if (!(hca_tcp_conn_next[from] & HCA_TCP_BIT(to))) {
             hca_tcp_state_bug("connection", hca_tcp_conn_state_str(from),

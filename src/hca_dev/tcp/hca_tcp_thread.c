@@ -10,7 +10,6 @@
 #include "hca_log.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,8 +302,7 @@ static int hca_tcp_linking(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
         return 1;
     }
-    if ((conn->peer.host == tcp->dev->host_key) &&
-        (kill((pid_t)conn->peer.pid, 0) != 0) && (errno == ESRCH)) {
+    if (hca_tcp_peer_gone(tcp, conn)) {
         /* a peer of this host that is gone is known at once */
         hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
         return 1;
@@ -347,6 +345,45 @@ static int hca_tcp_reset_due(hca_tcp_dev_t *tcp, uint64_t now)
     return 1;
 }
 
+/* Injected listener restart (HCA_FAULT tcp_relisten_ms): the listener
+ * and every connection closed once, the listener bound again on its port
+ * 100 ms later, as a peer whose listener restarts (tcp->lock held). */
+static void hca_tcp_relisten(hca_tcp_dev_t *tcp, uint64_t now)
+{
+    const hca_fault_cfg_t *f = &tcp->dev->fault;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &hca_tcp_listen_tag};
+
+    if (HCA_LIKELY(!f->enabled) || (f->tcp_relisten_ms == 0)) {
+        return;
+    }
+    if ((tcp->relisten == 0) &&
+        (now - tcp->open_ns >= f->tcp_relisten_ms * 1000000ull)) {
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, tcp->listen_fd, NULL);
+        close(tcp->listen_fd);
+        tcp->listen_fd = -1;
+        for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+            if (atomic_load(&c->state) == HCA_TCP_CONN_UP) {
+                hca_tcp_conn_drop(tcp, c);
+            }
+        }
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FAULTS, 1);
+        hca_log("tcp fabric: injected: listener on port %u closed",
+                tcp->addr.port);
+        tcp->relisten    = 1;
+        tcp->relisten_ns = now + 100000000ull;
+        atomic_store(&tcp->linking, 1);
+    } else if ((tcp->relisten == 1) && (now >= tcp->relisten_ns)) {
+        if (hca_tcp_listen(tcp, tcp->addr.port, tcp->addr.port) != 0) {
+            tcp->relisten_ns = now + 10000000ull; /* its port in use: again */
+            return;
+        }
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev);
+        hca_log("tcp fabric: injected: listener on port %u again",
+                tcp->addr.port);
+        tcp->relisten = 2;
+    }
+}
+
 /* Keepalives on quiet connections; silent, stuck and parked ones; lost
  * ones dial again or time out. */
 static int hca_tcp_timers(hca_tcp_dev_t *tcp)
@@ -358,6 +395,7 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
     pthread_mutex_lock(&tcp->lock);
     now   = hca_now_ns();
     reset = hca_tcp_reset_due(tcp, now);
+    hca_tcp_relisten(tcp, now);
     for (hca_tcp_conn_t *conn = tcp->conns; conn != NULL; conn = conn->next) {
         int state = atomic_load(&conn->state);
         /* a connection that can resume gives up its socket at half the
@@ -464,13 +502,13 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
         }
         pthread_mutex_unlock(&resumed[i]->rx_lock);
     }
-    if (tcp->listen_paused) {
+    if (tcp->listen_paused && (tcp->listen_fd >= 0)) {
         struct epoll_event ev = {.events   = EPOLLIN,
                                  .data.ptr = &hca_tcp_listen_tag};
         tcp->listen_paused = 0;
         (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev);
     }
-    atomic_store(&tcp->linking, linking);
+    atomic_store(&tcp->linking, linking || (tcp->relisten == 1));
     if (dead) {
         hca_tcp_reap(tcp);
     }

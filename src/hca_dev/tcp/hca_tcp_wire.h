@@ -94,7 +94,9 @@ typedef enum {
                               a total-byte message */
     HCA_TCP_OP_WRITE,      /* bytes for [remote_addr, +length): the part at
                               offset of a total-byte RDMA WRITE */
-    HCA_TCP_OP_READ,       /* read total bytes at remote_addr */
+    HCA_TCP_OP_READ,       /* read total bytes at remote_addr; answered
+                              from offset (0, or where an answer that
+                              came in part is to go on) */
     HCA_TCP_OP_ATOMIC,     /* atomic_op on remote_addr */
     HCA_TCP_OP_ACK,        /* the end of a request: syndrome, value */
     HCA_TCP_OP_READ_RESP,  /* bytes [offset, +length) of a READ */

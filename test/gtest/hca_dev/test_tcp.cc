@@ -963,7 +963,7 @@ const bad_frame bad_frames[] = {
      [](const frame_env &t, uint32_t s, size_t *n) {
          *n = 0;
          tcpf_hdr_t h = env_req(t, TCPF_OP_READ, s);
-         h.offset     = 64; /* a READ is one request: no part of one */
+         h.offset     = 300; /* its answer from past its end */
          h.total      = 256;
          return h;
      }, false},

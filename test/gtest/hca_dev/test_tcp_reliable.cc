@@ -1,9 +1,9 @@
 /*
  * test_tcp_reliable.cc - RC QPs of the tcp fabric survive the loss of
- * frames and of connections (docs/TCP-RC-PLAN.md, commits 2 and 4): PSNs,
- * the exactly-once responder with its atomic replay table, go-back-N
- * retransmission, sessions that outlive their sockets, reconnect, one
- * failure timer.
+ * frames and of sockets (docs/TCP-WIRE.md, "Resuming a connection" and
+ * "Sequence, duplicates, replay"): PSNs, the exactly-once responder with
+ * its atomic replay table, go-back-N retransmission, connections that
+ * outlive their sockets, reconnect, one retry timeout.
  *
  * Every test runs the same verified workload between two processes forced
  * onto the tcp fabric on loopback (the parent is the main requester, a
@@ -1365,6 +1365,22 @@ TEST_F(TcpReliable, ResetEvery100msFor2s)
     ASSERT_NO_FATAL_FAILURE(run(cfg));
     ASSERT_NO_FATAL_FAILURE(expect_verified());
     EXPECT_GE(both("reconnects"), 5u);
+}
+
+/* The peer's listener restarts: 300 ms after each context opened, its
+ * listener and every connection are closed, and the listener is bound
+ * again on the same port 100 ms later (HCA_FAULT tcp_relisten_ms, both
+ * processes).  The dialler's attempts meet a refused connect until then;
+ * the connections resume, and everything completes once. */
+TEST_F(TcpReliable, ListenerRestarted)
+{
+    run_cfg cfg;
+    cfg.fault  = "tcp_relisten_ms=300";
+    cfg.min_ms = 1200;
+    ASSERT_NO_FATAL_FAILURE(run(cfg));
+    ASSERT_NO_FATAL_FAILURE(expect_verified());
+    EXPECT_GT(both("reconnects"), 0u);
+    EXPECT_GT(both("faults_injected"), 0u);
 }
 
 /* The kernel kills the connections between the two processes under the
