@@ -45,7 +45,8 @@ uint32_t hca_ns_inode(const char *kind);
 
 /* Fault injection (hca_fault.c): HCA_FAULT="map=P,reg=P,answer_delay_us=N,
  * ring_stall_ms=N,tcp_loss=P,tcp_dup=P,tcp_reset=P,tcp_reset_ms=N,
- * tcp_reset_for_ms=N,tcp_relisten_ms=N" (P a probability in [0,1]); off
+ * tcp_reset_for_ms=N,tcp_relisten_ms=N,tcp_delay=P,tcp_delay_us=N" (P a
+ * probability in [0,1]); off
  * by default.  The
  * tcp faults are per frame: these kernels have no netem. */
 typedef enum {
@@ -55,6 +56,8 @@ typedef enum {
     HCA_FAULT_TCP_DUP,     /* a frame is sent twice */
     HCA_FAULT_TCP_RESET,   /* the connection is cut in the middle of a
                               frame being sent */
+    HCA_FAULT_TCP_DELAY,   /* a frame waits tcp_delay_us before it goes
+                              (a stall, not a reordering: TCP keeps order) */
     HCA_FAULT_LAST
 } hca_fault_kind_t;
 
@@ -68,6 +71,8 @@ typedef struct hca_fault_cfg {
                                                connection is cut ... */
     uint32_t         tcp_reset_for_ms;      /* ... during the first N ms
                                                after the open (0: always) */
+    uint32_t         tcp_delay_us;          /* tcp_delay's wait (default
+                                               2000) */
     uint32_t         tcp_relisten_ms;       /* N ms after the open, the tcp
                                                listener and every connection
                                                are closed; the listener is

@@ -9,6 +9,7 @@
  *   HCA_FAULT="tcp_loss=0.01,tcp_dup=0.01,tcp_reset=0.001"   (per frame)
  *   HCA_FAULT="tcp_reset_ms=100,tcp_reset_for_ms=2000"
  *   HCA_FAULT="tcp_relisten_ms=300"
+ *   HCA_FAULT="tcp_delay=0.01,tcp_delay_us=5000"
  */
 #include "hca_util.h"
 #include "hca_log.h"
@@ -25,6 +26,7 @@ static const char *const hca_fault_names[HCA_FAULT_LAST] = {
     [HCA_FAULT_TCP_LOSS]  = "tcp_loss",
     [HCA_FAULT_TCP_DUP]   = "tcp_dup",
     [HCA_FAULT_TCP_RESET] = "tcp_reset",
+    [HCA_FAULT_TCP_DELAY] = "tcp_delay",
 };
 
 static int hca_fault_kind_of(const char *name)
@@ -65,6 +67,8 @@ void hca_fault_init(hca_fault_cfg_t *cfg)
             cfg->tcp_reset_ms = (uint32_t)v;
         } else if (!strcmp(tok, "tcp_reset_for_ms")) {
             cfg->tcp_reset_for_ms = (uint32_t)v;
+        } else if (!strcmp(tok, "tcp_delay_us")) {
+            cfg->tcp_delay_us = (uint32_t)v;
         } else if (!strcmp(tok, "tcp_relisten_ms")) {
             cfg->tcp_relisten_ms = (uint32_t)v;
         } else if (!strcmp(tok, "answer_delay_us")) {

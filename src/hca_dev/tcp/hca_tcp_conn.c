@@ -72,6 +72,7 @@ void hca_tcp_conn_io_reset(hca_tcp_conn_t *conn, hca_tcp_rx_state_t rx_state)
     conn->tx.frames   = 0;
     conn->tx.owner_qpn = 0;
     conn->tx.cut      = 0;
+    conn->tx.hold_ns  = 0;
     conn->tx_stuck_ns = 0;
     conn->answer_now  = 0;
     conn->answer_polls = 0;

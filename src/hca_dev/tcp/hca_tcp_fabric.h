@@ -119,6 +119,8 @@ typedef struct hca_tcp_tx {
                                    payload goes out from */
     int              cut;       /* injected reset: half of it goes out,
                                    then the socket is dropped */
+    uint64_t         hold_ns;   /* injected delay: nothing goes out before
+                                   (0: none) */
 } hca_tcp_tx_t;
 
 /* An answer the fabric's thread owes a peer: an ACK, or the rest of a

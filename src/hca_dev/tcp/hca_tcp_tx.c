@@ -72,6 +72,14 @@ void hca_tcp_tx_start(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
         /* injected reset: the connection is cut in the middle of it */
         tx->cut = HCA_UNLIKELY(conn->tcp->dev->fault.enabled) &&
                   hca_fault(conn->tcp->dev, HCA_FAULT_TCP_RESET);
+        /* injected delay: it waits, as on a congested link (the frames
+         * behind it wait too) */
+        if (HCA_UNLIKELY(conn->tcp->dev->fault.enabled) &&
+            hca_fault(conn->tcp->dev, HCA_FAULT_TCP_DELAY)) {
+            uint32_t us = conn->tcp->dev->fault.tcp_delay_us;
+            tx->hold_ns = hca_now_ns() + 1000ull * (us ? us : 2000);
+            HCA_TCP_COUNT(conn->tcp, HCA_TCP_CNT_FAULTS, 1);
+        }
     }
     tx->first     = 0;
     tx->owner_qpn = owner_qpn;
@@ -114,6 +122,13 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (HCA_UNLIKELY(tx->cut) && (tx->left > 0)) {
         hca_tcp_tx_cut(tcp, conn);
         return -1;
+    }
+    if (HCA_UNLIKELY(tx->hold_ns != 0)) {
+        if ((tx->left > 0) && (hca_now_ns() < tx->hold_ns)) {
+            atomic_store(&tcp->parked, 1); /* the thread looks every 1 ms */
+            return 0; /* as a full socket: the thread sends it later */
+        }
+        tx->hold_ns = 0;
     }
 
     while (tx->left > 0) {

@@ -1340,6 +1340,21 @@ TEST_F(TcpReliable, LossAndDup)
     EXPECT_GT(both("dup_requests"), 0u);
 }
 
+/* Injected delay: 1 % of frames wait 5 ms before they go (and the frames
+ * behind them on their connection wait too: a stall, as on a congested
+ * link, not a reordering).  Nothing is lost: no retransmission is needed,
+ * and none happens. */
+TEST_F(TcpReliable, DelayKeepsData)
+{
+    run_cfg cfg;
+    cfg.fault = "tcp_delay=0.01,tcp_delay_us=5000";
+    ASSERT_NO_FATAL_FAILURE(run(cfg));
+    ASSERT_NO_FATAL_FAILURE(expect_verified());
+    EXPECT_GT(both("faults_injected"), 0u);
+    EXPECT_EQ(0u, both("retransmits"));
+    EXPECT_EQ(0u, both("reconnects"));
+}
+
 /* A connection reset mid-frame (half of a frame sent, then the link
  * killed) at 0.2% of the frames sent: the sessions reconnect and resend
  * what was not answered; no QP fails, everything verifies. */
