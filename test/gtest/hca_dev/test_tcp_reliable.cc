@@ -45,13 +45,17 @@
  * Every wait is bounded; the child has a watchdog.
  */
 #include "test_common.h"
+#include "tcp_forge.h"
+#include "tcp_raw_socket.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <inttypes.h>
+#include <atomic>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 namespace hcat {
@@ -1462,6 +1466,248 @@ TEST_F(TcpReliable, PeerGoneFailsWithinTimeout)
     EXPECT_GE(out.drain_ms, 0.0);
     EXPECT_LE(out.drain_ms, cfg.retry_ms + 1000.0 + 500.0)
             << "ms from the kill to the last completion";
+}
+
+/* ------------------------------------------------------------ restarted peer */
+
+/* A raw acceptor playing a peer context at a fake address: it completes
+ * the acceptor's side of handshakes with the incarnation it is told, and
+ * answers WRITEs. */
+class raw_peer {
+public:
+    hca_port_addr_t addr;      /* what our QP is connected to */
+    int             lfd = -1;
+
+    explicit raw_peer(const hca_port_addr_t &like)
+    {
+        struct sockaddr_in sin;
+        socklen_t len = sizeof(sin);
+        int one       = 1;
+
+        addr        = like;
+        addr.host   = 0x7e57ab1e0000ull + (uint64_t)getpid(); /* not ours */
+        addr.pid    = 0x7e57;
+        addr.ctx_id = 0x3c;
+        addr.secret = 0x5ec0de5ec0de5ec0ull;
+        lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        (void)setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        memset(&sin, 0, sizeof(sin));
+        sin.sin_family      = AF_INET;
+        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        EXPECT_EQ(0, bind(lfd, (struct sockaddr*)&sin, sizeof(sin)));
+        EXPECT_EQ(0, listen(lfd, 4));
+        EXPECT_EQ(0, getsockname(lfd, (struct sockaddr*)&sin, &len));
+        addr.net.family = HCA_NET_IPV4;
+        memset(addr.net.addr, 0, sizeof(addr.net.addr));
+        memcpy(addr.net.addr, &sin.sin_addr, 4);
+        addr.net.port = ntohs(sin.sin_port);
+    }
+
+    ~raw_peer()
+    {
+        if (lfd >= 0) {
+            close(lfd);
+        }
+    }
+
+    /* Accepts a connection (bounded) into s. */
+    bool accept_one(tcp_raw_socket &s, int ms)
+    {
+        struct pollfd pfd = {lfd, POLLIN, 0};
+        if (poll(&pfd, 1, ms) != 1) {
+            return false;
+        }
+        s.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        return s.fd >= 0;
+    }
+
+    /* The HELLO, then a CHALLENGE that proves the peer's secret with
+     * incarnation incarn.  *hello: the connector's HELLO. */
+    ::testing::AssertionResult challenge(tcp_raw_socket &s, uint64_t incarn,
+                                         tcpf_hello_t *hello)
+    {
+        uint8_t raw[TCPF_HELLO_LEN];
+        tcpf_hello_t ch;
+
+        if (s.recv_exact(raw, sizeof(raw), TIMEOUT_MS) != 1) {
+            return ::testing::AssertionFailure() << "no HELLO";
+        }
+        tcpf_hello_decode(raw, hello);
+        if (hello->step != TCPF_STEP_HELLO) {
+            return ::testing::AssertionFailure() << "not a HELLO";
+        }
+        memset(&ch, 0, sizeof(ch));
+        ch.step     = TCPF_STEP_CHALLENGE;
+        ch.src_host = addr.host;
+        ch.src_pid  = addr.pid;
+        ch.src_ctx  = addr.ctx_id;
+        ch.nonce    = 0xa11ce00000000000ull ^ incarn;
+        ch.proof    = incarn; /* the incarnation field */
+        tcpf_transcript_t t = {hello->nonce, ch.nonce, hello->src_host,
+                               hello->src_pid, hello->src_ctx, addr.host,
+                               addr.pid, addr.ctx_id, hello->proof, incarn};
+        ch.mac = tcpf_mac(addr.secret, TCPF_MAC_ACCEPTOR, &t);
+        tcpf_hello_encode(&ch, raw);
+        if (!s.send_all(raw, sizeof(raw))) {
+            return ::testing::AssertionFailure() << "CHALLENGE not sent";
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    /* The PROOF (not checked: we play a peer that takes anyone), then an
+     * OK VERDICT. */
+    ::testing::AssertionResult verdict(tcp_raw_socket &s)
+    {
+        uint8_t raw[TCPF_HELLO_LEN];
+        tcpf_hello_t h;
+
+        if (s.recv_exact(raw, sizeof(raw), TIMEOUT_MS) != 1) {
+            return ::testing::AssertionFailure() << "no PROOF";
+        }
+        tcpf_hello_decode(raw, &h);
+        memset(&h, 0, sizeof(h));
+        h.step     = TCPF_STEP_VERDICT;
+        h.src_host = addr.host;
+        h.src_pid  = addr.pid;
+        h.src_ctx  = addr.ctx_id;
+        tcpf_hello_encode(&h, raw);
+        return s.send_all(raw, sizeof(raw)) ?
+               ::testing::AssertionSuccess() :
+               ::testing::AssertionFailure() << "VERDICT not sent";
+    }
+
+    /* The next frame (keepalives skipped) and its payload. */
+    ::testing::AssertionResult frame(tcp_raw_socket &s, tcpf_hdr_t *h,
+                                     std::vector<uint8_t> *payload)
+    {
+        uint8_t raw[TCPF_HDR_LEN];
+
+        do {
+            if (s.recv_exact(raw, sizeof(raw), TIMEOUT_MS) != 1) {
+                return ::testing::AssertionFailure() << "no frame";
+            }
+            tcpf_hdr_decode(raw, h);
+        } while (h->opcode == TCPF_OP_KEEPALIVE);
+        payload->resize(h->length);
+        if ((h->length > 0) &&
+            (s.recv_exact(payload->data(), h->length, TIMEOUT_MS) != 1)) {
+            return ::testing::AssertionFailure() << "no payload";
+        }
+        return ::testing::AssertionSuccess();
+    }
+
+    bool ack(tcp_raw_socket &s, const tcpf_hdr_t &req)
+    {
+        uint8_t raw[TCPF_HDR_LEN];
+        tcpf_hdr_t a;
+
+        memset(&a, 0, sizeof(a));
+        a.version    = (uint8_t)tcpf_version;
+        a.opcode     = TCPF_OP_ACK;
+        a.src_qpn    = req.dst_qpn;
+        a.dst_qpn    = req.src_qpn;
+        a.psn        = req.psn;
+        a.resp_idx   = req.resp_idx;
+        a.resp_stamp = req.resp_stamp;
+        tcpf_hdr_encode(&a, raw);
+        return s.send_all(raw, sizeof(raw));
+    }
+};
+
+/* A peer that restarted (its listener answers again, but as another
+ * incarnation) is never fed a replay: the connection whose socket was
+ * lost dials again, sees the new incarnation in the CHALLENGE and fails;
+ * the unanswered WRITE completes with RETRY_EXC_ERR long before the retry
+ * timeout, and the new incarnation gets no PROOF and no frame. */
+TEST_F(TcpReliable, RestartedPeerNotReplayed)
+{
+    setenv("HCA_TCP_RETRY_TIMEOUT_MS", "10000", 1);
+    ctx a;
+    ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
+    raw_peer peer(a.addr);
+    hca_pd_t *pd  = a.new_pd();
+    cqw *cq       = a.new_cq();
+    hca_qp_t *qp  = a.new_qp(pd, cq, cq);
+    uint8_t *src  = a.alloc(MEM_MALLOC, 256);
+    hca_mr_t *smr = a.reg(pd, src, 256, ACCESS_ALL);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_NE(nullptr, smr);
+    fill_pattern(src, 256, 9);
+
+    std::atomic<int> stage(0);
+    std::string peer_err;
+    bool proof_after_restart = false, frame_after_restart = false;
+    std::thread t([&]() {
+        tcp_raw_socket s1, s2;
+        tcpf_hello_t h;
+        tcpf_hdr_t f;
+        std::vector<uint8_t> pl;
+        if (!peer.accept_one(s1, TIMEOUT_MS) ||
+            !peer.challenge(s1, 0x1111, &h) || !peer.verdict(s1)) {
+            peer_err = "first handshake";
+            stage    = -1;
+            return;
+        }
+        /* WRITE 1: answered */
+        if (!peer.frame(s1, &f, &pl) || (f.opcode != TCPF_OP_WRITE) ||
+            !(f.flags & TCPF_F_START) || !peer.ack(s1, f)) {
+            peer_err = "first WRITE";
+            stage    = -1;
+            return;
+        }
+        stage = 1;
+        /* WRITE 2: read, not answered; then the socket is reset and the
+         * peer "restarts" */
+        if (!peer.frame(s1, &f, &pl) || (f.opcode != TCPF_OP_WRITE)) {
+            peer_err = "second WRITE";
+            stage    = -1;
+            return;
+        }
+        struct linger lg = {1, 0};
+        (void)setsockopt(s1.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        s1.close_fd();
+        stage = 2;
+        if (!peer.accept_one(s2, TIMEOUT_MS) ||
+            !peer.challenge(s2, 0x2222, &h)) {
+            peer_err = "the dial again";
+            stage    = -1;
+            return;
+        }
+        /* it must close: no PROOF (which would ask to resume), no frame */
+        uint8_t raw[TCPF_HELLO_LEN];
+        int rc = s2.recv_exact(raw, sizeof(raw), 3000);
+        proof_after_restart = (rc == 1);
+        if (rc == 1) {
+            frame_after_restart = (s2.recv_exact(raw, 8, 500) == 1);
+        }
+        stage = 3;
+    });
+
+    ASSERT_EQ(0, connect_qp(qp, peer.addr, 0x77));
+    hca_sge_t sg     = mk_sge(src, 256, hca_mr_lkey(smr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 1,
+                             0x100000, 0x1234);
+    hca_wc_t wc;
+    ASSERT_EQ(0, post_retry(qp, &wr));
+    EXPECT_TRUE(wait_wc(cq, &wc));
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    wr.wr_id = 2;
+    ASSERT_EQ(0, post_retry(qp, &wr));
+    double t0 = now_ms();
+    EXPECT_TRUE(wait_wc(cq, &wc));
+    double took = now_ms() - t0;
+    t.join();
+    unsetenv("HCA_TCP_RETRY_TIMEOUT_MS");
+    ASSERT_NE(-1, stage.load()) << "the raw peer: " << peer_err;
+    EXPECT_EQ(2u, wc.wr_id);
+    EXPECT_EQ(HCA_WC_RETRY_EXC_ERR, wc.status) << wc_str(wc);
+    EXPECT_LT(took, 5000.0) << "failed by the retry timeout (10 s), not by "
+                               "the new incarnation";
+    EXPECT_FALSE(proof_after_restart) << "the restarted peer was asked to "
+                                         "resume the old connection";
+    EXPECT_FALSE(frame_after_restart);
+    printf("# the WRITE of the old incarnation failed %.0f ms after it was "
+           "posted\n", took);
 }
 
 } // namespace
