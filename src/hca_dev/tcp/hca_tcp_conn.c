@@ -518,8 +518,8 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 }
 
 /* The connection from the same connector (identity and incarnation) that
- * lost its socket: NULL if there is none, or the resume MAC is not over
- * its last handshake. */
+ * lost its socket: NULL if there is none, or the resume MAC is over
+ * neither its last handshake nor the one before. */
 static hca_tcp_conn_t *hca_tcp_resumed(hca_tcp_dev_t *tcp,
                                        const hca_tcp_conn_t *conn,
                                        uint64_t resume_mac)
@@ -532,9 +532,12 @@ static hca_tcp_conn_t *hca_tcp_resumed(hca_tcp_dev_t *tcp,
             (c->peer.pid == conn->peer.pid) &&
             (c->peer.ctx_id == conn->peer.ctx_id) &&
             (c->peer_incarn == conn->peer_incarn) &&
-            hca_tcp_mac_equal(resume_mac,
-                              hca_tcp_mac(tcp->secret, HCA_TCP_MAC_RESUME,
-                                          &c->hs_done))) {
+            (hca_tcp_mac_equal(resume_mac,
+                               hca_tcp_mac(tcp->secret, HCA_TCP_MAC_RESUME,
+                                           &c->hs_done)) ||
+             hca_tcp_mac_equal(resume_mac,
+                               hca_tcp_mac(tcp->secret, HCA_TCP_MAC_RESUME,
+                                           &c->hs_prev)))) {
             return c;
         }
     }
@@ -598,6 +601,7 @@ static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     conn->rx.buf       = buf;
     conn->rx.buf_head  = conn->rx.buf_tail = 0;
     old->hs            = conn->hs;
+    old->hs_prev       = old->hs_done;
     old->hs_done       = conn->hs;
     old->proof         = conn->proof;
     old->start_ns      = hca_now_ns();
@@ -717,6 +721,8 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
     conn->rx.got   = 0;
     conn->rx.want  = sizeof(hca_tcp_hdr_t);
+    /* (at the first handshake both are it: never a zero transcript) */
+    conn->hs_prev  = conn->was_up ? conn->hs_done : conn->hs;
     conn->hs_done  = conn->hs;
     if (conn->was_up) {
         /* back on a new socket (we dialled): our QPs send again what is

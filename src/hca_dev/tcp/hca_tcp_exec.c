@@ -255,8 +255,11 @@ hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
 
 int hca_tcp_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
 {
-    /* a retransmission asked for is the owner's to do: not asleep */
+    const hca_tcp_qp_t *tq = (const hca_tcp_qp_t*)(const void*)qp->fabric_priv;
+
+    /* a retransmission asked for, or one not finished, is the owner's to
+     * do: not asleep */
     return hca_resp_slot_ready(qp, wqe) ||
-           atomic_load_explicit(&((hca_tcp_qp_t*)(void*)qp->fabric_priv)->rewind,
-                                memory_order_relaxed);
+           atomic_load_explicit(&tq->rewind, memory_order_relaxed) ||
+           (tq->rtx_psn != tq->next_psn);
 }

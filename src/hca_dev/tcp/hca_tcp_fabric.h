@@ -237,6 +237,9 @@ typedef struct hca_tcp_conn {
                                        it to LINKING, not DEAD */
     hca_tcp_transcript_t hs_done;   /* the last completed handshake: what
                                        a resume proves it knew */
+    hca_tcp_transcript_t hs_prev;   /* acceptor: the one before (a VERDICT
+                                       lost with its socket leaves the
+                                       connector one handshake behind) */
     uint64_t             redial_ns; /* LINKING, dialler: the next attempt */
     uint32_t             redial_ms; /* its backoff */
     uint64_t             start_ns;  /* connect began */
