@@ -421,6 +421,35 @@ build_ucp_peer() {
     }
 }
 
+# ucp_pair_start NAME DIR WORKLOAD [OPS]: ucp_peer's target in a and
+# requester in b, both with the fault environment; sets $tgt and $req and
+# returns 0 once both say "traffic", else reports NAME failed, kills them
+# and returns 1
+ucp_pair_start() {
+    local name=$1 dir=$2 wl=$3 ops=${4:-} t0 i
+    mkdir -p "$dir"
+    chmod 0777 "$dir"
+    local penv=("${fault_env[@]}" "UCX_TLS=hca,self" REL_RUN_LIMIT=$((FAULT_LIMIT + 10)))
+    t0=$(now_ms)
+    ip netns exec "$(netns_name a)" env "${penv[@]}" \
+        "$peer_bin" target "$wl" heap "$dir" $ops >"$dir/target.log" 2>&1 &
+    tgt=$!
+    ip netns exec "$(netns_name b)" env "${penv[@]}" \
+        "$peer_bin" requester "$wl" heap "$dir" $ops >"$dir/requester.log" 2>&1 &
+    req=$!
+    bg_pids+=("$tgt" "$req")
+    for i in $(seq 1 100); do
+        grep -qs traffic "$dir/requester.stage" && grep -qs traffic "$dir/target.stage" && break
+        sleep 0.05
+    done
+    if ! grep -qs traffic "$dir/requester.stage"; then
+        report "$name" FAIL $(($(now_ms) - t0)) "no traffic started (logs $dir)"
+        kill -KILL $tgt $req 2>/dev/null; wait $tgt $req 2>/dev/null
+        return 1
+    fi
+    return 0
+}
+
 # ucp_fault NAME ACTION: target in a, requester in b (workload put, 1 MiB
 # areas), both with UCX_HCA_PEER_TIMEOUT=2s; ACTION once traffic runs:
 #   kill   SIGKILL the requester; the target must see the failure
@@ -430,31 +459,10 @@ build_ucp_peer() {
 #          it, the requester (continued) must end too
 #   stopt  the same with the target stopped: the requester must see it
 ucp_fault() {
-    local name="fault $1" action=$2 dir=$logdir/f-$1 tgt req t0 tk detail=
+    local name="fault $1" action=$2 dir=$logdir/f-$1 tgt req tk detail=
     local wl=${3:-put}
     [ -n "$peer_bin" ] || { report "$name" FAIL 0 "ucp_peer not built"; return; }
-    mkdir -p "$dir"
-    chmod 0777 "$dir"
-    local penv=("${fault_env[@]}" "UCX_TLS=hca,self" REL_RUN_LIMIT=$((FAULT_LIMIT + 10)))
-    t0=$(now_ms)
-    ip netns exec "$(netns_name a)" env "${penv[@]}" \
-        "$peer_bin" target "$wl" heap "$dir" >"$dir/target.log" 2>&1 &
-    tgt=$!
-    ip netns exec "$(netns_name b)" env "${penv[@]}" \
-        "$peer_bin" requester "$wl" heap "$dir" >"$dir/requester.log" 2>&1 &
-    req=$!
-    bg_pids+=("$tgt" "$req")
-    # traffic: both stages say so
-    local i
-    for i in $(seq 1 100); do
-        grep -qs traffic "$dir/requester.stage" && grep -qs traffic "$dir/target.stage" && break
-        sleep 0.05
-    done
-    if ! grep -qs traffic "$dir/requester.stage"; then
-        report "$name" FAIL $(($(now_ms) - t0)) "no traffic started (logs $dir)"
-        kill -KILL $tgt $req 2>/dev/null; wait $tgt $req 2>/dev/null
-        return
-    fi
+    ucp_pair_start "$name" "$dir" "$wl" || return
     sleep 0.5
     tk=$(now_ms)
     tk_ns=${EPOCHREALTIME/./}000
@@ -546,29 +554,10 @@ ucp_fault() {
 # case proves nothing).  Both
 # must end cleanly: exit 0, no error, no corruption.
 ucp_survive() {
-    local name="fault $1" wl=$2 ops=$3 dir=$logdir/f-$1 tgt req t0 tk k
+    local name="fault $1" wl=$2 ops=$3 dir=$logdir/f-$1 tgt req tk k
     local detail= ok=1 killed=0
     [ -n "$peer_bin" ] || { report "$name" FAIL 0 "ucp_peer not built"; return; }
-    mkdir -p "$dir"
-    chmod 0777 "$dir"
-    local penv=("${fault_env[@]}" "UCX_TLS=hca,self" REL_RUN_LIMIT=$((FAULT_LIMIT + 10)))
-    t0=$(now_ms)
-    ip netns exec "$(netns_name a)" env "${penv[@]}" \
-        "$peer_bin" target "$wl" heap "$dir" "$ops" >"$dir/target.log" 2>&1 &
-    tgt=$!
-    ip netns exec "$(netns_name b)" env "${penv[@]}" \
-        "$peer_bin" requester "$wl" heap "$dir" "$ops" >"$dir/requester.log" 2>&1 &
-    req=$!
-    bg_pids+=("$tgt" "$req")
-    for k in $(seq 1 100); do
-        grep -qs traffic "$dir/requester.stage" && grep -qs traffic "$dir/target.stage" && break
-        sleep 0.05
-    done
-    if ! grep -qs traffic "$dir/requester.stage"; then
-        report "$name" FAIL $(($(now_ms) - t0)) "no traffic started (logs $dir)"
-        kill -KILL $tgt $req 2>/dev/null; wait $tgt $req 2>/dev/null
-        return
-    fi
+    ucp_pair_start "$name" "$dir" "$wl" "$ops" || return
     sleep 0.2
     tk=$(now_ms)
     for k in $(seq 1 "${MH_RESET_KILLS:-3}"); do
