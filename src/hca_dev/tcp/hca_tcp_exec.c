@@ -11,6 +11,7 @@
  */
 #include "hca_tcp_fabric.h"
 #include "hca_queue.h"
+#include "hca_log.h"
 
 #include <time.h>
 #include <string.h>
@@ -65,6 +66,10 @@ static int hca_tcp_rtx(hca_tcp_dev_t *tcp, hca_qp_t *qp, hca_tcp_conn_t *conn)
     int rc;
 
     hca_tcp_rewind_take(qp);
+    if (HCA_UNLIKELY(qp->dev->trace)) {
+        hca_log("tcp fabric: qp 0x%x sends again psn %u to %u", qp->qpn,
+                tq->rtx_psn, tq->next_psn);
+    }
     while (tq->rtx_psn != tq->next_psn) {
         struct iovec iov[HCA_MAX_SGE];
         hca_tcp_sent_t *e = hca_tcp_sent_find(qp, tq->rtx_psn);
@@ -120,6 +125,35 @@ static hca_exec_t hca_tcp_exec_down(hca_tcp_conn_t *conn, hca_exec_t busy,
     return busy;
 }
 
+/* A new WQE while the connection is being made again (LINKING, or the
+ * dialler dialling again): it takes its PSNs and is recorded as if its
+ * frames were lost, so that the go-back-N of the resumed connection sends
+ * it (hca_tcp_rtx, from rtx_psn).  The post is accepted, as a verbs QP in
+ * RTS accepts one while its link retries; what is kept stays bounded by
+ * the send queue.  BUSY if the connection is back meanwhile (the caller
+ * sends it) or HCA_TCP_RD_ATOM atomics are unanswered. */
+static hca_exec_t hca_tcp_exec_unsent(hca_qp_t *qp, hca_wqe_t *wqe,
+                                      hca_tcp_conn_t *conn)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+    hca_exec_t res   = HCA_EXEC_BUSY;
+
+    pthread_mutex_lock(&conn->tx_lock);
+    if (atomic_load_explicit(&conn->state, memory_order_acquire) !=
+        HCA_TCP_CONN_UP) {
+        wqe->done       = 0;
+        wqe->resp_stamp = hca_qp_next_stamp(qp);
+        if (hca_tcp_sent_push(qp, wqe) == 0) {
+            /* rtx_psn stays: at the first of these frames, or before */
+            tq->next_psn += hca_tcp_sent_last(qp)->npsn;
+            wqe->done     = wqe->length;
+            res           = HCA_EXEC_ISSUED;
+        }
+    }
+    pthread_mutex_unlock(&conn->tx_lock);
+    return res;
+}
+
 hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
                         hca_wc_status_t *status_p)
 {
@@ -148,9 +182,19 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
             *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
             return HCA_EXEC_DONE;
         }
+        if ((state != HCA_TCP_CONN_UP) && (wqe->state == HCA_WQE_POSTED) &&
+            conn->was_up) {
+            res = hca_tcp_exec_unsent(qp, wqe, conn);
+            if (res == HCA_EXEC_ISSUED) {
+                return res;
+            }
+            state = atomic_load_explicit(&conn->state,
+                                         memory_order_acquire);
+        }
         if (state != HCA_TCP_CONN_UP) {
             return busy; /* connecting, or again (LINKING) */
         }
+        res = HCA_EXEC_ISSUED;
     }
 
     pthread_mutex_lock(&conn->tx_lock);
@@ -258,8 +302,11 @@ int hca_tcp_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
     const hca_tcp_qp_t *tq = (const hca_tcp_qp_t*)(const void*)qp->fabric_priv;
 
     /* a retransmission asked for, or one not finished, is the owner's to
-     * do: not asleep */
+     * do: not asleep (frames recorded while the connection is down wait
+     * for it: its resumption asks, hca_tcp_rewind_conn) */
     return hca_resp_slot_ready(qp, wqe) ||
            atomic_load_explicit(&tq->rewind, memory_order_relaxed) ||
-           (tq->rtx_psn != tq->next_psn);
+           ((tq->rtx_psn != tq->next_psn) && (tq->conn != NULL) &&
+            (atomic_load_explicit(&tq->conn->state, memory_order_relaxed) ==
+             HCA_TCP_CONN_UP));
 }

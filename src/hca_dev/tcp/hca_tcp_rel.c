@@ -28,6 +28,7 @@
  * per frame otherwise.
  */
 #include "hca_tcp_fabric.h"
+#include "hca_log.h"
 #include "hca_queue.h"
 
 #include <errno.h>
@@ -372,6 +373,11 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp, const hca_tcp_hdr_t *hdr)
         }
         /* p is one of e's frames */
         if (seq) {
+            if (HCA_UNLIKELY(qp->dev->trace)) {
+                hca_log("tcp fabric: qp 0x%x: PSN_SEQ NAK, send again from "
+                        "psn %u (first unanswered %u, next %u)", qp->qpn, p,
+                        e->psn, tq->next_psn);
+            }
             hca_tcp_rewind(tcp, qp, p); /* from the frame expected */
         } else if (hdr->opcode == HCA_TCP_OP_READ_RESP) {
             if (e->kind == HCA_TCP_SENT_READ) {

@@ -1710,5 +1710,109 @@ TEST_F(TcpReliable, RestartedPeerNotReplayed)
            "posted\n", took);
 }
 
+/* A WR posted while the connection is being made again (its socket lost,
+ * the dialler waiting for the peer's answer) is accepted, as a verbs QP
+ * in RTS accepts one while its link retries, and goes out once the
+ * connection resumes: not handed back as "no resources" (UCT would report
+ * NO_RESOURCE for an ep whose peer is merely reconnecting). */
+TEST_F(TcpReliable, PostWhileReconnectingIsAccepted)
+{
+    setenv("HCA_TCP_RETRY_TIMEOUT_MS", "10000", 1);
+    ctx a;
+    ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
+    raw_peer peer(a.addr);
+    hca_pd_t *pd  = a.new_pd();
+    cqw *cq       = a.new_cq();
+    hca_qp_t *qp  = a.new_qp(pd, cq, cq);
+    uint8_t *src  = a.alloc(MEM_MALLOC, 256);
+    hca_mr_t *smr = a.reg(pd, src, 256, ACCESS_ALL);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_NE(nullptr, smr);
+    fill_pattern(src, 256, 5);
+
+    std::atomic<int> stage(0);
+    std::string peer_err;
+    std::vector<uint8_t> second;
+    uint32_t first_psn = 0, second_psn = 0;
+    std::thread t([&]() {
+        tcp_raw_socket s1, s2;
+        tcpf_hello_t h;
+        tcpf_hdr_t f;
+        std::vector<uint8_t> pl;
+        if (!peer.accept_one(s1, TIMEOUT_MS) ||
+            !peer.challenge(s1, 0x1111, &h) || !peer.verdict(s1)) {
+            peer_err = "first handshake";
+            stage    = -1;
+            return;
+        }
+        if (!peer.frame(s1, &f, &pl) || (f.opcode != TCPF_OP_WRITE) ||
+            !peer.ack(s1, f)) {
+            peer_err = "first WRITE";
+            stage    = -1;
+            return;
+        }
+        first_psn = f.psn;
+        struct linger lg = {1, 0};
+        (void)setsockopt(s1.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        s1.close_fd();
+        stage = 1;
+        /* the dialler's HELLO waits in the backlog while the test posts */
+        while (stage.load() == 1) {
+            usleep(1000);
+        }
+        if (!peer.accept_one(s2, TIMEOUT_MS) ||
+            !peer.challenge(s2, 0x1111, &h) || !peer.verdict(s2)) {
+            peer_err = "the handshake that resumes";
+            stage    = -1;
+            return;
+        }
+        if (!peer.frame(s2, &f, &pl) || (f.opcode != TCPF_OP_WRITE) ||
+            !peer.ack(s2, f)) {
+            peer_err = "the WRITE posted while reconnecting";
+            stage    = -1;
+            return;
+        }
+        second_psn = f.psn;
+        second     = pl;
+        stage      = 3;
+    });
+
+    ASSERT_EQ(0, connect_qp(qp, peer.addr, 0x77));
+    hca_sge_t sg     = mk_sge(src, 256, hca_mr_lkey(smr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 1,
+                             0x100000, 0x1234);
+    hca_send_wr_t *bad = nullptr;
+    hca_wc_t wc;
+    ASSERT_EQ(0, post_retry(qp, &wr));
+    EXPECT_TRUE(wait_wc(cq, &wc));
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    double t0 = now_ms();
+    while ((stage.load() == 0) && (now_ms() - t0 < TIMEOUT_MS)) {
+        usleep(1000);
+    }
+    ASSERT_EQ(1, stage.load()) << "the raw peer: " << peer_err;
+    usleep(100000); /* the socket is lost, the dialler has dialled again */
+    fill_pattern(src, 256, 6);
+    wr.wr_id = 2;
+    int rc   = hca_post_send(qp, &wr, &bad);
+    stage    = 2;
+    EXPECT_EQ(0, rc) << "a WR posted while the connection resumes was "
+                        "refused";
+    if (rc == 0) {
+        EXPECT_TRUE(wait_wc(cq, &wc));
+        EXPECT_EQ(2u, wc.wr_id);
+        EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    }
+    t.join();
+    unsetenv("HCA_TCP_RETRY_TIMEOUT_MS");
+    if (rc == 0) {
+        ASSERT_EQ(3, stage.load()) << "the raw peer: " << peer_err;
+        EXPECT_EQ(first_psn + 1, second_psn);
+        ASSERT_EQ(256u, second.size());
+        EXPECT_EQ(-1, check_pattern(second.data(), 256, 6))
+                << "the WRITE sent after the resume carried other data";
+    }
+}
+
 } // namespace
 } // namespace hcat
