@@ -28,7 +28,8 @@ LEVEL_TITLES = OrderedDict()   # level or table -> title of its table
 ORDER = []                     # machine_state points, in run order
 PERFTEST_LEVELS = []           # levels whose ucx_perftest rows get a table
 AB_LEVELS = []                 # levels of the A/B mode
-NETPIPE_TARGETS = {}           # netpipe table -> (latency, bandwidth) target
+NETPIPE_TARGETS = {}           # netpipe table -> (latency, bandwidth
+                               # target, latency row: lat_small or lat_8)
 OSC_ROWS = []                  # (test, label, size, target) of hca_osc_bench
 
 
@@ -47,7 +48,7 @@ def matrix_path(outdir):
 # directory's copy from an older tree) fails with its line, not a traceback.
 MATRIX_COLUMNS = {"level": (2,), "table": (2,), "set": (3,), "sizes": (3,),
                   "uct-builtin": (2,), "ucp-builtin": (2,), "uct": (9,),
-                  "ucp": (7,), "netpipe": (3,), "netpipe-target": (3,),
+                  "ucp": (7,), "netpipe": (3,), "netpipe-target": (3, 4),
                   "hosts": (7, 10), "hosts-mpi": (2,), "osc": (4,)}
 
 
@@ -93,9 +94,15 @@ def load_matrix(outdir):
     for name, default, _ in recs["set"]:
         if name == "ab_levels":
             AB_LEVELS.extend(default.split(","))
-    for table, lat, bw in recs["netpipe-target"]:
+    for rec in recs["netpipe-target"]:
+        table, lat, bw = rec[:3]
+        latrow = rec[3] if len(rec) > 3 else "small"
+        if latrow not in ("small", "8"):
+            sys.exit("netpipe-target %s: latency row '%s' (small or 8)" % (
+                table, latrow))
         NETPIPE_TARGETS[table] = (lat if lat != "-" else "",
-                                  bw if bw != "-" else "")
+                                  bw if bw != "-" else "",
+                                  "lat_8" if latrow == "8" else "lat_small")
     for test, label, size, target in recs["osc"]:
         OSC_ROWS.append((test, label, to_bytes(size),
                          target if target != "-" else ""))
@@ -446,7 +453,7 @@ def netpipe_table(outdir, runs, machine, summary, level="netpipe",
     memory, kind "builtin") or hosts-netpipe (hca vs tcp, kind "tcp")."""
     if not runs:
         return {}
-    targets = NETPIPE_TARGETS.get(level, ("", ""))
+    targets = NETPIPE_TARGETS.get(level, ("", "", "lat_small"))
     curves = defaultdict(list)          # tl -> [points of each run]
     fails = []
     for kind, tl, rep, path, status, note in runs:
@@ -481,8 +488,9 @@ def netpipe_table(outdir, runs, machine, summary, level="netpipe",
     hk = next((k for k in per if k[0] == "hca"), None)
     bk = next((k for k in per if k[0] == other), None)
     specs = [("lat_small", "latency, 1-64 B (median)", "us", "lat",
-              targets[0]),
-             ("lat_8", "latency", "us", "lat", ""),
+              targets[0] if targets[2] == "lat_small" else ""),
+             ("lat_8", "latency", "us", "lat",
+              targets[0] if targets[2] == "lat_8" else ""),
              ("bw_65536", "bandwidth", "Mbps", "bw", ""),
              ("bw_1048576", "bandwidth", "Mbps", "bw", ""),
              ("bw_16777216", "bandwidth", "Mbps", "bw", ""),

@@ -76,7 +76,9 @@
 #              osc ucx) under build/contrib/hca-run mpirun, one rank per
 #              host, UCX_TLS=hca,self vs UCX_TLS=tcp,self (UCX's tcp does
 #              the one-sided operations with active messages)
-#            Targets: latency hca/tcp <= 1.0, bandwidth hca/tcp >= 1.3.
+#            Targets (issue 28): latency at 8 B (am_lat, tag_lat, NetPIPE)
+#            hca/tcp <= 0.9; put_bw, tag_bw, NetPIPE peak, MPI_Put and
+#            MPI_Get at 1 MiB hca/tcp >= 1.5.
 #            ucx_perftest rows: --reps runs each; NetPIPE and hca_osc_bench:
 #            3 runs each (--long: 5). MPI ranks are pinned with a rankfile
 #            (--no-pin: --bind-to none). The first MPI run of each set logs
