@@ -8,7 +8,8 @@ table titles, NetPIPE and hca_osc_bench targets), prints one table per level
 (hca figure, best built-in figure, ratio hca/built-in, target, PASS/MISS),
 writes gnuplot data files and a script, and runs gnuplot for the PNG plots.
 Level hosts (between two namespace hosts, hca against UCX's tcp) also
-reads OUTDIR/hosts-{netpipe,osc,transports}.tsv.
+reads OUTDIR/hosts-{netpipe,osc,transports,cpu}.tsv: the CPU time of the
+hosts-cpu rows (s/GB rows).
 An A/B run (hca-bench.sh --ab-old-build, info.tsv has ab_old) gets the A/B
 table instead (old and new build medians, noise, SLOWER flags), also
 written to OUTDIR/ab.tsv.
@@ -30,6 +31,7 @@ PERFTEST_LEVELS = []           # levels whose ucx_perftest rows get a table
 AB_LEVELS = []                 # levels of the A/B mode
 NETPIPE_TARGETS = {}           # netpipe table -> (latency, bandwidth
                                # target, latency row: lat_small or lat_8)
+CPU_ROWS = []                  # (hosts row label, label, target) hosts-cpu
 OSC_ROWS = []                  # (test, label, size, target) of hca_osc_bench
 
 
@@ -49,7 +51,8 @@ def matrix_path(outdir):
 MATRIX_COLUMNS = {"level": (2,), "table": (2,), "set": (3,), "sizes": (3,),
                   "uct-builtin": (2,), "ucp-builtin": (2,), "uct": (9,),
                   "ucp": (7,), "netpipe": (3,), "netpipe-target": (3, 4),
-                  "hosts": (7, 10), "hosts-mpi": (2,), "osc": (4,)}
+                  "hosts": (7, 10), "hosts-mpi": (2,), "osc": (4,),
+                  "hosts-cpu": (3,)}
 
 
 def read_matrix(path):
@@ -78,7 +81,7 @@ def to_bytes(s):
 def load_matrix(outdir):
     recs = read_matrix(matrix_path(outdir))
     LEVEL_TITLES.clear()
-    del ORDER[:], PERFTEST_LEVELS[:], AB_LEVELS[:], OSC_ROWS[:]
+    del ORDER[:], PERFTEST_LEVELS[:], AB_LEVELS[:], OSC_ROWS[:], CPU_ROWS[:]
     NETPIPE_TARGETS.clear()
     rowlevels = set(r[0] for r in recs["uct"] + recs["ucp"])
     for name, title in recs["level"] + recs["table"]:
@@ -103,6 +106,8 @@ def load_matrix(outdir):
         NETPIPE_TARGETS[table] = (lat if lat != "-" else "",
                                   bw if bw != "-" else "",
                                   "lat_8" if latrow == "8" else "lat_small")
+    for row, label, target in recs["hosts-cpu"]:
+        CPU_ROWS.append((row, label, target if target != "-" else ""))
     for test, label, size, target in recs["osc"]:
         OSC_ROWS.append((test, label, to_bytes(size),
                          target if target != "-" else ""))
@@ -272,6 +277,10 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary,
                           "%.2f" % ratio if ratio is not None else "-",
                           target or "", res])
             summary.append((level, label, fsize(size), ratio, target, res))
+        if level == "hosts":
+            cl, cn = cpu_rows(outdir, lrows, summary)
+            lines += cl
+            notes += cn
         for lv, what, why in skipped:
             if lv == level:
                 notes.append("not run: %s (%s)" % (what, why))
@@ -287,6 +296,85 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary,
                         else "built-in transport"),
                     header, lines, notes)
     return byrow
+
+
+def cpu_rows(outdir, lrows, summary):
+    """The hosts-cpu rows: CPU seconds (user + sys of the ucx_perftest
+    server and client, GNU time) per 10^9 B of payload, the payload being
+    size x (-n + -w), per run; medians of the runs of each side.  Returns
+    the table lines and notes (and appends the target rows to summary)."""
+    runs = defaultdict(lambda: defaultdict(list))   # row -> kind -> [run]
+    tls = defaultdict(dict)
+    for rec in read_tsv(os.path.join(outdir, "hosts-cpu.tsv"), 16):
+        row, kind, tl, rep, status = rec[:5]
+        nums = [to_float(v) for v in rec[5:]]
+        size, n, w, swall, susr, ssys, cwall, cusr, csys, rx, tx = nums
+        if status != "ok" or None in (size, n, w, susr, ssys, cusr, csys):
+            continue
+        payload = size * (n + w)
+        if payload <= 0:
+            continue
+        cpu = susr + ssys + cusr + csys
+        runs[row][kind].append({
+            "sgb": cpu / (payload / 1e9), "cpu": cpu, "srv": susr + ssys,
+            "cli": cusr + csys, "swall": swall, "cwall": cwall,
+            "wire": (rx + tx) / payload if None not in (rx, tx) else None,
+            "payload": payload, "n": n, "w": w, "size": size})
+        tls[row][kind] = tl
+    lines, notes = [], []
+    labels = dict((r[2], r) for r in lrows)
+    for rowlabel, label, target in CPU_ROWS:
+        if rowlabel not in labels:
+            continue
+        _, row, _, size, _, _ = labels[rowlabel]
+        d = runs.get(row, {})
+        if not d:
+            if os.path.exists(os.path.join(outdir, "hosts-cpu.tsv")):
+                notes.append("%s: no CPU figures (GNU time missing or every "
+                             "run failed)" % label)
+            continue
+        med = {}
+        for kind, rs in d.items():
+            med[kind] = dict((k, statistics.median(r[k] for r in rs
+                                                   if r[k] is not None))
+                             for k in rs[0] if any(r[k] is not None
+                                                   for r in rs))
+            med[kind]["runs"] = len(rs)
+        h, t = med.get("hca"), med.get("builtin")
+        ratio = h["sgb"] / t["sgb"] if h and t and t["sgb"] else None
+        res = verdict(ratio, target)
+        if target and ratio is None:
+            res = "n/a"
+        lines.append([label, fsize(size), "s/GB",
+                      fnum(h["sgb"]) if h else "-",
+                      fnum(t["sgb"]) if t else "-",
+                      tls[row].get("builtin", "none") if t else "none",
+                      "%d+%d" % (h["runs"] if h else 0, t["runs"] if t else 0),
+                      "%.2f" % ratio if ratio is not None else "-",
+                      target, res])
+        summary.append(("hosts", label, fsize(size), ratio, target, res))
+        parts = []
+        for name, m in (("hca", h), ("tcp", t)):
+            if not m:
+                continue
+            p = "%s %.2f s (server %.2f in %.2f s wall, client %.2f in %.2f " \
+                "s)" % (name, m["cpu"], m["srv"], m.get("swall", 0),
+                        m["cli"], m.get("cwall", 0))
+            if m.get("wire") is not None:
+                p += ", wire %.3fx" % m["wire"]
+            parts.append(p)
+        m = h or t
+        notes.append("%s: CPU (user+sys) of server + client per run, over a "
+                     "payload of %s x (%d + %d warmup) = %.0f MB: %s" % (
+                         label, fsize(m["size"]), m["n"], m["w"],
+                         m["payload"] / 1e6, "; ".join(parts)))
+    if lines:
+        notes.append("CPU/GB: GNU time of each ucx_perftest process (all its "
+                     "threads), 10^9 B of payload; both sides busy-poll, so a "
+                     "pinned process burns about its wall time: the figure "
+                     "follows 1/bandwidth plus start-up; 'wire' = host a's "
+                     "interface bytes (rx + tx) / payload")
+    return lines, notes
 
 
 def ab_spread(vals):

@@ -79,6 +79,11 @@
 #            Targets (issue 28): latency at 8 B (am_lat, tag_lat, NetPIPE)
 #            hca/tcp <= 0.9; put_bw, tag_bw, NetPIPE peak, MPI_Put and
 #            MPI_Get at 1 MiB hca/tcp >= 1.5.
+#            CPU cost: the put_bw, get and tag_bw rows (the matrix's
+#            hosts-cpu records) run both processes under GNU time
+#            (/usr/bin/time): user+sys seconds of server and client per GB
+#            of payload (size x (-n + -w)), target hca/tcp <= 0.7 for
+#            put_bw and tag_bw (OUT/hosts-cpu.tsv).
 #            ucx_perftest rows: --reps runs each; NetPIPE and hca_osc_bench:
 #            3 runs each (--long: 5). MPI ranks are pinned with a rankfile
 #            (--no-pin: --bind-to none). The first MPI run of each set logs
@@ -298,7 +303,8 @@ has_level() { case ",$levels," in *",$1,"*) return 0 ;; esac; return 1; }
 pkgs=(ucx-utils python3 iproute2)
 [ -n "$ab_old" ] || pkgs+=(gnuplot-nox)    # A/B mode draws no plots
 has_level netpipe && pkgs+=(netpipe-openmpi openmpi-bin)
-has_level hosts && pkgs+=(netpipe-openmpi openmpi-bin libopenmpi-dev util-linux)
+has_level hosts && pkgs+=(netpipe-openmpi openmpi-bin libopenmpi-dev util-linux
+                          time)
 install_missing "${pkgs[@]}"
 for c in ucx_perftest ucx_info python3 ss timeout; do
     command -v $c >/dev/null 2>&1 || die "$c not found"
@@ -364,8 +370,12 @@ netpipe_tsv=$outdir/netpipe.tsv # kind tl rep file status note
 hosts_np_tsv=$outdir/hosts-netpipe.tsv  # kind tl rep file status note
 hosts_osc_tsv=$outdir/hosts-osc.tsv     # kind tl rep test size value status note
 hosts_tl_tsv=$outdir/hosts-transports.tsv  # kind tl what ep_cfg status
+# row kind tl rep status size iters warmup, then wall user sys (seconds)
+# of the server and of the client, then host a's interface rx and tx bytes
+hosts_cpu_tsv=$outdir/hosts-cpu.tsv
 : >"$results"; : >"$rows"; : >"$machine"; : >"$netpipe_tsv"
 : >"$hosts_np_tsv"; : >"$hosts_osc_tsv"; : >"$hosts_tl_tsv"
+: >"$hosts_cpu_tsv"
 # Two busy-polling processes on 2 vCPUs: left to the scheduler they
 # sometimes share one CPU, and the 50th-percentile latency then hides the
 # time slices (an atomic on a line nobody else touches meanwhile looks 3x
@@ -503,11 +513,58 @@ last_note=
 pt_srv_ns=()
 pt_cli_ns=()
 pt_server=localhost
+# level hosts, the hosts-cpu rows: pt_cpu=yes runs the server and the
+# client under GNU time (user and sys seconds of each process, all its
+# threads) and reads the interface pt_wire_if of host a (pt_srv_ns) before
+# and after the pair; perftest() then sets last_cpu (the CPU columns of
+# hosts-cpu.tsv, from "size"), which record() writes.
+pt_cpu=no
+pt_wire_if=
+last_cpu=
+# wire_bytes: "RX TX" bytes of pt_wire_if in host a, or "- -"
+wire_bytes() {
+    local d=/sys/class/net/$pt_wire_if/statistics v
+    v=$("${pt_srv_ns[@]}" cat "$d/rx_bytes" "$d/tx_bytes" 2>/dev/null | paste -sd' ' -)
+    case $v in *' '*) echo "$v" ;; *) echo "- -" ;; esac
+}
+# cpu_fields LOG "RX0 TX0" "RX1 TX1" ARGS...: the CPU columns of one run
+# (size, -n, -w of ARGS; wall, user, sys of LOG.time-server and
+# LOG.time-client, "-" where missing; the interface's deltas)
+cpu_fields() {
+    local log=$1 w0=$2 w1=$3 size=- n=- w=- f t r0 t0 r1 t1 out
+    shift 3
+    while [ $# -gt 0 ]; do
+        case $1 in
+        -s) size=${2:-}; shift ;;
+        -n) n=${2:-}; shift ;;
+        -w) w=${2:-}; shift ;;
+        esac
+        shift
+    done
+    out="$size	$n	$w"
+    for f in server client; do
+        # GNU time writes "Command exited with non-zero status N" (or
+        # "terminated by signal") first: its last line has the figures
+        t=$(tail -n 1 "$log.time-$f" 2>/dev/null)
+        case $t in
+        [0-9]*' '[0-9]*' '[0-9]*) out+="	${t// /	}" ;;
+        *) out+="	-	-	-" ;;
+        esac
+    done
+    read -r r0 t0 <<<"$w0"
+    read -r r1 t1 <<<"$w1"
+    if [ "$r0" != - ] && [ "$r1" != - ]; then
+        out+="	$((r1 - r0))	$((t1 - t0))"
+    else
+        out+="	-	-"
+    fi
+    echo "$out"
+}
 # perftest ENVWORDS... -- ARGS... : run one server/client pair; sets
 # last_value (usec 50%ile or MB/s overall, per $metric) or returns 1 with
 # last_note = the error text.
 perftest() {
-    local envw=() args=() spid rc i line log
+    local envw=() args=() spid rc i line log tsrv=() tcli=() w0=
     while [ "$1" != -- ]; do envw+=("$1"); shift; done
     shift
     args=("$@")
@@ -515,13 +572,20 @@ perftest() {
     port=$((port + 1))
     free_port
     log=$outdir/logs/perftest-$(printf %03d $runno)
+    last_cpu=
+    if [ "$pt_cpu" = yes ]; then
+        tsrv=(/usr/bin/time -f '%e %U %S' -o "$log.time-server")
+        tcli=(/usr/bin/time -f '%e %U %S' -o "$log.time-client")
+        rm -f "$log.time-server" "$log.time-client"
+        w0=$(wire_bytes)
+    fi
     {
-        echo "${pt_srv_ns[*]:+${pt_srv_ns[*]} }env ${envw[*]} ${pin_srv[*]} ucx_perftest ${args[*]} -p $port"
+        echo "${pt_srv_ns[*]:+${pt_srv_ns[*]} }env ${envw[*]} ${pin_srv[*]} ${tsrv[*]} ucx_perftest ${args[*]} -p $port"
         [ ${#pt_cli_ns[@]} -eq 0 ] ||
-            echo "${pt_cli_ns[*]} env ${envw[*]} ${pin_cli[*]} ucx_perftest $pt_server ${args[*]} -p $port"
+            echo "${pt_cli_ns[*]} env ${envw[*]} ${pin_cli[*]} ${tcli[*]} ucx_perftest $pt_server ${args[*]} -p $port"
     } >"$log.cmd"
     "${pt_srv_ns[@]}" timeout -k 5 $((run_timeout + 20)) env "${envw[@]}" \
-        "${pin_srv[@]}" ucx_perftest "${args[@]}" -p "$port" \
+        "${pin_srv[@]}" "${tsrv[@]}" ucx_perftest "${args[@]}" -p "$port" \
         >"$log.server" 2>&1 &
     spid=$!
     bg_pids+=("$spid")
@@ -534,8 +598,8 @@ perftest() {
     rc=1
     for ((i = 0; i < 3; i++)); do
         "${pt_cli_ns[@]}" timeout -k 5 "$run_timeout" env "${envw[@]}" \
-            "${pin_cli[@]}" ucx_perftest "$pt_server" "${args[@]}" -p "$port" \
-            >"$log.client" 2>&1
+            "${pin_cli[@]}" "${tcli[@]}" ucx_perftest "$pt_server" "${args[@]}" \
+            -p "$port" >"$log.client" 2>&1
         rc=$?
         # retry only if the client could not connect
         grep -q "connect.*refused\|Connection refused" "$log.client" || break
@@ -547,6 +611,8 @@ perftest() {
     done
     kill "$spid" 2>/dev/null
     wait "$spid" 2>/dev/null
+    [ "$pt_cpu" = yes ] &&
+        last_cpu=$(cpu_fields "$log" "$w0" "$(wire_bytes)" "${args[@]}")
     line=$(grep '^Final:' "$log.client" | tail -n 1)
     if [ -n "$line" ]; then
         if [ "$metric" = lat ]; then
@@ -569,6 +635,10 @@ record() {   # level row kind tl rep (uses last_value/last_note and $1 status)
     local st=$1; shift
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" \
         "$last_value" "$st" "${last_note:-}" >>"$results"
+    # a hosts-cpu row's run: its CPU times too
+    [ -z "$last_cpu" ] ||
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$5" "$st" \
+            "$last_cpu" >>"$hosts_cpu_tsv"
 }
 
 fmt_size() {
@@ -1008,9 +1078,11 @@ hosts_osc() {   # KIND TL REP
 }
 
 # The hosts level: the matrix's hosts records (ucx_perftest between the
-# hosts), then its hosts-mpi sets (NetPIPE, hca_osc_bench).
+# hosts; those of its hosts-cpu records with their CPU time), then its
+# hosts-mpi sets (NetPIPE, hca_osc_bench).
 hosts_level() {
     local rec recs=() f=() a v r nl wl nb wb tcp_put mpi_sets=() kind tl
+    local -A cpu_rows=()
     machine_state hosts
     pt_srv_ns=(ip netns exec "${hosts_ns[0]}")
     pt_cli_ns=(ip netns exec "${hosts_ns[1]}")
@@ -1022,6 +1094,14 @@ hosts_level() {
     tcp_put=zcopy
     [ "${caps[hosts_tcp:put_zcopy]:-0}" -ge "$MiB" ] || tcp_put=bcopy
     echo "hosts_tcp_put	$tcp_put" >>"$outdir/info.tsv"
+    # the rows whose CPU time is measured (GNU time: /usr/bin/time)
+    while IFS='|' read -r v _; do cpu_rows[$v]=1; done < <(matrix_records hosts-cpu)
+    if [ ${#cpu_rows[@]} -gt 0 ] && [ ! -x /usr/bin/time ]; then
+        log "[hosts] /usr/bin/time not found (package time): no CPU rows"
+        printf 'hosts\tCPU/GB rows\t/usr/bin/time not installed\n' >>"$skipped"
+        cpu_rows=()
+    fi
+    pt_wire_if=$hosts_if
     # ping-pongs of 8 B: hosts_lat_iters (UCX's tcp has millisecond
     # stalls, and 100000 would take long); 1 MiB streams: hosts_bw_iters
     nl=$(setting hosts_lat_iters); wl=$((nl / 10))
@@ -1041,9 +1121,12 @@ hosts_level() {
             v=${v//\{if\}/$hosts_if}; v=${v//\{tcp_put\}/$tcp_put}
             f[a]=$v
         done
+        pt_cpu=no
+        [ -z "${cpu_rows[${f[0]}]:-}" ] || pt_cpu=yes
         hosts_row "${f[0]}" "${f[1]}" "${f[2]}" "${f[3]}" "$reps_target" \
             "${f[@]:4}"
     done
+    pt_cpu=no; pt_wire_if=
     pt_srv_ns=(); pt_cli_ns=(); pt_server=localhost
     mapfile -t mpi_sets < <(matrix_records hosts-mpi)
     for ((r = 1; r <= hosts_mpi_reps; r++)); do
