@@ -8,8 +8,9 @@ table titles, NetPIPE and hca_osc_bench targets), prints one table per level
 (hca figure, best built-in figure, ratio hca/built-in, target, PASS/MISS),
 writes gnuplot data files and a script, and runs gnuplot for the PNG plots.
 Level hosts (between two namespace hosts, hca against UCX's tcp) also
-reads OUTDIR/hosts-{netpipe,osc,transports,cpu}.tsv: the CPU time of the
-hosts-cpu rows (s/GB rows).
+reads OUTDIR/hosts-{netpipe,osc,transports,cpu,iperf}.tsv: the CPU time
+of the hosts-cpu rows (s/GB rows) and the iperf3 TCP ceiling, with each
+bandwidth row as a fraction of it.
 An A/B run (hca-bench.sh --ab-old-build, info.tsv has ab_old) gets the A/B
 table instead (old and new build medians, noise, SLOWER flags), also
 written to OUTDIR/ab.tsv.
@@ -32,6 +33,10 @@ AB_LEVELS = []                 # levels of the A/B mode
 NETPIPE_TARGETS = {}           # netpipe table -> (latency, bandwidth
                                # target, latency row: lat_small or lat_8)
 CPU_ROWS = []                  # (hosts row label, label, target) hosts-cpu
+# The bandwidth rows of the hosts level's tables, for their fraction of
+# the iperf3 ceiling: (table, label, size, hca B/s, tcp B/s)
+CEILING_ROWS = []
+MIB = float(1 << 20)           # ucx_perftest's "MB/s" is MiB/s (UCS_MBYTE)
 OSC_ROWS = []                  # (test, label, size, target) of hca_osc_bench
 
 
@@ -277,6 +282,11 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary,
                           "%.2f" % ratio if ratio is not None else "-",
                           target or "", res])
             summary.append((level, label, fsize(size), ratio, target, res))
+            if level == "hosts" and metric == "bw":
+                CEILING_ROWS.append((
+                    "ucx_perftest", label, fsize(size),
+                    hca * MIB if hca is not None else None,
+                    best * MIB if best is not None else None))
         if level == "hosts":
             cl, cn = cpu_rows(outdir, lrows, summary)
             lines += cl
@@ -375,6 +385,63 @@ def cpu_rows(outdir, lrows, summary):
                      "follows 1/bandwidth plus start-up; 'wire' = host a's "
                      "interface bytes (rx + tx) / payload")
     return lines, notes
+
+
+def ceiling_table(outdir):
+    """The iperf3 TCP ceiling between the hosts (hosts-iperf.tsv) and every
+    bandwidth row of the hosts tables (CEILING_ROWS) as a fraction of it."""
+    ok, fails = [], []
+    for rec in read_tsv(os.path.join(outdir, "hosts-iperf.tsv"), 10):
+        rep, status = rec[:2]
+        vals = [to_float(v) for v in rec[2:9]]
+        if status == "ok" and vals[0]:
+            ok.append(vals)
+        else:
+            fails.append("iperf3 #%s: %s" % (rep, rec[9]))
+    if not ok and not fails:
+        return
+    info = info_of(outdir)
+    print("Between hosts: the kernel's ceiling, iperf3: one TCP stream from "
+          "host b to host a, pinned as ucx_perftest (%s); median of the runs"
+          % info.get("pinning", "?"))
+    if not ok:
+        print("  iperf3 TCP ceiling: none (every run failed)")
+        for f in fails:
+            print("  note: FAIL " + f)
+        print()
+        return
+    bps = statistics.median(v[0] for v in ok) / 8      # B/s, receiver
+    lo, hi = min(v[0] for v in ok) / 8, max(v[0] for v in ok) / 8
+    print("  iperf3 TCP ceiling: %.3f GB/s (%.0f MB/s, %.0f MiB/s); runs "
+          "%d, %.3f-%.3f GB/s, %s s each" % (
+              bps / 1e9, bps / 1e6, bps / MIB, len(ok), lo / 1e9, hi / 1e9,
+              "%.0f" % statistics.median(v[4] for v in ok)))
+    retr = [v[2] for v in ok if v[2] is not None]
+    cpus = [(v[5], v[6]) for v in ok if v[5] is not None and v[5] >= 0 and
+            v[6] is not None and v[6] >= 0]
+    if cpus:
+        sc = statistics.median(c[0] for c in cpus)
+        rc = statistics.median(c[1] for c in cpus)
+        # CPU seconds per 10^9 B: (sender% + receiver%)/100 per second of
+        # a stream moving bps
+        print("  iperf3's own CPU (user+sys, its report): sender %.0f%%, "
+              "receiver %.0f%% of a CPU = %.2f s/GB%s" % (
+                  sc, rc, (sc + rc) / 100 / (bps / 1e9),
+                  "; retransmits %s" % "/".join("%.0f" % r for r in retr)
+                  if retr else ""))
+    header = ["bandwidth row", "size", "hca GB/s", "hca/ceiling", "tcp GB/s",
+              "tcp/ceiling"]
+    lines = []
+    for table, label, size, h, t in CEILING_ROWS:
+        lines.append(["%s %s" % (table, label), size,
+                      "%.3f" % (h / 1e9) if h else "-",
+                      "%.2f" % (h / bps) if h else "-",
+                      "%.3f" % (t / 1e9) if t else "-",
+                      "%.2f" % (t / bps) if t else "-"])
+    notes = ["GB/s = 10^9 B/s (ucx_perftest's MB/s are MiB/s, "
+             "hca_osc_bench's 10^6 B/s, NetPIPE's Mbps 10^6 bit/s)"]
+    notes += ["FAIL " + f for f in fails]
+    print_table("  fraction of the ceiling", header, lines, notes)
 
 
 def ab_spread(vals):
@@ -610,6 +677,10 @@ def netpipe_table(outdir, runs, machine, summary, level="netpipe",
         summary.append((level if level == "netpipe" else "hosts",
                         label if level == "netpipe" else "NetPIPE " + label,
                         sizes[key], ratio, target, res))
+        if level == "hosts-netpipe" and metric == "bw":
+            CEILING_ROWS.append(("NetPIPE", label.split(" (")[0], sizes[key],
+                                 h[0] * 1e6 / 8 if h else None,
+                                 b[0] * 1e6 / 8 if b else None))
     notes = []
     ml = machine_line(machine, level)
     if ml:
@@ -660,6 +731,10 @@ def osc_table(outdir, summary):
                       target, res])
         summary.append(("hosts", "osc " + label, fsize(size), ratio, target,
                         res))
+        if test != "fop_lat" and size >= 1 << 16:
+            CEILING_ROWS.append(("osc", label, fsize(size),
+                                 hm * 1e6 if hm is not None else None,
+                                 tm * 1e6 if tm is not None else None))
     notes = transport_notes(outdir, "osc")
     notes.append("UCX's tcp does MPI_Put/MPI_Get/MPI_Fetch_and_op with "
                  "active messages (rma_am, amo_am): the ratio is against osc "
@@ -830,6 +905,7 @@ def main():
     hosts_curves = netpipe_table(outdir, hosts_np, machine, summary,
                                  level="hosts-netpipe", other="tcp")
     osc_curves = osc_table(outdir, summary)
+    ceiling_table(outdir)
     for lv, what, why in skipped:
         if lv == "hosts" and what == "all rows":
             print("Between hosts: %s\n" % why)

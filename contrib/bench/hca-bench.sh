@@ -84,6 +84,9 @@
 #            (/usr/bin/time): user+sys seconds of server and client per GB
 #            of payload (size x (-n + -w)), target hca/tcp <= 0.7 for
 #            put_bw and tag_bw (OUT/hosts-cpu.tsv).
+#            Ceiling: iperf3, one TCP stream from host b to host a, pinned
+#            as ucx_perftest, 3 runs of 3 s (median; OUT/hosts-iperf.tsv);
+#            every bandwidth row is shown as a fraction of it.
 #            ucx_perftest rows: --reps runs each; NetPIPE and hca_osc_bench:
 #            3 runs each (--long: 5). MPI ranks are pinned with a rankfile
 #            (--no-pin: --bind-to none). The first MPI run of each set logs
@@ -193,7 +196,7 @@ done < <(matrix_records set)
 for name in reps_target reps_other iter_scale run_timeout np_upper \
             np_repeats np_reps np_timeout hosts_mpi_reps hosts_np_upper \
             hosts_np_repeats hosts_lat_iters hosts_bw_iters osc_iters \
-            ab_levels; do
+            hosts_iperf_reps hosts_iperf_secs hosts_iperf_len ab_levels; do
     [ -n "${settings[$name]:-}" ] || die "$matrix: no 'set | $name' record"
 done
 setting() { echo "${settings[$1]}"; }
@@ -304,7 +307,7 @@ pkgs=(ucx-utils python3 iproute2)
 [ -n "$ab_old" ] || pkgs+=(gnuplot-nox)    # A/B mode draws no plots
 has_level netpipe && pkgs+=(netpipe-openmpi openmpi-bin)
 has_level hosts && pkgs+=(netpipe-openmpi openmpi-bin libopenmpi-dev util-linux
-                          time)
+                          iperf3 time)
 install_missing "${pkgs[@]}"
 for c in ucx_perftest ucx_info python3 ss timeout; do
     command -v $c >/dev/null 2>&1 || die "$c not found"
@@ -373,9 +376,12 @@ hosts_tl_tsv=$outdir/hosts-transports.tsv  # kind tl what ep_cfg status
 # row kind tl rep status size iters warmup, then wall user sys (seconds)
 # of the server and of the client, then host a's interface rx and tx bytes
 hosts_cpu_tsv=$outdir/hosts-cpu.tsv
+# rep status receiver_bps sender_bps retransmits bytes seconds
+# sender_cpu% receiver_cpu% note (iperf3 -J: end.sum_received, ...)
+hosts_iperf_tsv=$outdir/hosts-iperf.tsv
 : >"$results"; : >"$rows"; : >"$machine"; : >"$netpipe_tsv"
 : >"$hosts_np_tsv"; : >"$hosts_osc_tsv"; : >"$hosts_tl_tsv"
-: >"$hosts_cpu_tsv"
+: >"$hosts_cpu_tsv"; : >"$hosts_iperf_tsv"
 # Two busy-polling processes on 2 vCPUs: left to the scheduler they
 # sometimes share one CPU, and the 50th-percentile latency then hides the
 # time slices (an atomic on a line nobody else touches meanwhile looks 3x
@@ -1077,9 +1083,64 @@ hosts_osc() {   # KIND TL REP
     fi
 }
 
-# The hosts level: the matrix's hosts records (ucx_perftest between the
-# hosts; those of its hosts-cpu records with their CPU time), then its
-# hosts-mpi sets (NetPIPE, hca_osc_bench).
+# hosts_iperf REP: the kernel's ceiling, one iperf3 TCP stream from host b
+# (the client, pinned as the ucx_perftest clients are) to host a (the
+# server), hosts_iperf_secs seconds, hosts_iperf_len bytes per write; one
+# line of hosts-iperf.tsv from its JSON report (the receiver's rate).
+hosts_iperf() {
+    local rep=$1 log spid rc i secs len vals note
+    secs=$(setting hosts_iperf_secs); len=$(setting hosts_iperf_len)
+    port=$((port + 1))
+    free_port
+    log=$outdir/logs/hosts-iperf-$rep
+    {
+        echo "${pt_srv_ns[*]} ${pin_srv[*]} iperf3 -s -1 -p $port"
+        echo "${pt_cli_ns[*]} ${pin_cli[*]} iperf3 -c $pt_server -p $port -t $secs -l $len -J"
+    } >"$log.cmd"
+    "${pt_srv_ns[@]}" timeout -k 5 $((secs + 40)) "${pin_srv[@]}" \
+        iperf3 -s -1 -p "$port" >"$log.server" 2>&1 &
+    spid=$!
+    bg_pids+=("$spid")
+    for ((i = 0; i < 400; i++)); do
+        "${pt_srv_ns[@]}" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.05
+    done
+    "${pt_cli_ns[@]}" timeout -k 5 $((secs + 30)) "${pin_cli[@]}" \
+        iperf3 -c "$pt_server" -p "$port" -t "$secs" -l "$len" -J \
+        >"$log.json" 2>"$log.client"
+    rc=$?
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    # receiver_bps sender_bps retransmits bytes seconds sender% receiver%
+    vals=$(python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["end"]
+r, s, c = e["sum_received"], e["sum_sent"], e.get("cpu_utilization_percent", {})
+print("%.0f\t%.0f\t%s\t%d\t%.3f\t%.1f\t%.1f" % (
+    r["bits_per_second"], s["bits_per_second"], s.get("retransmits", "-"),
+    r["bytes"], r["seconds"], c.get("host_total", -1), c.get("remote_total", -1)))
+' "$log.json" 2>/dev/null)
+    if [ $rc -eq 0 ] && [ -n "$vals" ]; then
+        printf '%s\tok\t%s\t\n' "$rep" "$vals" >>"$hosts_iperf_tsv"
+        log "[hosts] iperf3 TCP #$rep: $(echo "$vals" | awk '{printf "%.3f GB/s (%.0f MB/s), %s retransmits", $1 / 8e9, $1 / 8e6, $3}')"
+    else
+        note="$( (grep -h -i 'error' "$log.json" "$log.client" "$log.server" | head -n 1
+                  echo "(exit $rc)") | tr '\t\n' '  ')[$log.*]"
+        [ $rc -eq 124 ] && note="timeout; $note"
+        printf '%s\tFAIL\t-\t-\t-\t-\t-\t-\t-\t%s\n' "$rep" "$note" >>"$hosts_iperf_tsv"
+        log "[hosts] iperf3 TCP #$rep: FAIL: $note"
+        nfail=$((nfail + 1))
+    fi
+}
+
+# The hosts level: the kernel's ceiling (iperf3), the matrix's hosts
+# records (ucx_perftest between the hosts; those of its hosts-cpu records
+# with their CPU time), then its hosts-mpi sets (NetPIPE, hca_osc_bench).
 hosts_level() {
     local rec recs=() f=() a v r nl wl nb wb tcp_put mpi_sets=() kind tl
     local -A cpu_rows=()
@@ -1094,6 +1155,15 @@ hosts_level() {
     tcp_put=zcopy
     [ "${caps[hosts_tcp:put_zcopy]:-0}" -ge "$MiB" ] || tcp_put=bcopy
     echo "hosts_tcp_put	$tcp_put" >>"$outdir/info.tsv"
+    # the ceiling: iperf3 between the same hosts, pinned the same way
+    if command -v iperf3 >/dev/null 2>&1; then
+        for ((r = 1; r <= $(setting hosts_iperf_reps); r++)); do
+            hosts_iperf "$r"
+        done
+    else
+        log "[hosts] iperf3 not found: no TCP ceiling"
+        printf 'hosts\tiperf3 TCP ceiling\tiperf3 not installed\n' >>"$skipped"
+    fi
     # the rows whose CPU time is measured (GNU time: /usr/bin/time)
     while IFS='|' read -r v _; do cpu_rows[$v]=1; done < <(matrix_records hosts-cpu)
     if [ ${#cpu_rows[@]} -gt 0 ] && [ ! -x /usr/bin/time ]; then
