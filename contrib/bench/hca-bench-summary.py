@@ -310,9 +310,13 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary,
 
 def cpu_rows(outdir, lrows, summary):
     """The hosts-cpu rows: CPU seconds (user + sys of the ucx_perftest
-    server and client, GNU time) per 10^9 B of payload, the payload being
-    size x (-n + -w), per run; medians of the runs of each side.  Returns
-    the table lines and notes (and appends the target rows to summary)."""
+    server and client, GNU time) per 10^9 B moved, per run; medians of the
+    runs of each side.  The bytes moved are those host a's interface saw
+    during the run (rx + tx); without them (no counters), the nominal
+    payload size x (-n + -w).  (ucx_perftest ends its warm-up after 100 ms,
+    so the nominal payload overstates what moved by up to w/n, and by more
+    for the slower side.)  Returns the table lines and notes (and appends
+    the target rows to summary)."""
     runs = defaultdict(lambda: defaultdict(list))   # row -> kind -> [run]
     tls = defaultdict(dict)
     for rec in read_tsv(os.path.join(outdir, "hosts-cpu.tsv"), 16):
@@ -322,13 +326,19 @@ def cpu_rows(outdir, lrows, summary):
         if status != "ok" or None in (size, n, w, susr, ssys, cusr, csys):
             continue
         payload = size * (n + w)
-        if payload <= 0:
+        wire = rx + tx if None not in (rx, tx) and rx + tx > 0 else None
+        moved = wire or payload
+        if moved <= 0:
             continue
         cpu = susr + ssys + cusr + csys
         runs[row][kind].append({
-            "sgb": cpu / (payload / 1e9), "cpu": cpu, "srv": susr + ssys,
+            "sgb": cpu / (moved / 1e9), "cpu": cpu, "srv": susr + ssys,
             "cli": cusr + csys, "swall": swall, "cwall": cwall,
-            "wire": (rx + tx) / payload if None not in (rx, tx) else None,
+            "moved": moved, "wire": wire,
+            # the interface's bytes over the client's whole life: a lower
+            # bound of the stream's rate that does not rely on
+            # ucx_perftest's clock
+            "floor": wire / cwall if wire and cwall else None,
             "payload": payload, "n": n, "w": w, "size": size})
         tls[row][kind] = tl
     lines, notes = [], []
@@ -368,22 +378,25 @@ def cpu_rows(outdir, lrows, summary):
             if not m:
                 continue
             p = "%s %.2f s (server %.2f in %.2f s wall, client %.2f in %.2f " \
-                "s)" % (name, m["cpu"], m["srv"], m.get("swall", 0),
-                        m["cli"], m.get("cwall", 0))
-            if m.get("wire") is not None:
-                p += ", wire %.3fx" % m["wire"]
+                "s) for %.0f MB%s%s" % (
+                    name, m["cpu"], m["srv"], m.get("swall", 0), m["cli"],
+                    m.get("cwall", 0), m["moved"] / 1e6,
+                    "" if m.get("wire") else " (nominal)",
+                    ", >= %.2f GB/s over the client's life" % (
+                        m["floor"] / 1e9) if m.get("floor") else "")
             parts.append(p)
         m = h or t
-        notes.append("%s: CPU (user+sys) of server + client per run, over a "
-                     "payload of %s x (%d + %d warmup) = %.0f MB: %s" % (
+        notes.append("%s: CPU (user+sys) of server + client per run, and the "
+                     "bytes host a's interface moved (nominal: %s x (%d + %d "
+                     "warm-up) = %.0f MB): %s" % (
                          label, fsize(m["size"]), m["n"], m["w"],
                          m["payload"] / 1e6, "; ".join(parts)))
     if lines:
         notes.append("CPU/GB: GNU time of each ucx_perftest process (all its "
-                     "threads), 10^9 B of payload; both sides busy-poll, so a "
-                     "pinned process burns about its wall time: the figure "
-                     "follows 1/bandwidth plus start-up; 'wire' = host a's "
-                     "interface bytes (rx + tx) / payload")
+                     "threads) per 10^9 B through host a's interface (rx + "
+                     "tx); both sides busy-poll, so a pinned process burns "
+                     "about its wall time: the figure follows 1/bandwidth "
+                     "plus start-up")
     return lines, notes
 
 
