@@ -395,7 +395,7 @@ def cpu_rows(outdir, lrows, summary):
         notes.append("CPU/GB: GNU time of each ucx_perftest process (all its "
                      "threads) per 10^9 B through host a's interface (rx + "
                      "tx); both sides busy-poll, so a pinned process burns "
-                     "about its wall time: the figure follows 1/bandwidth "
+                     "most of its wall time: the figure follows 1/bandwidth "
                      "plus start-up")
     return lines, notes
 

@@ -82,8 +82,8 @@
 #            CPU cost: the put_bw, get and tag_bw rows (the matrix's
 #            hosts-cpu records) run both processes under GNU time
 #            (/usr/bin/time): user+sys seconds of server and client per GB
-#            of payload (size x (-n + -w)), target hca/tcp <= 0.7 for
-#            put_bw and tag_bw (OUT/hosts-cpu.tsv).
+#            through host a's interface (rx + tx bytes during the run),
+#            target hca/tcp <= 0.7 for put_bw and tag_bw (OUT/hosts-cpu.tsv).
 #            Ceiling: iperf3, one TCP stream from host b to host a, pinned
 #            as ucx_perftest, 3 runs of 3 s (median; OUT/hosts-iperf.tsv);
 #            every bandwidth row is shown as a fraction of it.
