@@ -129,6 +129,9 @@ typedef struct hca_tcp_job {
     hca_tcp_hdr_t    hdr;       /* ACK, or READ_RESP of the next part */
     hca_mpt_entry_t *entry;     /* READ: pinned until its last part */
     uint64_t         addr;      /* READ: start in our memory */
+    int              stale;     /* READ: asked again from an offset, its
+                                   later parts go to waste: it ends at the
+                                   next part boundary */
 } hca_tcp_job_t;
 
 /* The receiver's state machine (hca_tcp_state.c): the frame being read

@@ -359,6 +359,21 @@ static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     job.entry          = entry; /* released after the last part is out */
     job.addr           = hdr->remote_addr;
     pthread_mutex_lock(&conn->tx_lock);
+    if (conn->rx.dup) {
+        /* asked again (a part was lost): the answer still queued for the
+         * same READ would send on to its end, parts its requester drops
+         * while it waits for the one missing: it stops at its next part,
+         * and this one starts there (a loss then costs the parts in
+         * flight, not the rest of the READ each time) */
+        for (uint32_t i = conn->jobs_tail; i != conn->jobs_head; ++i) {
+            hca_tcp_job_t *old = &conn->jobs[i % HCA_TCP_JOBS];
+            if ((old->hdr.opcode == HCA_TCP_OP_READ_RESP) &&
+                (old->hdr.dst_qpn == hdr->src_qpn) &&
+                (old->hdr.psn == hdr->psn)) {
+                old->stale = 1;
+            }
+        }
+    }
     if (hca_tcp_job_push(conn, &job) != 0) {
         /* cannot happen: room was checked before reading the header */
         if (entry != NULL) {

@@ -263,6 +263,15 @@ void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_tcp_tx_start(conn, NULL, NULL, 0, 0);
             continue;
         }
+        if (HCA_UNLIKELY(job->stale)) {
+            /* superseded by an answer from an earlier offset (hca_tcp_rx_read):
+             * none of its parts is in the socket's way now, so its pin goes */
+            if (job->entry != NULL) {
+                hca_mpt_release(job->entry);
+            }
+            conn->jobs_tail++;
+            continue;
+        }
         /* the next part of a READ, straight from the region */
         job->hdr.length = job->hdr.total - job->hdr.offset;
         if (job->hdr.length > HCA_TCP_SEG_MAX) {

@@ -590,6 +590,64 @@ TEST_F(TcpWire, ReadBadRkeyNak)
     EXPECT_TRUE(untouched());
 }
 
+/* A READ asked again from an offset (a part of its answer was lost): the
+ * answer still queued for it stops at its next part and the new one starts
+ * there.  Before, the old answer went on to its end, so each lost part cost
+ * the rest of the READ once more (a 256 MiB get under 1 % loss took more
+ * than 30 s).  32 MiB is far more than the socket buffers hold while the
+ * client reads nothing, so most of the old answer is still queued when the
+ * READ comes again. */
+TEST_F(TcpWire, ReadAskedAgainStopsTheOldAnswer)
+{
+    const uint32_t big = 32u << 20, from = 1u << 20;
+    uint8_t *b = c.alloc(MEM_MALLOC, big);
+    ASSERT_NE(nullptr, b);
+    fill_pattern(b, big, 3);
+    hca_mr_t *bmr = c.reg(pd, b, big, ACCESS_ALL);
+    ASSERT_NE(nullptr, bmr);
+
+    raw_client cl;
+    ASSERT_TRUE(handshake(cl));
+    tcpf_hdr_t h  = request(TCPF_OP_READ, next_src++);
+    h.rkey        = hca_mr_rkey(bmr);
+    h.remote_addr = (uint64_t)(uintptr_t)b;
+    h.total       = big;
+    ASSERT_TRUE(cl.send_frame(h));
+    usleep(300000); /* the answer fills the socket; the rest waits */
+    tcpf_hdr_t again = h; /* the same PSN: a duplicate, from an offset */
+    again.offset     = from;
+    ASSERT_TRUE(cl.send_frame(again));
+
+    /* everything that comes, until the connection is quiet for 1 s */
+    uint64_t bytes = 0;
+    int lasts = 0;
+    tcpf_hdr_t ans;
+    std::vector<uint8_t> payload;
+    while (cl.next_frame(&ans, &payload, 1000) == 1) {
+        ASSERT_EQ(TCPF_OP_READ_RESP, ans.opcode);
+        ASSERT_EQ(h.src_qpn, ans.dst_qpn);
+        ASSERT_EQ(big, ans.total);
+        ASSERT_LE((uint64_t)ans.offset + ans.length, (uint64_t)big);
+        ASSERT_EQ(0, memcmp(payload.data(), b + ans.offset, ans.length))
+                << "part at " << ans.offset;
+        bytes += ans.length;
+        if (ans.flags & TCPF_F_LAST) {
+            ++lasts;
+            EXPECT_EQ((uint64_t)big, (uint64_t)ans.offset + ans.length);
+        }
+    }
+    /* one answer ended: the new one (the old one stopped, and never sent
+     * its LAST part) */
+    EXPECT_EQ(1, lasts) << "the old answer went on to its end";
+    EXPECT_GE(bytes, (uint64_t)(big - from));
+    /* what the old answer sent before it stopped: what the sockets held
+     * (a few MiB), not the 31 MiB it had left */
+    EXPECT_LT(bytes, (uint64_t)big + (big - from) - (16u << 20))
+            << "bytes received in all: " << bytes;
+    printf("# %llu bytes for a READ of %u asked again from %u\n",
+           (unsigned long long)bytes, big, from);
+}
+
 TEST_F(TcpWire, FramesDroppedAfterNak)
 {
     raw_client cl;
