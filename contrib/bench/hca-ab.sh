@@ -19,7 +19,9 @@
 #   --reps N         runs per row and side (default 6: an even number
 #                    balances the ABBA order; at least 2, the
 #                    noise column needs two runs of the old build)
-#   --levels LIST    uct, ucp or uct,ucp (default uct,ucp)
+#   --levels LIST    uct, ucp, hosts (as root: the ucx_perftest rows
+#                    between two namespace hosts), comma-separated
+#                    (default uct,ucp)
 #   -o, --out DIR    output directory (default: ./ab-out)
 #   --build-only     build the two sides and stop
 #   -- OPTIONS       passed on to hca-bench.sh (--long, --no-pin,
@@ -92,13 +94,17 @@ case $reps in ''|*[!0-9]*) die "--reps wants a number" ;; esac
 # The A/B levels are the "set | ab_levels" record of the matrix that
 # hca-bench.sh reads; checked here too, so that a wrong level stops the
 # run before the builds rather than after them.
-ab_levels=$(awk -F'|' '{ for (i = 1; i <= NF; i++) gsub(/^[ \t]+|[ \t]+$/, "", $i) }
-    $1 == "set" && $2 == "ab_levels" { print $3 }' "$benchdir/hca-bench.matrix")
+ab_setting() {
+    awk -F'|' -v n="$1" '{ for (i = 1; i <= NF; i++) gsub(/^[ \t]+|[ \t]+$/, "", $i) }
+        $1 == "set" && $2 == n { print $3 }' "$benchdir/hca-bench.matrix"
+}
+ab_levels=$(ab_setting ab_levels)
 [ -n "$ab_levels" ] || die "no ab_levels in $benchdir/hca-bench.matrix"
+ab_allowed=$ab_levels,$(ab_setting ab_levels_more)  # hosts: only when asked
 levels=${levels:-$ab_levels}
 for l in ${levels//,/ }; do
-    case ",$ab_levels," in *",$l,"*) ;;
-    *) die "A/B level '$l': only ${ab_levels//,/ and }" ;; esac
+    case ",$ab_allowed," in *",$l,"*) ;;
+    *) die "A/B level '$l': only ${ab_allowed//,/, }" ;; esac
 done
 abspath() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 new_build=$(abspath "$new_build")

@@ -100,7 +100,7 @@ def load_matrix(outdir):
             PERFTEST_LEVELS.append(name)
     ORDER.append("end")
     for name, default, _ in recs["set"]:
-        if name == "ab_levels":
+        if name in ("ab_levels", "ab_levels_more"):
             AB_LEVELS.extend(default.split(","))
     for rec in recs["netpipe-target"]:
         table, lat, bw = rec[:3]

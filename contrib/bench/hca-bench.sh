@@ -228,10 +228,11 @@ all_levels=$(matrix_records level | cut -d'|' -f1 | paste -sd, -)
 [ -n "$all_levels" ] || die "$matrix: no levels"
 if [ -n "$ab_old" ]; then
     ab_levels=$(setting ab_levels)
+    ab_allowed=$ab_levels,$(setting ab_levels_more)
     [ "$levels_given" = yes ] || levels=$ab_levels
     for l in ${levels//,/ }; do
-        case ",$ab_levels," in *",$l,"*) ;;
-        *) die "A/B mode: level '$l' (only ${ab_levels//,/, })" ;; esac
+        case ",$ab_allowed," in *",$l,"*) ;;
+        *) die "A/B mode: level '$l' (only ${ab_allowed//,/, })" ;; esac
     done
 fi
 levels=${levels:-$all_levels}
@@ -998,6 +999,7 @@ hosts_row() {
     local label=$1 size=$2 metric=$3 target=$4 reps=$5
     row_hca_name=$6
     read -r -a row_hca_env <<<"${hca_env[*]} $7"
+    [ -z "$ab_old" ] || read -r -a row_old_env <<<"${hca_env_old[*]} $7"
     read -r -a row_hca_args <<<"$8"
     row_builtins=(); row_builtin_env=(); row_builtin_args=()
     if [ $# -ge 11 ]; then
@@ -1155,8 +1157,11 @@ hosts_level() {
     tcp_put=zcopy
     [ "${caps[hosts_tcp:put_zcopy]:-0}" -ge "$MiB" ] || tcp_put=bcopy
     echo "hosts_tcp_put	$tcp_put" >>"$outdir/info.tsv"
-    # the ceiling: iperf3 between the same hosts, pinned the same way
-    if command -v iperf3 >/dev/null 2>&1; then
+    # the ceiling: iperf3 between the same hosts, pinned the same way (not
+    # in A/B mode: its ucx_perftest rows only, old build against new)
+    if [ -n "$ab_old" ]; then
+        :
+    elif command -v iperf3 >/dev/null 2>&1; then
         for ((r = 1; r <= $(setting hosts_iperf_reps); r++)); do
             hosts_iperf "$r"
         done
@@ -1165,7 +1170,8 @@ hosts_level() {
         printf 'hosts\tiperf3 TCP ceiling\tiperf3 not installed\n' >>"$skipped"
     fi
     # the rows whose CPU time is measured (GNU time: /usr/bin/time)
-    while IFS='|' read -r v _; do cpu_rows[$v]=1; done < <(matrix_records hosts-cpu)
+    [ -n "$ab_old" ] ||
+        while IFS='|' read -r v _; do cpu_rows[$v]=1; done < <(matrix_records hosts-cpu)
     if [ ${#cpu_rows[@]} -gt 0 ] && [ ! -x /usr/bin/time ]; then
         log "[hosts] /usr/bin/time not found (package time): no CPU rows"
         printf 'hosts\tCPU/GB rows\t/usr/bin/time not installed\n' >>"$skipped"
@@ -1198,7 +1204,7 @@ hosts_level() {
     done
     pt_cpu=no; pt_wire_if=
     pt_srv_ns=(); pt_cli_ns=(); pt_server=localhost
-    mapfile -t mpi_sets < <(matrix_records hosts-mpi)
+    [ -n "$ab_old" ] || mapfile -t mpi_sets < <(matrix_records hosts-mpi)
     for ((r = 1; r <= hosts_mpi_reps; r++)); do
         for rec in "${mpi_sets[@]}"; do
             IFS='|' read -r kind tl <<<"$rec"
@@ -1220,7 +1226,7 @@ for lv in ${all_levels//,/ }; do
     has_level "$lv" || continue
     case $lv in
     netpipe) netpipe_level ;;
-    hosts)   if [ -z "$ab_old" ] && hosts_setup; then hosts_level; fi ;;
+    hosts)   if hosts_setup; then hosts_level; fi ;;
     *)       perftest_level "$lv" ;;
     esac
 done
