@@ -567,6 +567,18 @@ cpu_fields() {
     fi
     echo "$out"
 }
+# wait_listen PID: until the server PID (in pt_srv_ns) listens on $port,
+# it exits, or 20 s pass.
+wait_listen() {
+    local i
+    for ((i = 0; i < 400; i++)); do
+        "${pt_srv_ns[@]}" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && return 0
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
 # perftest ENVWORDS... -- ARGS... : run one server/client pair; sets
 # last_value (usec 50%ile or MB/s overall, per $metric) or returns 1 with
 # last_note = the error text.
@@ -596,12 +608,7 @@ perftest() {
         >"$log.server" 2>&1 &
     spid=$!
     bg_pids+=("$spid")
-    # wait for the server to listen (at most 20 s)
-    for ((i = 0; i < 400; i++)); do
-        "${pt_srv_ns[@]}" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.05
-    done
+    wait_listen "$spid" || true  # the client reports what failed
     rc=1
     for ((i = 0; i < 3; i++)); do
         "${pt_cli_ns[@]}" timeout -k 5 "$run_timeout" env "${envw[@]}" \
@@ -1103,11 +1110,7 @@ hosts_iperf() {
         iperf3 -s -1 -p "$port" >"$log.server" 2>&1 &
     spid=$!
     bg_pids+=("$spid")
-    for ((i = 0; i < 400; i++)); do
-        "${pt_srv_ns[@]}" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.05
-    done
+    wait_listen "$spid" || true  # the client reports what failed
     "${pt_cli_ns[@]}" timeout -k 5 $((secs + 30)) "${pin_cli[@]}" \
         iperf3 -c "$pt_server" -p "$port" -t "$secs" -l "$len" -J \
         >"$log.json" 2>"$log.client"

@@ -55,6 +55,7 @@
 #include <inttypes.h>
 #include <atomic>
 #include <random>
+#include <memory>
 #include <thread>
 #include <unordered_map>
 
@@ -1614,6 +1615,32 @@ public:
     }
 };
 
+/* The raw-peer tests' bed: a context with one QP to be connected to a raw
+ * peer at a fake address, and a registered 256-byte source of pattern
+ * seed. */
+struct raw_peer_bed {
+    ctx                       a;
+    std::unique_ptr<raw_peer> peer;
+    hca_qp_t                 *qp  = nullptr;
+    cqw                      *cq  = nullptr;
+    uint8_t                  *src = nullptr;
+    hca_mr_t                 *smr = nullptr;
+
+    void open(uint64_t seed)
+    {
+        ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
+        peer.reset(new raw_peer(a.addr));
+        hca_pd_t *pd = a.new_pd();
+        cq           = a.new_cq();
+        qp           = a.new_qp(pd, cq, cq);
+        src          = a.alloc(MEM_MALLOC, 256);
+        smr          = a.reg(pd, src, 256, ACCESS_ALL);
+        ASSERT_NE(nullptr, qp);
+        ASSERT_NE(nullptr, smr);
+        fill_pattern(src, 256, seed);
+    }
+};
+
 /* A peer that restarted (its listener answers again, but as another
  * incarnation) is never fed a replay: the connection whose socket was
  * lost dials again, sees the new incarnation in the CHALLENGE and fails;
@@ -1622,17 +1649,13 @@ public:
 TEST_F(TcpReliable, RestartedPeerNotReplayed)
 {
     setenv("HCA_TCP_RETRY_TIMEOUT_MS", "10000", 1);
-    ctx a;
-    ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
-    raw_peer peer(a.addr);
-    hca_pd_t *pd  = a.new_pd();
-    cqw *cq       = a.new_cq();
-    hca_qp_t *qp  = a.new_qp(pd, cq, cq);
-    uint8_t *src  = a.alloc(MEM_MALLOC, 256);
-    hca_mr_t *smr = a.reg(pd, src, 256, ACCESS_ALL);
-    ASSERT_NE(nullptr, qp);
-    ASSERT_NE(nullptr, smr);
-    fill_pattern(src, 256, 9);
+    raw_peer_bed bed;
+    ASSERT_NO_FATAL_FAILURE(bed.open(9));
+    raw_peer &peer = *bed.peer;
+    hca_qp_t *qp   = bed.qp;
+    cqw *cq        = bed.cq;
+    uint8_t *src   = bed.src;
+    hca_mr_t *smr  = bed.smr;
 
     std::atomic<int> stage(0);
     std::string peer_err;
@@ -1718,17 +1741,13 @@ TEST_F(TcpReliable, RestartedPeerNotReplayed)
 TEST_F(TcpReliable, PostWhileReconnectingIsAccepted)
 {
     setenv("HCA_TCP_RETRY_TIMEOUT_MS", "10000", 1);
-    ctx a;
-    ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
-    raw_peer peer(a.addr);
-    hca_pd_t *pd  = a.new_pd();
-    cqw *cq       = a.new_cq();
-    hca_qp_t *qp  = a.new_qp(pd, cq, cq);
-    uint8_t *src  = a.alloc(MEM_MALLOC, 256);
-    hca_mr_t *smr = a.reg(pd, src, 256, ACCESS_ALL);
-    ASSERT_NE(nullptr, qp);
-    ASSERT_NE(nullptr, smr);
-    fill_pattern(src, 256, 5);
+    raw_peer_bed bed;
+    ASSERT_NO_FATAL_FAILURE(bed.open(5));
+    raw_peer &peer = *bed.peer;
+    hca_qp_t *qp   = bed.qp;
+    cqw *cq        = bed.cq;
+    uint8_t *src   = bed.src;
+    hca_mr_t *smr  = bed.smr;
 
     std::atomic<int> stage(0);
     std::string peer_err;
