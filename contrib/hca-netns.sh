@@ -4,14 +4,18 @@
 #   netns_check || exit 0         # prints "SKIPPED: <reason>" (stdout)
 #   netns_setup 2                 # namespaces a and b, one veth pair
 #   netns_setup 3 root            # a, b, c on a bridge in this namespace
+#   netns_setup 2 "" 2            # a and b joined by two veth pairs (links)
+#   netns_add_link                # one more link between a and b, later
 #   netns_exec a CMD...           # run CMD in namespace a
 #   echo "$(netns_addr a)"        # its address, e.g. 10.231.17.1
+#   echo "$(netns_addr a 1)"      # its address on the second link (also
+#                                 # netns_addr2 a), e.g. 10.231.92.1
 #
 # Used by the multi-host tests (test/multihost) and by contrib/hca-hosts.sh
 # (Open MPI jobs across namespace hosts).
 #
-# netns_setup N [root] creates N namespaces named hcamh-<pid>-a, -b, ...
-# (pid of the sourcing script), each with lo up.
+# netns_setup N [root] [LINKS] creates N namespaces named hcamh-<pid>-a,
+# -b, ... (pid of the sourcing script), each with lo up.
 #   N = 2: one veth pair between them;
 #   N > 2: a bridge in a third, hidden namespace (hcamh-<pid>-br) with one
 #          veth per namespace;
@@ -23,6 +27,16 @@
 # this library) uses.  The interface is named $netns_ifname (hmveth0) in
 # every namespace.
 #
+# Further links (opt-in, N = 2 without root only): LINKS > 1 (default 1),
+# or netns_add_link after the setup, adds another veth pair between a and
+# b per link: link k (1, 2, ...) is named hmveth<k> in both namespaces, on
+# its own 10.231.<y>.0/24, picked like the first and never the same as
+# another link's; a has .1, b has .2 there.  No route joins the links'
+# subnets: a link that is down carries nothing, and nothing else carries
+# its addresses (what path failover needs).  netns_addr LETTER [LINK] and
+# netns_if LETTER [LINK] (LINK 0, the first, by default) name them;
+# netns_addr2 and netns_if2 are LINK 1.
+#
 # Teardown (netns_teardown) runs on EXIT, INT and TERM, and when the setup
 # fails half-way: it kills every process still running in the namespaces
 # (ip netns pids), then deletes the namespaces (which deletes the veths)
@@ -32,7 +46,9 @@
 #
 # Variables after netns_setup: netns_names (array), netns_subnet
 # ("10.231.<x>"), netns_ifs (array: interface name in each namespace),
-# netns_root_bridge and netns_root_addr (root mode).
+# netns_root_bridge and netns_root_addr (root mode), netns_links (how many
+# links join a and b: 1 unless more were asked for), netns_subnets (array:
+# each link's subnet; [0] is netns_subnet).
 #
 # shellcheck shell=bash
 
@@ -43,6 +59,8 @@ netns_bridge_ns=
 netns_root_bridge=
 netns_root_addr=
 netns_root_fw=        # 1: an iptables ACCEPT rule for the bridge was added
+netns_links=0         # veth pairs between a and b (N = 2, no bridge)
+netns_subnets=()      # the subnet of each link
 netns_prefix=hcamh-$$
 # the interface's name, the same in every namespace (ucx_perftest's server
 # opens the device the client names: -d must exist on both sides)
@@ -95,9 +113,14 @@ netns_used_subnets() {
     } | grep -o '10\.231\.[0-9]*\.' | sort -u
 }
 
+# netns_pick_subnet [SUBNET...]: a free 10.231.<x>, none of SUBNET... (the
+# links already picked, whose addresses may not be set yet)
 netns_pick_subnet() {
-    local used x i
+    local used x i s
     used=$(netns_used_subnets)
+    for s in "$@"; do
+        used+=$'\n'"$s."
+    done
     for i in $(seq 1 50); do
         x=$((1 + RANDOM % 254))
         if ! grep -qx "10\.231\.$x\." <<<"$used"; then
@@ -117,8 +140,27 @@ netns_name() { echo "$netns_prefix-$1"; }
 # netns_index LETTER -> 0, 1, ...
 netns_index() { echo $(($(printf '%d' "'$1") - 97)); }
 
-netns_addr() { echo "$netns_subnet.$(($(netns_index "$1") + 1))"; }
-netns_if() { echo "${netns_ifs[$(netns_index "$1")]}"; }
+# netns_addr LETTER [LINK], netns_if LETTER [LINK]: the address and the
+# interface of namespace LETTER on link LINK (0, the first, by default;
+# LINK > 0: the further links of netns_setup 2 "" LINKS / netns_add_link)
+netns_addr() {
+    local k=${2:-0}
+    if [ "$k" = 0 ]; then
+        echo "$netns_subnet.$(($(netns_index "$1") + 1))"
+    else
+        echo "${netns_subnets[$k]}.$(($(netns_index "$1") + 1))"
+    fi
+}
+netns_if() {
+    local k=${2:-0}
+    if [ "$k" = 0 ]; then
+        echo "${netns_ifs[$(netns_index "$1")]}"
+    else
+        echo "hmveth$k"
+    fi
+}
+netns_addr2() { netns_addr "$1" 1; }
+netns_if2() { netns_if "$1" 1; }
 
 netns_exec() {
     local ns
@@ -133,10 +175,55 @@ netns_fail() {
     return 1
 }
 
-# netns_setup N [root]
+# netns_wait_up NS IF...: until every IF of NS has its carrier (5 s at most)
+netns_wait_up() {
+    local ns=$1 down f
+    shift
+    for _ in $(seq 1 50); do
+        down=0
+        for f in "$@"; do
+            ip -n "$ns" -o link show "$f" 2>/dev/null | grep -q 'state UP' || down=1
+        done
+        [ $down = 0 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# netns_add_link: one more veth pair (link) between a and b, after
+# netns_setup 2 (not root): hmveth<k> in both, on a subnet of its own
+netns_add_link() {
+    local k=$netns_links sub a b
+    if [ ${#netns_names[@]} != 2 ] || [ -n "$netns_root_bridge" ] || [ "$k" -lt 1 ]; then
+        netns_say "error: further links need netns_setup 2 (without root)"
+        return 1
+    fi
+    [ "$k" -lt 10 ] || { netns_say "error: at most 10 links"; return 1; }
+    sub=$(netns_pick_subnet "${netns_subnets[@]}") ||
+        { netns_say "error: no free 10.231.x.0/24 for link $k"; return 1; }
+    a=${netns_names[0]} b=${netns_names[1]}
+    ip link add "hmveth$k" netns "$a" type veth peer name "hmveth$k" netns "$b" &&
+        ip -n "$a" addr add "$sub.1/24" dev "hmveth$k" &&
+        ip -n "$b" addr add "$sub.2/24" dev "hmveth$k" &&
+        ip -n "$a" link set "hmveth$k" up &&
+        ip -n "$b" link set "hmveth$k" up ||
+        { netns_say "error: link $k (hmveth$k)"; return 1; }
+    netns_subnets+=("$sub")
+    netns_links=$((k + 1))
+    netns_wait_up "$a" "hmveth$k"
+    netns_wait_up "$b" "hmveth$k"
+    netns_say "link $k: hmveth$k on $sub.0/24"
+    return 0
+}
+
+# netns_setup N [root] [LINKS]
 netns_setup() {
-    local n=${1:-2} mode=${2:-} i l ns
+    local n=${1:-2} mode=${2:-} links=${3:-1} i l ns
     [ "$n" -ge 2 ] && [ "$n" -le 20 ] || { netns_say "error: 2..20 namespaces"; return 1; }
+    if [ "$links" != 1 ] && { [ "$n" != 2 ] || [ -n "$mode" ]; }; then
+        netns_say "error: further links need 2 namespaces without root"
+        return 1
+    fi
     trap 'netns_teardown' EXIT
     trap 'netns_teardown; trap - INT; kill -INT $$' INT
     trap 'netns_teardown; trap - TERM; kill -TERM $$' TERM
@@ -179,6 +266,7 @@ netns_setup() {
             peer name "$netns_ifname" netns "${netns_names[1]}" ||
             { netns_fail "veth pair"; return 1; }
         netns_ifs=("$netns_ifname" "$netns_ifname")
+        netns_links=1
     else
         netns_bridge_ns=$netns_prefix-br
         ip netns add "$netns_bridge_ns" || { netns_fail "bridge namespace"; return 1; }
@@ -201,17 +289,15 @@ netns_setup() {
             ip -n "${netns_names[$i]}" link set "${netns_ifs[$i]}" up ||
             { netns_fail "address of ${netns_names[$i]}"; return 1; }
     done
+    netns_subnets=("$netns_subnet")
     # wait for the links (veth carrier) to come up
-    for _ in $(seq 1 50); do
-        local down=0
-        for i in $(seq 0 $((n - 1))); do
-            ip -n "${netns_names[$i]}" -o link show "${netns_ifs[$i]}" |
-                grep -q 'state UP' || down=1
-        done
-        [ $down = 0 ] && break
-        sleep 0.1
+    for i in $(seq 0 $((n - 1))); do
+        netns_wait_up "${netns_names[$i]}" "${netns_ifs[$i]}"
     done
     netns_say "namespaces ${netns_names[*]} on $netns_subnet.0/24"
+    for i in $(seq 2 "$links"); do
+        netns_add_link || { netns_fail "link $((i - 1))"; return 1; }
+    done
     return 0
 }
 
@@ -243,6 +329,8 @@ netns_teardown() {
     fi
     netns_names=()
     netns_ifs=()
+    netns_links=0
+    netns_subnets=()
     netns_bridge_ns=
     netns_root_bridge=
     netns_root_addr=
