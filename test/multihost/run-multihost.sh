@@ -44,6 +44,37 @@
 #    Every survivor must report the peer's failure (Endpoint timeout or
 #    Connection reset), with no data corruption (ucp_peer's checks); but
 #    in `reset` nobody fails.
+# 3. Path failover (issue 28), also fault cases: the first of them adds a
+#    second veth pair (link) between a and b, hmveth1 on a subnet of its
+#    own (the matrix and the cases above run on one link), and runs
+#    ucp_peer with UCX_HCA_NET_DEVICES=hmveth0,hmveth1 on both sides: a
+#    listener on each link, one TCP connection per path; a QP whose path
+#    fails moves to the other one and sends again there, with no error.
+#    First, once, `path-baseline` (a line of its own): MH_PATH_BASE_OPS
+#    (100,000) puts over the two paths, no fault: the rate that sizes the
+#    cases' runs and gives their expected time.  Then ucp_peer put with
+#    MH_PATH_OPS operations (default: the baseline's rate times 0.5 s +
+#    the fault's span + 2 s: still running at the last fault step) while,
+#    in namespace a:
+#      path-down      hmveth0 down, MH_PATH_DOWN_MS (1000) ms, up again
+#      path-kill      `ss -K` of the first path's TCP connections only
+#                     (dst <b's hmveth0 address>: in a, the remote end of
+#                     those either side dialled), up to three times
+#                     200 ms apart
+#      path-flap      hmveth0 down, MH_PATH_FLAP_MS (700) ms, up, 700 ms,
+#                     hmveth1 down, 700 ms, up
+#    Each must end as `reset` does: both sides exit 0, every operation
+#    done and its data checked, no error; and the device must have
+#    counted a failover: the row `failovers` under "tcp fabric:" of
+#    `hca_devinfo -v` in a, after the run minus before (a missing row is
+#    0; the counters are the host's totals: both processes, and anything
+#    else using hca0 meanwhile), must not be 0 ("no failover counted").
+#    The line shows what changed in the rows failovers, retries,
+#    connections_lost and path<N>_* (frames_tx, bytes_tx, retransmits,
+#    failovers), the longest stall after the first fault (the recovery
+#    time: the longest time a's traffic, sampled every 50 ms, ran below a
+#    quarter of its rate before the fault), the run's time against the
+#    baseline's rate, and the MB each link carried.
 #
 # One line per run (name, result, seconds, what was measured), a summary
 # line; exit status 1 if a run failed, 0 otherwise.  Not root, or no
@@ -53,7 +84,9 @@
 # (default 15), MH_LOGDIR (default: a temporary directory, kept if a run
 # failed), MH_FILTER (a regular expression: only the matrix tests whose
 # name matches), MH_FAULTS (the fault cases to run, default all:
-# "kill-perftest kill-ucp kill-mixed reset link-down stop stop-target"),
+# "kill-perftest kill-ucp kill-mixed reset link-down stop stop-target
+# path-down path-kill path-flap"), MH_PATH_BASE_OPS, MH_PATH_OPS,
+# MH_PATH_DOWN_MS, MH_PATH_FLAP_MS (section 3),
 # MH_PEER_ENV (extra VAR=VALUE words for the fault cases' processes, e.g.
 # "UCX_LOG_LEVEL=debug HCA_TRACE=1"), MH_KEEP=1 (keep the logs of passed
 # runs too).
@@ -421,15 +454,30 @@ build_ucp_peer() {
     }
 }
 
+pair_env=()  # extra environment of the next ucp_pair_start's processes
+
+# case_dir CASE: the run directory of a case, $logdir/f-CASE, or
+# f-CASE.<n> if a case of that name ran before (MH_FAULTS="reset reset"
+# with MH_KEEP=1: ucp_peer must not find the last run's address files)
+case_dir() {
+    local d=$logdir/f-$1 n=1
+    while [ -e "$d" ]; do
+        n=$((n + 1))
+        d=$logdir/f-$1.$n
+    done
+    echo "$d"
+}
+
 # ucp_pair_start NAME DIR WORKLOAD [OPS]: ucp_peer's target in a and
-# requester in b, both with the fault environment; sets $tgt and $req and
-# returns 0 once both say "traffic", else reports NAME failed, kills them
-# and returns 1
+# requester in b, both with the fault environment (and $pair_env); sets
+# $tgt and $req and returns 0 once both say "traffic", else reports NAME
+# failed, kills them and returns 1
 ucp_pair_start() {
     local name=$1 dir=$2 wl=$3 ops=${4:-} t0 i
     mkdir -p "$dir"
     chmod 0777 "$dir"
-    local penv=("${fault_env[@]}" "UCX_TLS=hca,self" REL_RUN_LIMIT=$((FAULT_LIMIT + 10)))
+    local penv=("${fault_env[@]}" "UCX_TLS=hca,self" REL_RUN_LIMIT=$((FAULT_LIMIT + 10))
+                "${pair_env[@]}")
     t0=$(now_ms)
     ip netns exec "$(netns_name a)" env "${penv[@]}" \
         "$peer_bin" target "$wl" heap "$dir" $ops >"$dir/target.log" 2>&1 &
@@ -459,7 +507,8 @@ ucp_pair_start() {
 #          it, the requester (continued) must end too
 #   stopt  the same with the target stopped: the requester must see it
 ucp_fault() {
-    local name="fault $1" action=$2 dir=$logdir/f-$1 tgt req tk detail=
+    local name="fault $1" action=$2 dir tgt req tk detail=
+    dir=$(case_dir "$1")
     local wl=${3:-put}
     [ -n "$peer_bin" ] || { report "$name" FAIL 0 "ucp_peer not built"; return; }
     ucp_pair_start "$name" "$dir" "$wl" || return
@@ -554,7 +603,8 @@ ucp_fault() {
 # case proves nothing).  Both
 # must end cleanly: exit 0, no error, no corruption.
 ucp_survive() {
-    local name="fault $1" wl=$2 ops=$3 dir=$logdir/f-$1 tgt req tk k
+    local name="fault $1" wl=$2 ops=$3 dir tgt req tk k
+    dir=$(case_dir "$1")
     local detail= ok=1 killed=0
     [ -n "$peer_bin" ] || { report "$name" FAIL 0 "ucp_peer not built"; return; }
     ucp_pair_start "$name" "$dir" "$wl" "$ops" || return
@@ -606,9 +656,324 @@ ucp_survive() {
     fi
 }
 
+# ------------------------------------------------------------ paths
+
+# hca_devinfo: the build's, else an installed one
+devinfo_bin=$build/src/tools/hca_devinfo
+[ -x "$devinfo_bin" ] || devinfo_bin=$(command -v hca_devinfo 2>/dev/null)
+
+# tcp_rows FILE: the rows under "tcp fabric:" of `hca_devinfo -v -d hca0`
+# in namespace a, "name value" a line, into FILE (hca_devinfo prints no
+# row that is 0); its whole output in FILE.full; 1 if it is missing or
+# failed
+tcp_rows() {
+    : >"$1"
+    [ -n "$devinfo_bin" ] || return 1
+    ip netns exec "$(netns_name a)" timeout -s KILL 10 \
+        "$devinfo_bin" -v -d hca0 >"$1.full" 2>&1 || return 1
+    awk '/^[ \t]*tcp fabric:/ { f = 1; next }
+         f && /^\t\t\t[a-z]/ { print $1, $2; next }
+         { f = 0 }' "$1.full" >"$1"
+}
+
+# tcp_delta BEFORE AFTER: "name=+N ..." for the rows failovers, retries,
+# connections_lost and path<N>_* that changed (a missing row is 0)
+tcp_delta() {
+    awk 'FNR == NR { b[$1] = $2; seen[$1] = 1; next }
+         { a[$1] = $2; seen[$1] = 1 }
+         END {
+             n = split("failovers retries connections_lost", k, " ")
+             for (r in seen) if (r ~ /^path[0-9]+_/) k[++n] = r
+             for (i = 4; i <= n; i++)     # the path rows in name order
+                 for (j = i + 1; j <= n; j++)
+                     if (k[j] < k[i]) { t = k[i]; k[i] = k[j]; k[j] = t }
+             for (i = 1; i <= n; i++) {
+                 d = a[k[i]] - b[k[i]]
+                 if (d != 0) printf "%s%s=%+.0f", (out++ ? " " : ""), k[i], d
+             }
+         }' "$1" "$2"
+}
+
+# row FILE NAME: the row's value, 0 when missing
+row() { awk -v n="$2" '$1 == n { v = $2 } END { printf "%.0f\n", v }' "$1"; }
+
+# path_sampler PID FILE: every 50 ms while PID (a process in namespace a)
+# lives, "ms rx0 tx0 rx1 tx1" (bytes of a's hmveth0 and hmveth1, from
+# /proc/PID/net/dev: PID's namespace) into FILE; forks only sleep; 60 s at
+# most
+path_sampler() {
+    local pid=$1 n=0 line st f r0 t0 r1 t1
+    while [ $n -lt 1200 ]; do
+        read -r st 2>/dev/null <"/proc/$pid/stat" || break
+        st=${st##*) }
+        [ "${st%% *}" = Z ] && break
+        r0=0 t0=0 r1=0 t1=0
+        while IFS= read -r line; do
+            read -r -a f <<<"${line/:/ }"
+            case ${f[0]} in
+            hmveth0) r0=${f[1]} t0=${f[9]} ;;
+            hmveth1) r1=${f[1]} t1=${f[9]} ;;
+            esac
+        done 2>/dev/null <"/proc/$pid/net/dev"
+        echo "$(now_ms) $r0 $t0 $r1 $t1"
+        sleep 0.05
+        n=$((n + 1))
+    done >"$2"
+}
+
+# path_stats SAMPLES FIRST_FAULT_MS END_MS: "pre_rate stall_ms mb0 mb1":
+# the median rate (bytes/ms, both links) of the samples before the first
+# fault (of all of them if fewer than 3), the longest time after it and
+# before END_MS that the rate stayed below a quarter of that, and the MB
+# each link carried (rx + tx in a)
+path_stats() {
+    awk -v first="$2" -v end="$3" '
+    { t[NR] = $1; b[NR] = $2 + $3 + $4 + $5; b0[NR] = $2 + $3; b1[NR] = $4 + $5 }
+    function median(m,    i, j, x) {
+        for (i = 2; i <= m; i++)
+            for (j = i; j > 1 && r[j - 1] > r[j]; j--) { x = r[j]; r[j] = r[j - 1]; r[j - 1] = x }
+        return r[int((m + 1) / 2)]
+    }
+    END {
+        n = NR
+        if (n < 3) { print "0 0 0 0"; exit }
+        m = 0
+        for (i = 2; i <= n; i++)
+            if (t[i] <= first && t[i] > t[i - 1]) r[++m] = (b[i] - b[i - 1]) / (t[i] - t[i - 1])
+        if (m < 3) {
+            m = 0
+            for (i = 2; i <= n; i++)
+                if (t[i] <= end && t[i] > t[i - 1]) r[++m] = (b[i] - b[i - 1]) / (t[i] - t[i - 1])
+        }
+        pre = (m > 0) ? median(m) : 0
+        stall = 0; cur = 0
+        for (i = 2; i <= n; i++) {
+            if (t[i] <= first || t[i - 1] >= end || t[i] <= t[i - 1]) continue
+            if ((b[i] - b[i - 1]) / (t[i] - t[i - 1]) < pre / 4) {
+                cur += t[i] - t[i - 1]
+                if (cur > stall) stall = cur
+            } else {
+                cur = 0
+            }
+        }
+        printf "%.0f %d %.1f %.1f\n", pre, stall, (b0[n] - b0[1]) / 1e6, (b1[n] - b1[1]) / 1e6
+    }' "$1"
+}
+
+# links_up: both links up again after a case, whatever happened in it
+links_up() {
+    ip -n "$(netns_name a)" link set hmveth0 up 2>/dev/null
+    ip -n "$(netns_name a)" link set hmveth1 up 2>/dev/null
+    netns_wait_up "$(netns_name a)" hmveth0 hmveth1
+    netns_wait_up "$(netns_name b)" hmveth0 hmveth1
+}
+
+# path_result DIR: both sides' results checked as in `reset`: exit 0,
+# done, no error, no corruption; clears $res_ok on a failure and appends
+# to $detail (uses the caller's $req_rc and $tgt_rc)
+path_result() {
+    local dir=$1 side res st
+    for side in requester target; do
+        res=$(cat "$dir/$side.result" 2>/dev/null)
+        if [ $side = target ]; then st=$tgt_rc; else st=$req_rc; fi
+        [ "$st" = 0 ] || res_ok=0
+        if [ -z "$res" ]; then
+            res_ok=0
+            detail+="$side: status $st, no result (stage $(cat "$dir/$side.stage" 2>/dev/null)); "
+            continue
+        fi
+        grep -q 'status=done' <<<"$res" || res_ok=0
+        grep -q 'errors=0 ' <<<"$res" || res_ok=0
+        grep -q 'corrupt=0' <<<"$res" || res_ok=0
+        grep -q 'first_error=-' <<<"$res" || res_ok=0
+        detail+="$side: status $st, $(grep -o 'ops=[0-9]*' <<<"$res") $(grep -o 'errors=[0-9]*' <<<"$res") $(grep -o 'corrupt=[0-9]*' <<<"$res") $(sed -n 's/.*\(first_error=.*\)/\1/p' <<<"$res"); "
+    done
+}
+
+path_ready=     # ok, or why the path cases cannot run
+path_rate=0     # the baseline's puts per second
+
+# path_prepare: the second link and the baseline, once; 0 if ready
+path_prepare() {
+    if [ -z "$path_ready" ]; then
+        path_ready=ok
+        if [ -z "$peer_bin" ]; then
+            path_ready="ucp_peer not built"
+        elif [ "$netns_links" -lt 2 ] && ! netns_add_link 2>>"$logdir/netns.log"; then
+            path_ready="cannot add the second link (hmveth1): $(tail -n 1 "$logdir/netns.log")"
+        else
+            echo "multihost: second link hmveth1: a=$(netns_addr a 1) b=$(netns_addr b 1); UCX_HCA_NET_DEVICES=hmveth0,hmveth1"
+            path_baseline
+        fi
+    fi
+    [ "$path_ready" = ok ]
+}
+
+# path-baseline: MH_PATH_BASE_OPS puts over the two paths, no fault
+path_baseline() {
+    local name="fault path-baseline" dir=$logdir/f-path-baseline
+    local ops=${MH_PATH_BASE_OPS:-100000} tgt req t0 spid run_ms detail="" res_ok=1
+    local req_rc tgt_rc mb0 mb1
+    pair_env=("UCX_HCA_NET_DEVICES=hmveth0,hmveth1")
+    if ! ucp_pair_start "$name" "$dir" put "$ops"; then
+        pair_env=()
+        path_ready="the two-path baseline failed (no traffic; logs $dir)"
+        return 1
+    fi
+    pair_env=()
+    t0=$(now_ms)
+    path_sampler "$tgt" "$dir/samples" &
+    spid=$!
+    bg_pids+=("$spid")
+    wait_gone "$req" "$FAULT_LIMIT"
+    req_rc=$wait_rc run_ms=$(($(now_ms) - t0))
+    wait_gone "$tgt" "$FAULT_LIMIT"
+    tgt_rc=$wait_rc
+    kill -KILL "$tgt" "$req" 2>/dev/null
+    wait "$tgt" "$req" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    path_result "$dir"
+    read -r _ _ mb0 mb1 <<<"$(path_stats "$dir/samples" 0 $((t0 + run_ms)))"
+    detail+="links hmveth0 $mb0 MB, hmveth1 $mb1 MB"
+    [ "$run_ms" -gt 0 ] || run_ms=1
+    path_rate=$((ops * 1000 / run_ms))
+    if [ $res_ok = 1 ]; then
+        report "$name" PASS "$run_ms" "$detail; $path_rate puts/s"
+        [ "${MH_KEEP:-0}" = 1 ] || rm -rf "$dir"
+    else
+        path_ready="the two-path baseline failed (logs $dir)"
+        report "$name" FAIL "$run_ms" "$detail (logs $dir)"
+    fi
+}
+
+# path_step WHAT: the time of one fault step into DIR/events; 1 if the
+# requester has ended already (uses the caller's $dir, $t0, $req)
+path_step() {
+    echo "$(($(now_ms) - t0)) $1" >>"$dir/events"
+    alive "$req"
+}
+
+# ucp_path NAME ACTION: ucp_peer put over the two paths while ACTION
+# (down, kill, flap) runs in namespace a; see the header, section 3
+ucp_path() {
+    local name="fault $1" action=$2 dir tgt req t0 tf tl k spid
+    dir=$(case_dir "$1")
+    local detail="" res_ok=1 ok=1 killed=0 span ops req_rc tgt_rc run_ms A
+    local down_ms=${MH_PATH_DOWN_MS:-1000} flap_ms=${MH_PATH_FLAP_MS:-700}
+    if ! path_prepare; then
+        report "$name" FAIL 0 "not run: $path_ready"
+        return
+    fi
+    case $action in
+    down) span=$down_ms ;;
+    kill) span=600 ;;
+    flap) span=$((3 * flap_ms + 300)) ;;
+    esac
+    # still running at the last fault step and 2 s past it, at the
+    # baseline's rate
+    ops=${MH_PATH_OPS:-$((path_rate * (500 + span + 2000) / 1000))}
+    [ "$ops" -ge 100000 ] || ops=100000
+    [ "$ops" -le 5000000 ] || ops=5000000
+    mkdir -p "$dir"
+    if ! tcp_rows "$dir/devinfo-before"; then
+        report "$name" FAIL 0 "cannot count failovers: hca_devinfo -v failed or is missing (${devinfo_bin:-none}; $dir/devinfo-before.full)"
+        return
+    fi
+    pair_env=("UCX_HCA_NET_DEVICES=hmveth0,hmveth1")
+    if ! ucp_pair_start "$name" "$dir" put "$ops"; then
+        pair_env=()
+        return
+    fi
+    pair_env=()
+    t0=$(now_ms)
+    path_sampler "$tgt" "$dir/samples" &
+    spid=$!
+    bg_pids+=("$spid")
+    A=$(netns_name a)
+    sleep 0.5
+    tf=$(now_ms)
+    case $action in
+    down)
+        path_step "hmveth0 down" || ok=0
+        ip -n "$A" link set hmveth0 down
+        sleep "$(secs "$down_ms")"
+        path_step "hmveth0 up" || ok=0
+        ip -n "$A" link set hmveth0 up ;;
+    flap)
+        path_step "hmveth0 down" || ok=0
+        ip -n "$A" link set hmveth0 down
+        sleep "$(secs "$flap_ms")"
+        path_step "hmveth0 up" || ok=0
+        ip -n "$A" link set hmveth0 up
+        sleep "$(secs "$flap_ms")"
+        path_step "hmveth1 down" || ok=0
+        ip -n "$A" link set hmveth1 down
+        sleep "$(secs "$flap_ms")"
+        path_step "hmveth1 up" || ok=0
+        ip -n "$A" link set hmveth1 up ;;
+    kill)
+        # dst <b's hmveth0 address>: in a, the remote end of the first
+        # path's connections, whichever side dialled them
+        for k in 1 2 3; do
+            if ! path_step "ss -K dst $(netns_addr b 0)"; then
+                # the first must find it running; later ones may not
+                [ $k = 1 ] && ok=0
+                break
+            fi
+            ip netns exec "$A" ss -K -t dst "$(netns_addr b 0)" >"$dir/ss-$k.log" 2>&1
+            killed=$((killed + $(grep -c ESTAB "$dir/ss-$k.log")))
+            sleep 0.2
+        done ;;
+    esac
+    tl=$(now_ms)
+    [ $ok = 1 ] || detail+="the requester ended before the last fault step: too few operations (MH_PATH_OPS); "
+    wait_gone "$req" "$FAULT_LIMIT"
+    req_rc=$wait_rc run_ms=$(($(now_ms) - t0))
+    wait_gone "$tgt" "$FAULT_LIMIT"
+    tgt_rc=$wait_rc
+    kill -KILL "$tgt" "$req" 2>/dev/null
+    wait "$tgt" "$req" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    links_up
+    if [ "$action" = kill ] && [ $ok = 1 ] && [ $killed = 0 ]; then
+        report "$name" n/a $((tl - tf)) "ss -K closed no connection of the first path (kernel without CONFIG_INET_DIAG_DESTROY?): $(tr '\n' ' ' <"$dir/ss-1.log" | cut -c1-100)"
+        return
+    fi
+    path_result "$dir"
+    [ $res_ok = 1 ] || ok=0
+    # the failovers the device counted (the host's totals: both sides)
+    local fo delta pre stall mb0 mb1 expect
+    if tcp_rows "$dir/devinfo-after"; then
+        fo=$(($(row "$dir/devinfo-after" failovers) - $(row "$dir/devinfo-before" failovers)))
+        delta=$(tcp_delta "$dir/devinfo-before" "$dir/devinfo-after")
+        if [ "$fo" -gt 0 ]; then
+            detail+="$fo failovers counted"
+        else
+            ok=0
+            detail+="no failover counted"
+        fi
+        detail+=" (tcp fabric: ${delta:-no row changed})"
+    else
+        ok=0
+        detail+="no failover counted: hca_devinfo -v failed after the run ($dir/devinfo-after.full)"
+    fi
+    [ "$action" = kill ] && detail+="; $killed connections killed"
+    read -r pre stall mb0 mb1 <<<"$(path_stats "$dir/samples" "$tf" $((t0 + run_ms - 100)))"
+    expect=$((ops * 1000 / (path_rate > 0 ? path_rate : 1)))
+    detail+="; recovery: longest stall after the first fault $(secs "$stall")s (< 1/4 of $((pre / 1000)) MB/s)"
+    detail+="; run $(secs "$run_ms")s for $ops puts, $(secs "$expect")s at the baseline's rate"
+    detail+="; links hmveth0 $mb0 MB, hmveth1 $mb1 MB"
+    if [ $ok = 1 ]; then
+        report "$name" PASS "$run_ms" "$detail"
+        [ "${MH_KEEP:-0}" = 1 ] || rm -rf "$dir"
+    else
+        report "$name" FAIL "$run_ms" "$detail (logs $dir)"
+    fi
+}
+
 run_faults() {
     echo "--- fault cases (UCX_HCA_PEER_TIMEOUT=2s, limit ${FAULT_LIMIT}s each)"
-    local f faults=${MH_FAULTS:-kill-perftest kill-ucp kill-mixed reset link-down stop stop-target}
+    local f faults=${MH_FAULTS:-kill-perftest kill-ucp kill-mixed reset link-down stop stop-target path-down path-kill path-flap}
     if [ "$faults" != kill-perftest ] && ! build_ucp_peer; then
         report "fault ucp_peer build" FAIL 0 "cannot build test/reliability/ucp_peer.c"
         return
@@ -622,6 +987,9 @@ run_faults() {
         link-down) ucp_fault link-down down ;;
         stop)      ucp_fault stop stop ;;
         stop-target) ucp_fault stop-target stopt ;;
+        path-down) ucp_path path-down down ;;
+        path-kill) ucp_path path-kill kill ;;
+        path-flap) ucp_path path-flap flap ;;
         *) echo "run-multihost: unknown fault case $f" >&2 ;;
         esac
     done
