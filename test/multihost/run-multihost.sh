@@ -53,8 +53,10 @@
 #    First, once, `path-baseline` (a line of its own): MH_PATH_BASE_OPS
 #    (100,000) puts over the two paths, no fault: the rate that sizes the
 #    cases' runs and gives their expected time.  Then ucp_peer put with
-#    MH_PATH_OPS operations (default: the baseline's rate times 0.5 s +
-#    the fault's span + 2 s: still running at the last fault step) while,
+#    MH_PATH_OPS operations (default: for the geometric mean of the time
+#    to the last fault step, 0.5 s + the fault's span, and that plus
+#    MH_FAULT_LIMIT, at the baseline's rate: the requester must still run
+#    at the last fault step, and end within the limit) while,
 #    in namespace a:
 #      path-down      hmveth0 down, MH_PATH_DOWN_MS (1000) ms, up again
 #      path-kill      `ss -K` of the first path's TCP connections only
@@ -869,10 +871,17 @@ ucp_path() {
     kill) span=600 ;;
     flap) span=$((3 * flap_ms + 300)) ;;
     esac
-    # still running at the last fault step and 2 s past it, at the
-    # baseline's rate
-    ops=${MH_PATH_OPS:-$((path_rate * (500 + span + 2000) / 1000))}
-    [ "$ops" -ge 100000 ] || ops=100000
+    # The requester must still run at the last fault step (0.5 s + span)
+    # and end within the limit after it: the run's time at the baseline's
+    # rate is the geometric mean of the two, as the rate of the same run
+    # varies by 3 to 5 x on 2 busy cores (4.2 s for path-kill, 5 s for
+    # path-down, 7.2 s for path-flap: a rate 3.3, 3.3, 2.5 x off either
+    # way still fits)
+    local target_ms
+    target_ms=$(awk -v a=$((500 + span)) -v l="$FAULT_LIMIT" \
+        'BEGIN { printf "%d", sqrt(a * (a + l * 1000)) }')
+    ops=${MH_PATH_OPS:-$((path_rate * target_ms / 1000))}
+    [ "$ops" -ge 20000 ] || ops=20000
     [ "$ops" -le 5000000 ] || ops=5000000
     mkdir -p "$dir"
     if ! tcp_rows "$dir/devinfo-before"; then
