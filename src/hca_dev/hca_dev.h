@@ -119,6 +119,17 @@ typedef struct hca_net_addr {
     uint8_t  addr[16];    /* network byte order; IPv4 in the first 4 */
 } hca_net_addr_t;
 
+/* The tcp fabric's paths: one listener per interface named in
+ * net_devices, up to this many (docs/TCP-WIRE.md, "Paths"). */
+#define HCA_NET_MAX_PATHS 4
+
+/* One path of a context (hca_port_attr_t.paths). */
+typedef struct hca_path_attr {
+    hca_net_addr_t net;           /* its listener */
+    char           dev[32];       /* its interface */
+    uint32_t       up;            /* the interface is up and running */
+} hca_path_attr_t;
+
 typedef struct hca_port_attr {
     hca_port_state_t  state;
     hca_fabric_type_t fabric;      /* the fabric of peers on this host */
@@ -128,6 +139,8 @@ typedef struct hca_port_attr {
     hca_fabric_mode_t fabric_mode;
     hca_net_addr_t    net;         /* tcp listener, if tcp is enabled */
     char              net_dev[32]; /* its interface ("lo", "eth0") */
+    uint32_t          n_paths;     /* tcp: listeners (net is the first) */
+    hca_path_attr_t   paths[HCA_NET_MAX_PATHS];
 } hca_port_attr_t;
 
 /* Host identity: what makes two processes "the same host" for the shm
@@ -145,10 +158,12 @@ typedef struct hca_port_addr {
     uint64_t       host;     /* hca_host_key() of the context's host */
     uint32_t       pid;
     uint32_t       ctx_id;   /* which open of the device in that process */
-    hca_net_addr_t net;      /* its tcp listener */
+    hca_net_addr_t net;      /* its tcp listener (its first path) */
     uint64_t       secret;   /* random per context: a tcp peer must
                                 present it, so only a process that was
                                 given the address can connect */
+    uint32_t       n_net_more; /* its further paths' listeners */
+    hca_net_addr_t net_more[HCA_NET_MAX_PATHS - 1];
 } hca_port_addr_t;
 
 /* Returns the number of devices and writes up to max names. */
@@ -169,8 +184,9 @@ typedef struct hca_open_attr {
     unsigned          flags;       /* HCA_OPEN_* */
     hca_fabric_mode_t fabric;      /* AUTO: $HCA_FABRIC, else auto */
     const char       *net_devices; /* tcp: interface names or addresses,
-                                      comma separated, first usable
-                                      wins; NULL: $HCA_NET_DEVICES, else
+                                      comma separated, each usable one a
+                                      path (up to HCA_NET_MAX_PATHS);
+                                      NULL: $HCA_NET_DEVICES, else
                                       the first interface that is up,
                                       not loopback and has an address,
                                       else loopback */

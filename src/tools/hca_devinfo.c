@@ -9,7 +9,10 @@
  * With -v the device counters are printed too: host-wide totals of every
  * process that used the device (live queue pairs and contexts, plus what
  * closed ones left in the device's totals); only rows that are not zero
- * are printed.
+ * are printed.  The tcp fabric's paths are listed with their
+ * interfaces' state; their counters (frames, bytes, retransmits,
+ * failovers of path N: the sums over every process's path N) are among
+ * the fabric's counters.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -209,6 +212,16 @@ static int print_port(hca_device_t *dev, uint8_t port_num)
         printf("\t\t\t%-16s%s\n", "tcp_interface:", pattr.net_dev);
         printf("\t\t\t%-16s%s (this context's listener)\n", "tcp_address:",
                addr);
+        /* its paths (UCX_HCA_NET_DEVICES names several): each path's
+         * counters are under "tcp fabric" with -v */
+        printf("\t\t\t%-16s%" PRIu32 "\n", "tcp_paths:", pattr.n_paths);
+        for (uint32_t i = 0; i < pattr.n_paths; ++i) {
+            char name[24];
+            hca_net_addr_str(&pattr.paths[i].net, addr, sizeof(addr));
+            snprintf(name, sizeof(name), "tcp_path%" PRIu32 ":", i);
+            printf("\t\t\t%-16s%s %s %s\n", name, pattr.paths[i].dev, addr,
+                   pattr.paths[i].up ? "up" : "down");
+        }
     } else {
         printf("\t\t\t%-16s%s\n", "tcp_address:", "none (no tcp fabric)");
     }

@@ -50,7 +50,7 @@ static int hca_tcp_dev_open(hca_device_t *dev)
         return -ENOMEM;
     }
     tcp->dev        = dev;
-    tcp->listen_fd  = -1;
+    tcp->nl_fd      = -1;
     tcp->epfd       = -1;
     tcp->wake_fd    = -1;
     tcp->timeout_ms = hca_tcp_timeout_ms(dev);
@@ -69,11 +69,14 @@ static int hca_tcp_dev_open(hca_device_t *dev)
         rc = -EIO; /* no secret, no listener that only invited peers use */
         goto err;
     }
-    rc = hca_tcp_netif_pick(setting, &tcp->addr, tcp->ifname,
-                            sizeof(tcp->ifname));
-    if (rc == 0) {
-        rc = hca_tcp_listen(tcp, dev->open_attr.port_min,
-                            dev->open_attr.port_max);
+    rc = hca_tcp_netif_pick(setting, tcp->paths, HCA_NET_MAX_PATHS);
+    if (rc > 0) {
+        tcp->n_paths = rc;
+        rc           = 0;
+        for (int i = 0; (i < tcp->n_paths) && (rc == 0); ++i) {
+            rc = hca_tcp_listen(&tcp->paths[i], dev->open_attr.port_min,
+                                dev->open_attr.port_max);
+        }
     }
     if (rc != 0) {
         hca_log("tcp fabric: no listener (%s): peers on other hosts are "
@@ -81,7 +84,7 @@ static int hca_tcp_dev_open(hca_device_t *dev)
         if (dev->fabric_mode == HCA_FABRIC_MODE_TCP) {
             goto err; /* forced: the open fails */
         }
-        memset(&tcp->addr, 0, sizeof(tcp->addr));
+        hca_tcp_paths_close(tcp);
         pthread_mutex_destroy(&tcp->lock);
         free(tcp->scratch);
         free(tcp);
@@ -96,9 +99,7 @@ static int hca_tcp_dev_open(hca_device_t *dev)
     return 0;
 
 err:
-    if (tcp->listen_fd >= 0) {
-        close(tcp->listen_fd);
-    }
+    hca_tcp_paths_close(tcp);
     pthread_mutex_destroy(&tcp->lock);
     free(tcp->scratch);
     free(tcp);
@@ -137,9 +138,7 @@ static void hca_tcp_dev_close(hca_device_t *dev)
         hca_tcp_rx_abort(conn);
         hca_tcp_conn_free(conn);
     }
-    if (tcp->listen_fd >= 0) {
-        close(tcp->listen_fd);
-    }
+    hca_tcp_paths_close(tcp);
     pthread_mutex_destroy(&tcp->lock);
     free(tcp->scratch);
     free(tcp);
@@ -158,8 +157,12 @@ static void hca_tcp_address(hca_device_t *dev, hca_port_addr_t *addr)
     hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
 
     if (tcp != NULL) {
-        addr->net    = tcp->addr;
-        addr->secret = tcp->secret;
+        addr->net        = tcp->paths[0].addr;
+        addr->secret     = tcp->secret;
+        addr->n_net_more = (uint32_t)tcp->n_paths - 1;
+        for (int i = 1; i < tcp->n_paths; ++i) {
+            addr->net_more[i - 1] = tcp->paths[i].addr;
+        }
     }
 }
 
@@ -168,8 +171,16 @@ static void hca_tcp_port_query(hca_device_t *dev, hca_port_attr_t *attr)
     hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
 
     if (tcp != NULL) {
-        attr->net = tcp->addr;
-        snprintf(attr->net_dev, sizeof(attr->net_dev), "%s", tcp->ifname);
+        attr->net = tcp->paths[0].addr;
+        snprintf(attr->net_dev, sizeof(attr->net_dev), "%s",
+                 tcp->paths[0].ifname);
+        attr->n_paths = (uint32_t)tcp->n_paths;
+        for (int i = 0; i < tcp->n_paths; ++i) {
+            hca_path_attr_t *pa = &attr->paths[i];
+            pa->net = tcp->paths[i].addr;
+            snprintf(pa->dev, sizeof(pa->dev), "%s", tcp->paths[i].ifname);
+            pa->up  = hca_tcp_netif_up(&tcp->paths[i]);
+        }
     }
 }
 
@@ -190,9 +201,9 @@ static int hca_tcp_connect(hca_qp_t *qp)
         return -ENOMEM;
     }
     pthread_mutex_lock(&tcp->lock);
-    conn = hca_tcp_conn_get(tcp, &qp->dest);
+    conn = hca_tcp_home_pick(tcp, &qp->dest);
     if (conn != NULL) {
-        conn->qp_refs++;
+        conn->qp_refs += 2; /* its home, and the path it sends on */
     }
     pthread_mutex_unlock(&tcp->lock);
     if (conn == NULL) {
@@ -209,6 +220,7 @@ static int hca_tcp_connect(hca_qp_t *qp)
     tq->next_psn   = psn;
     tq->rtx_psn    = psn;
     atomic_store(&tq->answered_ns, hca_now_ns());
+    tq->home       = conn;
     tq->conn       = conn; /* last: the thread reads the QP by it */
     return 0;
 }
@@ -250,6 +262,7 @@ static void hca_tcp_disconnect(hca_qp_t *qp)
     pthread_mutex_lock(&tcp->lock);
     if (conn != NULL) {
         conn->qp_refs--;
+        hca_tcp_qp(qp)->home->qp_refs--;
     }
     free(hca_tcp_qp(qp)->sent);
     memset(hca_tcp_qp(qp), 0, sizeof(hca_tcp_qp_t));
@@ -266,7 +279,19 @@ static hca_wc_status_t hca_tcp_peer_status(hca_qp_t *qp)
         return HCA_WC_RETRY_EXC_ERR;
     }
     if (atomic_load(&conn->state) == HCA_TCP_CONN_DEAD) {
-        return (hca_wc_status_t)atomic_load(&conn->fail);
+        hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
+        int keeps;
+        if (!hca_tcp_failover_ok(conn, HCA_TCP_CONN_DEAD)) {
+            return (hca_wc_status_t)atomic_load(&conn->fail);
+        }
+        /* a path that never came up: the QP moves to another at its
+         * next operation, if one is UP */
+        pthread_mutex_lock(&tcp->lock);
+        keeps = hca_tcp_path_keeps(tcp, conn);
+        pthread_mutex_unlock(&tcp->lock);
+        if (!keeps) {
+            return (hca_wc_status_t)atomic_load(&conn->fail);
+        }
     }
     /* a peer process of this host that is gone is known at once, not at
      * the retry timeout (its reset alone would only start a reconnect) */
@@ -337,6 +362,15 @@ static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
     [HCA_TCP_CNT_RTOS]         = "rtos",
     [HCA_TCP_CNT_RECONNECTS]   = "reconnects",
     [HCA_TCP_CNT_FAULTS]       = "faults_injected",
+    [HCA_TCP_CNT_FAILOVERS]    = "failovers",
+#define HCA_TCP_PATH_NAMES(_p) \
+    [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_FRAMES_TX)]   = "path" #_p "_frames_tx", \
+    [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_BYTES_TX)]    = "path" #_p "_bytes_tx", \
+    [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_RETRANSMITS)] = "path" #_p "_retransmits", \
+    [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_FAILOVERS)]   = "path" #_p "_failovers",
+    HCA_TCP_PATH_NAMES(0) HCA_TCP_PATH_NAMES(1) HCA_TCP_PATH_NAMES(2)
+    HCA_TCP_PATH_NAMES(3)
+#undef HCA_TCP_PATH_NAMES
     [HCA_TCP_CNT_NAKS + HCA_WC_SUCCESS]         = "nak_success",
     [HCA_TCP_CNT_NAKS + HCA_WC_LOC_LEN_ERR]     = "nak_loc_len_err",
     [HCA_TCP_CNT_NAKS + HCA_WC_LOC_QP_OP_ERR]   = "nak_loc_qp_op_err",
@@ -351,6 +385,7 @@ static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
 };
 /* a new status needs its NAK name above */
 _Static_assert(HCA_WC_STATUS_LAST == 11, "name the new status's NAKs");
+_Static_assert(HCA_NET_MAX_PATHS == 4, "name the new paths' counters");
 
 static const char *hca_tcp_counter_name(unsigned i)
 {

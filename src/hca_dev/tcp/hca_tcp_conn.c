@@ -119,6 +119,10 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
     if (conn->fd >= 0) {
         close(conn->fd);
     }
+    hca_tcp_rqps_forget(conn);
+    if ((conn->rq_lead != NULL) && (conn->rq_lead != conn)) {
+        conn->rq_lead->lead_refs--;
+    }
     hca_tcp_rqps_free(conn);
     pthread_mutex_destroy(&conn->tx_lock);
     pthread_mutex_destroy(&conn->rx_lock);
@@ -151,7 +155,8 @@ int hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret)
 static void hca_tcp_dial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                          const struct sockaddr_storage *ss, uint32_t len);
 
-hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
+hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp,
+                                 const hca_port_addr_t *peer, int path)
 {
     struct sockaddr_storage ss;
     hca_tcp_conn_t *conn;
@@ -160,6 +165,7 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
 
     for (conn = tcp->conns; conn != NULL; conn = conn->next) {
         if ((atomic_load(&conn->state) != HCA_TCP_CONN_DEAD) &&
+            (conn->path == path) &&
             (conn->peer.host == peer->host) && (conn->peer.pid == peer->pid) &&
             (conn->peer.ctx_id == peer->ctx_id) &&
             (conn->outbound ? (conn->peer.secret == peer->secret) :
@@ -167,10 +173,7 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
             return conn;
         }
     }
-    if (hca_tcp_sockaddr(&peer->net, &ss, &len) != 0) {
-        return NULL;
-    }
-    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = hca_tcp_path_socket(tcp, peer, path, &ss, &len);
     if (fd < 0) {
         return NULL;
     }
@@ -180,6 +183,7 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer
         return NULL;
     }
     conn->peer = *peer;
+    conn->path = path;
     hca_tcp_dial(tcp, conn, &ss, len);
     return conn; /* if it failed at once, its QPs fail at their first post */
 }
@@ -191,7 +195,8 @@ static void hca_tcp_dial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     if ((connect(conn->fd, (const struct sockaddr*)ss, len) != 0) &&
         (errno != EINPROGRESS)) {
         char str[64];
-        hca_net_addr_str(&conn->peer.net, str, sizeof(str));
+        hca_net_addr_str(hca_tcp_peer_net(&conn->peer, conn->path), str,
+                         sizeof(str));
         hca_log("tcp fabric: cannot connect to %s (pid %u ctx %u): %s", str,
                 conn->peer.pid, conn->peer.ctx_id, strerror(errno));
         hca_tcp_conn_drop(tcp, conn);
@@ -209,10 +214,7 @@ int hca_tcp_redial(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     uint32_t len;
     int fd, one = 1;
 
-    if (hca_tcp_sockaddr(&conn->peer.net, &ss, &len) != 0) {
-        return -1;
-    }
-    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = hca_tcp_path_socket(tcp, &conn->peer, conn->path, &ss, &len);
     if (fd < 0) {
         return -1; /* out of fds: the next attempt */
     }
@@ -307,6 +309,8 @@ void hca_tcp_conn_drop_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         (void)shutdown(conn->fd, SHUT_RDWR);
     }
     atomic_store(&tcp->linking, 1);
+    /* meanwhile its QPs go on over another path, if one is up */
+    hca_tcp_failover_ask(tcp, conn);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -621,6 +625,7 @@ static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         atomic_fetch_or(&tcp->dev->fabric_polls, 1u << HCA_FABRIC_TCP);
     }
     (void)hca_tcp_conn_to(old, HCA_TCP_CONN_UP);
+    hca_tcp_path_up(tcp, old);
     hca_tcp_events(tcp, old, EPOLL_CTL_MOD); /* as UP: polls read it */
     pthread_mutex_unlock(&old->tx_lock);
     pthread_mutex_unlock(&old->rx_lock);
@@ -738,6 +743,9 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
     conn->was_up    = 1;
     conn->redial_ms = 0;
+    if (conn->rq_lead == NULL) {
+        hca_tcp_conn_lead(tcp, conn);
+    }
     if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
         /* user threads' polls read connections from now on */
         atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_TCP);
@@ -745,4 +753,30 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (hca_tcp_conn_to(conn, HCA_TCP_CONN_UP) < 0) {
         return; /* killed meanwhile by a sender */
     }
+    hca_tcp_path_up(tcp, conn);
+}
+
+/* A new QP's home path: the pair's connection with the fewest QPs; each
+ * path is dialled if it is not yet (hca_tcp_path.c). */
+hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
+                                  const hca_port_addr_t *peer)
+{
+    int n = hca_tcp_pair_paths(tcp, peer);
+    hca_tcp_conn_t *best = NULL;
+
+    for (int p = 0; p < n; ++p) {
+        hca_tcp_conn_t *c = hca_tcp_conn_get(tcp, peer, p);
+        int state;
+        if (c == NULL) {
+            continue;
+        }
+        state = atomic_load(&c->state);
+        if ((best == NULL) ||
+            ((atomic_load(&best->state) == HCA_TCP_CONN_DEAD) &&
+             (state != HCA_TCP_CONN_DEAD)) ||
+            ((state != HCA_TCP_CONN_DEAD) && (c->qp_refs < best->qp_refs))) {
+            best = c;
+        }
+    }
+    return best;
 }

@@ -104,6 +104,8 @@ static int hca_tcp_rtx(hca_tcp_dev_t *tcp, hca_qp_t *qp, hca_tcp_conn_t *conn)
         hca_tcp_tx_start(conn, &hdr, iov, iovcnt, qp->qpn);
         tq->rtx_psn++;
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRANSMITS, 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_PATH(conn->path,
+                                            HCA_TCP_PATH_RETRANSMITS), 1);
     }
     rc = hca_tcp_tx_flush(tcp, conn);
     if (rc == 0) {
@@ -166,6 +168,20 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
                            HCA_EXEC_PARTIAL : HCA_EXEC_BUSY;
     hca_exec_t res       = HCA_EXEC_ISSUED;
     hca_tcp_sent_t *e;
+
+    if (HCA_UNLIKELY(conn != tq->home) && (state == HCA_TCP_CONN_UP) &&
+        (wqe->state == HCA_WQE_POSTED)) {
+        conn  = hca_tcp_path_return(tcp, qp); /* failed over before */
+        state = atomic_load_explicit(&conn->state, memory_order_acquire);
+    }
+    if (HCA_UNLIKELY(state != HCA_TCP_CONN_UP) && (tcp->n_paths > 1) &&
+        hca_tcp_failover_ok(conn, state)) {
+        hca_tcp_conn_t *to = hca_tcp_failover(tcp, qp);
+        if (to != NULL) {
+            conn  = to;
+            state = atomic_load_explicit(&conn->state, memory_order_acquire);
+        }
+    }
 
     if (HCA_UNLIKELY((wqe->state == HCA_WQE_POSTED) &&
                      hca_tcp_range_wraps(wqe))) {
@@ -275,12 +291,26 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
 hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
                                  hca_wc_status_t *status_p)
 {
-    hca_tcp_conn_t *conn = hca_tcp_qp(qp)->conn;
+    hca_tcp_qp_t *tq     = hca_tcp_qp(qp);
+    hca_tcp_conn_t *conn = tq->conn;
     hca_exec_t res       = hca_resp_slot_poll(qp, wqe, status_p);
 
     if ((res == HCA_EXEC_ISSUED) && (conn != NULL)) {
         int state = atomic_load_explicit(&conn->state, memory_order_acquire);
         hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
+
+        if (HCA_UNLIKELY(atomic_load_explicit(&tq->move,
+                                              memory_order_relaxed) ||
+                         ((state == HCA_TCP_CONN_DEAD) && !conn->was_up &&
+                          (tcp->n_paths > 1)))) {
+            /* its path was lost: on to another, if one is UP */
+            atomic_store(&tq->move, 0);
+            if (hca_tcp_failover(tcp, qp) != NULL) {
+                conn  = tq->conn;
+                state = atomic_load_explicit(&conn->state,
+                                             memory_order_acquire);
+            }
+        }
 
         if (HCA_UNLIKELY(state == HCA_TCP_CONN_DEAD)) {
             /* its answer will never come */
@@ -306,6 +336,7 @@ int hca_tcp_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
      * for it: its resumption asks, hca_tcp_rewind_conn) */
     return hca_resp_slot_ready(qp, wqe) ||
            atomic_load_explicit(&tq->rewind, memory_order_relaxed) ||
+           atomic_load_explicit(&tq->move, memory_order_relaxed) ||
            ((tq->rtx_psn != tq->next_psn) && (tq->conn != NULL) &&
             (atomic_load_explicit(&tq->conn->state, memory_order_relaxed) ==
              HCA_TCP_CONN_UP));

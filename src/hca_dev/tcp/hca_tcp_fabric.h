@@ -1,11 +1,15 @@
 /*
  * hca_tcp_fabric.h - private to the tcp fabric: peers on other hosts (or
- * any peer, when tcp is forced), over one TCP connection per pair of
- * device contexts.
+ * any peer, when tcp is forced), over one TCP connection per path of a
+ * pair of device contexts.
  *
  * Files:
  *   hca_fabric_tcp.c  ops table, device open/close, connect, liveness
- *   hca_tcp_netif.c   which interface and address the listener uses
+ *   hca_tcp_netif.c   the paths: which interfaces and addresses the
+ *                     listeners use
+ *   hca_tcp_path.c    a connection per path to a peer context, sharing
+ *                     its responder records; QPs failing over
+ *   hca_tcp_link.c    interfaces going down and up (netlink)
  *   hca_tcp_state.c   the connection's and the receiver's state machines
  *   hca_tcp_rel.c     reliability: PSNs, the requester's record of what
  *                     is unanswered and its retransmission, the
@@ -39,6 +43,7 @@
 #include "hca_tcp_wire.h"
 #include "hca_tcp_auth.h"
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #define HCA_TCP_JOBS          256     /* answers queued per connection */
@@ -206,12 +211,30 @@ typedef struct hca_tcp_rqp {
     uint8_t         atom_next;
     uint32_t        err_psn;
     hca_tcp_atom_t  atom[HCA_TCP_RD_ATOM]; /* the replay table: a ring */
+    struct hca_tcp_conn *busy;      /* the path whose reader executes the
+                                       frame expected (epsn), from its
+                                       header to its end: a copy of it on
+                                       another path after a failover waits
+                                       or takes it over (hca_tcp_psn_check) */
+    uint64_t        busy_frame;     /* ... its rx_frames then */
 } hca_tcp_rqp_t;
 
 typedef struct hca_tcp_conn {
     struct hca_tcp_conn *next;
     struct hca_tcp_dev  *tcp;
     int                  fd;
+    int                  path;      /* which of our paths (tcp->paths): the
+                                       listener it came in on, or the one
+                                       we dialled its peer's path of the
+                                       same index from */
+    struct hca_tcp_conn *rq_lead;   /* whose responder records it uses:
+                                       every connection with one peer
+                                       context (its incarnation) shares
+                                       them, so a QP that moves to another
+                                       path keeps its PSN order and its
+                                       duplicates' answers (tcp->lock) */
+    uint32_t             lead_refs; /* connections whose rq_lead it is:
+                                       not freed while they use it */
     _Atomic int          state;     /* hca_tcp_conn_state_t: changed only
                                        by hca_tcp_conn_to */
     int                  trace;     /* HCA_TRACE=1: transitions logged */
@@ -264,7 +287,7 @@ typedef struct hca_tcp_conn {
     pthread_mutex_t      rx_lock;
     hca_tcp_rx_t         rx;
     hca_tcp_rqp_t       *rqps[HCA_TCP_RQP_BUCKETS]; /* responder records
-                                       (tcp->lock) */
+                                       (tcp->lock): the rq_lead's are used */
     uint32_t             n_rqps;
     uint64_t             rx_frames; /* headers read (rx_lock) */
     uint64_t             rx_judged_frames; /* the timer pass's last look */
@@ -299,9 +322,24 @@ typedef enum {
     HCA_TCP_CNT_RTOS,         /* retransmissions by timer (injected loss) */
     HCA_TCP_CNT_RECONNECTS,   /* connections resumed on a new socket */
     HCA_TCP_CNT_FAULTS,       /* injected faults (HCA_FAULT) */
+    HCA_TCP_CNT_FAILOVERS,    /* QPs moved to another path, theirs lost */
     HCA_TCP_CNT_NAKS,         /* requests refused, + the syndrome */
-    HCA_TCP_CNT_LAST = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST
+    HCA_TCP_CNT_PATHS = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST, /* per path
+                                 (HCA_TCP_CNT_PATH) */
+    HCA_TCP_CNT_LAST = HCA_TCP_CNT_PATHS +
+                       HCA_NET_MAX_PATHS * 4
 } hca_tcp_counter_t;
+/* A path's own counters: frames and bytes sent on it, frames sent again
+ * on it, QPs moved off it (the path index counts: the sums of every
+ * process of the host, whose paths are numbered as they list them). */
+enum {
+    HCA_TCP_PATH_FRAMES_TX = 0,
+    HCA_TCP_PATH_BYTES_TX,
+    HCA_TCP_PATH_RETRANSMITS,
+    HCA_TCP_PATH_FAILOVERS
+};
+#define HCA_TCP_CNT_PATH(_path, _which) \
+    (HCA_TCP_CNT_PATHS + (_path) * 4 + (_which))
 _Static_assert(HCA_TCP_CNT_LAST <= HCA_FABRIC_COUNTERS_MAX,
                "the tcp fabric's counters do not fit hca_counters_t");
 
@@ -312,21 +350,33 @@ _Static_assert(HCA_TCP_CNT_LAST <= HCA_FABRIC_COUNTERS_MAX,
                                                         [_counter], \
                        (uint64_t)(_n), __ATOMIC_RELAXED)
 
+/* One of the context's paths: an interface with an address of ours, and
+ * its listener (hca_tcp_netif.c). */
+typedef struct hca_tcp_path {
+    int                  listen_fd;
+    int                  listen_paused; /* out of fds: the listener waits
+                                           for the next timer pass */
+    hca_net_addr_t       addr;       /* the listener's */
+    char                 ifname[32];
+    unsigned             ifindex;
+    _Atomic int          down;       /* its interface is down (netlink):
+                                        its connections were dropped */
+} hca_tcp_path_t;
+
 typedef struct hca_tcp_dev {
     hca_device_t        *dev;
-    int                  listen_fd;
+    hca_tcp_path_t       paths[HCA_NET_MAX_PATHS];
+    int                  n_paths;    /* >= 1 */
+    int                  nl_fd;      /* netlink: our interfaces' links
+                                        going down and up (-1: none) */
     int                  epfd;
     int                  wake_fd;    /* eventfd: stop, new connection */
     pthread_t            thread;
     _Atomic int          running;
     _Atomic int          parked;     /* a connection waits for ring room:
                                         the thread looks every 1 ms */
-    int                  listen_paused; /* out of fds: the listener waits
-                                           for the next timer pass */
     pthread_mutex_t      lock;       /* conns, and the thread's use of QPs */
     hca_tcp_conn_t      *conns;
-    hca_net_addr_t       addr;       /* the listener's */
-    char                 ifname[32];
     uint64_t             secret;
     uint32_t             timeout_ms; /* the retry timeout */
     uint64_t             incarn;     /* this context's incarnation */
@@ -372,7 +422,11 @@ typedef struct hca_tcp_sent {
  * writes next_psn, rtx_psn and sent_head; the thread, which takes the
  * answers, writes sent_tail and asks for a retransmission in rewind. */
 typedef struct hca_tcp_qp {
-    hca_tcp_conn_t  *conn;
+    hca_tcp_conn_t  *conn;        /* the path its frames take now: the
+                                     owner moves it (tcp->lock) */
+    hca_tcp_conn_t  *home;        /* the path it was given at connect: it
+                                     goes back there when it is up again
+                                     and nothing is unanswered */
     hca_tcp_sent_t  *sent;        /* sent_mask + 1 entries */
     uint32_t         sent_mask;
     uint32_t         start_psn;   /* random at each connect (RTR) */
@@ -385,6 +439,8 @@ typedef struct hca_tcp_qp {
                                      from (0: none) */
     _Atomic uint64_t answered_ns; /* thread: an answer was taken */
     _Atomic uint32_t atomics_out; /* unanswered atomics (HCA_TCP_RD_ATOM) */
+    _Atomic uint32_t move;        /* thread: its path was lost, another
+                                     may be UP: the owner fails over */
     uint64_t         rto_ns;      /* owner: injected loss, when it looked */
 } hca_tcp_qp_t;
 
@@ -427,14 +483,31 @@ HCA_INLINE int hca_tcp_sge_iov(const hca_wqe_t *wqe, uint64_t offset,
     return n;
 }
 
-/* hca_tcp_netif.c: the listener's address, from the setting (names or
- * addresses, comma separated) or the default choice. */
-int  hca_tcp_netif_pick(const char *setting, hca_net_addr_t *addr,
-                        char *ifname, size_t ifname_len);
+/* The two are paths to one peer context (its incarnation): they share
+ * responder records, and either carries the answers of a QP's frames. */
+HCA_INLINE int hca_tcp_conn_siblings(const hca_tcp_conn_t *a,
+                                     const hca_tcp_conn_t *b)
+{
+    return (a == b) || ((a->rq_lead != NULL) && (a->rq_lead == b->rq_lead));
+}
+
+/* The peer's listener of its path `path` (its address: net, net_more). */
+HCA_INLINE const hca_net_addr_t *hca_tcp_peer_net(const hca_port_addr_t *peer,
+                                                  int path)
+{
+    return (path == 0) ? &peer->net : &peer->net_more[path - 1];
+}
+
+/* hca_tcp_netif.c: the paths, from the setting (names or addresses,
+ * comma separated) or the default choice: how many (>= 1), or -errno. */
+int  hca_tcp_netif_pick(const char *setting, hca_tcp_path_t *paths, int max);
 int  hca_tcp_sockaddr(const hca_net_addr_t *addr, void *sa, uint32_t *len);
-/* the listener at tcp->addr, on a port of [port_min, port_max] (0: any):
- * 0 and tcp->listen_fd, tcp->addr.port set, or -errno */
-int  hca_tcp_listen(hca_tcp_dev_t *tcp, uint16_t port_min, uint16_t port_max);
+/* the path's listener at path->addr, on a port of [port_min, port_max]
+ * (0: any): 0 and path->listen_fd, path->addr.port set, or -errno */
+int  hca_tcp_listen(hca_tcp_path_t *path, uint16_t port_min,
+                    uint16_t port_max);
+/* the interface's link is up and running (IFF_UP, IFF_RUNNING) */
+int  hca_tcp_netif_up(const hca_tcp_path_t *path);
 
 /* PSNs wrap at 2^32: a - b in serial arithmetic */
 HCA_INLINE int32_t hca_tcp_psn_diff(uint32_t a, uint32_t b)
@@ -472,7 +545,10 @@ typedef enum {
     HCA_TCP_PSN_DUP,      /* executed before: answer, do not execute */
     HCA_TCP_PSN_GAP,      /* ahead of the PSN expected, the first since
                              it: drop it, NAK PSN_SEQ with the expected */
-    HCA_TCP_PSN_DROP      /* ahead of a gap NAKed, or after a refusal */
+    HCA_TCP_PSN_DROP,     /* ahead of a gap NAKed, or after a refusal */
+    HCA_TCP_PSN_BUSY      /* the frame expected, whose copy on another
+                             path is being read right now: drop it, NAK
+                             PSN_SEQ with the expected (it comes again) */
 } hca_tcp_psn_verdict_t;
 hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
                                         hca_tcp_conn_t *conn,
@@ -489,9 +565,50 @@ void hca_tcp_atom_save(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
 const hca_tcp_atom_t *hca_tcp_atom_find(hca_tcp_conn_t *conn,
                                         const hca_tcp_hdr_t *hdr);
 void hca_tcp_rqps_free(hca_tcp_conn_t *conn);
+/* conn goes: no record says it executes a frame (tcp->lock held, or the
+ * thread stopped) */
+void hca_tcp_rqps_forget(hca_tcp_conn_t *conn);
 
-/* hca_tcp_conn.c: connections, their epoll events, the handshake */
-hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
+/* hca_tcp_conn.c: connections, their epoll events, the handshake.  The
+ * connection to peer on path (tcp->lock held), dialled if there is none
+ * (NULL: out of resources, or the peer has no such path). */
+hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp,
+                                 const hca_port_addr_t *peer, int path);
+/* the paths a pair of contexts uses: as many as both have */
+int  hca_tcp_pair_paths(const hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
+
+/* hca_tcp_path.c: paths, and QPs failing over between them.  A new
+ * connection UP takes the responder records of its siblings (tcp->lock
+ * held). */
+void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+void hca_tcp_paths_close(hca_tcp_dev_t *tcp);
+/* a socket for the peer's path, bound to our path's address: its fd and
+ * the address to dial, or -1 */
+int  hca_tcp_path_socket(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer,
+                         int path, struct sockaddr_storage *ss,
+                         uint32_t *len);
+/* a new QP's home: the pair's connection with the fewest QPs, each path
+ * dialled if it is not yet (tcp->lock held) */
+hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
+                                  const hca_port_addr_t *peer);
+/* a QP on a connection in this state may move to a sibling */
+int  hca_tcp_failover_ok(const hca_tcp_conn_t *conn, int state);
+/* the owner: the QP moves to a sibling that is UP and sends again what is
+ * unanswered there; the new connection, or NULL (none is UP) */
+hca_tcp_conn_t *hca_tcp_failover(hca_tcp_dev_t *tcp, hca_qp_t *qp);
+/* the owner: the QP goes back to its home path if it is UP again and
+ * nothing is unanswered; the connection it sends on */
+hca_tcp_conn_t *hca_tcp_path_return(hca_tcp_dev_t *tcp, hca_qp_t *qp);
+/* conn lost its socket: its QPs with frames unanswered are asked to fail
+ * over (any thread) */
+void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* conn is UP: QPs waiting on its lost siblings move to it (tcp->lock) */
+void hca_tcp_path_up(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* a lost connection with a sibling UP is not timed out (tcp->lock) */
+int  hca_tcp_path_keeps(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn);
+/* the netlink socket of link changes, and its events (the thread) */
+int  hca_tcp_links_watch(void);
+void hca_tcp_links_changed(hca_tcp_dev_t *tcp);
 /* Does the connection prove it is the context whose secret is secret
  * (conn->peer's identity)?  Outbound: we dialled it and it proved it
  * knows its secret; inbound: the proof in its hello verifies.  The answer

@@ -28,6 +28,7 @@
  * per frame otherwise.
  */
 #include "hca_tcp_fabric.h"
+#include "hca_mpt.h"
 #include "hca_log.h"
 #include "hca_queue.h"
 
@@ -398,6 +399,13 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp, const hca_tcp_hdr_t *hdr)
 
 /* ================================================================ responder */
 
+/* The records a connection uses: its lead's (shared by every path to the
+ * peer context). */
+static hca_tcp_conn_t *hca_tcp_rq_table(hca_tcp_conn_t *conn)
+{
+    return (conn->rq_lead != NULL) ? conn->rq_lead : conn;
+}
+
 static hca_tcp_rqp_t *hca_tcp_rqp_find(hca_tcp_conn_t *conn, uint32_t qpn)
 {
     hca_tcp_rqp_t *r = conn->rx.rqp;
@@ -405,12 +413,51 @@ static hca_tcp_rqp_t *hca_tcp_rqp_find(hca_tcp_conn_t *conn, uint32_t qpn)
     if ((r != NULL) && (r->src_qpn == qpn)) {
         return r; /* the one before: one compare per frame */
     }
-    for (r = conn->rqps[qpn % HCA_TCP_RQP_BUCKETS]; r != NULL; r = r->next) {
+    for (r = hca_tcp_rq_table(conn)->rqps[qpn % HCA_TCP_RQP_BUCKETS];
+         r != NULL; r = r->next) {
         if (r->src_qpn == qpn) {
             return r;
         }
     }
     return NULL;
+}
+
+/* The frame expected is being executed by another path's reader (r->busy:
+ * its header was read, its payload is coming), and a copy of it came on
+ * this one: the QP failed over, and sent again what was unanswered.  Only
+ * one may execute it, and nothing of the old one may land after the
+ * frames that follow it.  If the other reader is not running (its lock
+ * can be had) and its frame is still in progress, the frame is taken from
+ * it: the rest of its payload is read and dropped there (what it wrote is
+ * a prefix of the same bytes, written again here).  A parked SEND stays
+ * its own (it is placed when its ring has room: this copy is then a
+ * duplicate).  1: this path executes it. */
+static int hca_tcp_rqp_take(hca_tcp_rqp_t *r)
+{
+    hca_tcp_conn_t *other = r->busy;
+    int taken = 1;
+
+    if (pthread_mutex_trylock(&other->rx_lock) != 0) {
+        return 0; /* reading now: its frame ends soon, or the copy again */
+    }
+    if ((other->rx_frames == r->busy_frame) &&
+        (other->rx.rqp == r) && !other->rx.dup) {
+        if (other->rx.state == HCA_TCP_RX_PAYLOAD) {
+            if (other->rx.pinned != NULL) {
+                hca_mpt_release(other->rx.pinned);
+                other->rx.pinned = NULL;
+            }
+            other->rx.dup = 1;
+            hca_tcp_rx_to(other, HCA_TCP_RX_DISCARD);
+        } else if (other->rx.state == HCA_TCP_RX_PARKED) {
+            taken = 0;
+        }
+    }
+    pthread_mutex_unlock(&other->rx_lock);
+    if (taken) {
+        r->busy = NULL;
+    }
+    return taken;
 }
 
 static void hca_tcp_rqp_start(hca_tcp_rqp_t *r, uint32_t psn)
@@ -427,13 +474,14 @@ hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
                                         hca_tcp_conn_t *conn,
                                         const hca_tcp_hdr_t *hdr)
 {
-    hca_tcp_rqp_t *r = hca_tcp_rqp_find(conn, hdr->src_qpn);
+    hca_tcp_rqp_t *r     = hca_tcp_rqp_find(conn, hdr->src_qpn);
+    hca_tcp_conn_t *lead = hca_tcp_rq_table(conn);
     int32_t d;
 
     conn->rx.dup = 0;
     if (r == NULL) {
         if (!(hdr->flags & HCA_TCP_F_START) ||
-            (conn->n_rqps >= HCA_MAX_QP)) {
+            (lead->n_rqps >= HCA_MAX_QP)) {
             /* not its first frame, so an earlier one was lost (injected
              * loss): dropped, and its requester sends again from its
              * start, which carries F_START.  Or more QPs than a context
@@ -447,9 +495,9 @@ hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
             return HCA_TCP_PSN_DROP;
         }
         r->src_qpn = hdr->src_qpn;
-        r->next    = conn->rqps[hdr->src_qpn % HCA_TCP_RQP_BUCKETS];
-        conn->rqps[hdr->src_qpn % HCA_TCP_RQP_BUCKETS] = r;
-        conn->n_rqps++;
+        r->next    = lead->rqps[hdr->src_qpn % HCA_TCP_RQP_BUCKETS];
+        lead->rqps[hdr->src_qpn % HCA_TCP_RQP_BUCKETS] = r;
+        lead->n_rqps++;
         hca_tcp_rqp_start(r, hdr->psn);
     } else if ((hdr->flags & HCA_TCP_F_START) && (hdr->psn != r->start_psn)) {
         /* the requester QP was connected again (a new incarnation of the
@@ -468,7 +516,14 @@ hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
     }
     d = hca_tcp_psn_diff(hdr->psn, r->epsn);
     if (HCA_LIKELY(d == 0)) {
-        r->nak_sent = 0;
+        if (HCA_UNLIKELY((r->busy != NULL) && (r->busy != conn)) &&
+            !hca_tcp_rqp_take(r)) {
+            r->nak_sent = 1; /* the frames behind it: dropped, not NAKed */
+            return HCA_TCP_PSN_BUSY;
+        }
+        r->nak_sent   = 0;
+        r->busy       = conn;
+        r->busy_frame = conn->rx_frames;
         return HCA_TCP_PSN_NEW;
     }
     if (d < 0) {
@@ -490,6 +545,7 @@ void hca_tcp_psn_done(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr)
     if ((r != NULL) && !conn->rx.dup && (r->src_qpn == hdr->src_qpn) &&
         (r->epsn == hdr->psn)) {
         r->epsn++;
+        r->busy = NULL;
     }
 }
 
@@ -499,6 +555,7 @@ void hca_tcp_psn_refused(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
     hca_tcp_rqp_t *r = conn->rx.rqp;
 
     if ((r != NULL) && (r->src_qpn == hdr->src_qpn) && !r->err) {
+        r->busy       = NULL;
         r->err        = 1;
         r->err_psn    = hdr->psn;
         r->err_status = (uint8_t)status;
@@ -547,6 +604,19 @@ const hca_tcp_atom_t *hca_tcp_atom_find(hca_tcp_conn_t *conn,
         }
     }
     return NULL;
+}
+
+void hca_tcp_rqps_forget(hca_tcp_conn_t *conn)
+{
+    hca_tcp_conn_t *lead = hca_tcp_rq_table(conn);
+
+    for (int b = 0; b < HCA_TCP_RQP_BUCKETS; ++b) {
+        for (hca_tcp_rqp_t *r = lead->rqps[b]; r != NULL; r = r->next) {
+            if (r->busy == conn) {
+                r->busy = NULL;
+            }
+        }
+    }
 }
 
 void hca_tcp_rqps_free(hca_tcp_conn_t *conn)

@@ -148,8 +148,10 @@ static hca_qp_t *hca_tcp_our_qp(hca_tcp_dev_t *tcp, uint32_t qpn)
     return ((qp != NULL) && (qp->qpn == qpn)) ? qp : NULL;
 }
 
-/* The WQE an answer is for, if it still waits for it: on the connection
- * its QP sends on, from the QP it is connected to. */
+/* The WQE an answer is for, if it still waits for it: on a path to the
+ * context its QP sends to (the one it sends on, or one it left: the
+ * answers of frames sent there before a failover), from the QP it is
+ * connected to. */
 static hca_wqe_t *hca_tcp_waiting_wqe(hca_tcp_dev_t *tcp,
                                       const hca_tcp_conn_t *conn,
                                       const hca_tcp_hdr_t *hdr,
@@ -160,7 +162,8 @@ static hca_wqe_t *hca_tcp_waiting_wqe(hca_tcp_dev_t *tcp,
 
     if ((qp == NULL) || (qp->state != HCA_QPS_RTS) ||
         (qp->fabric->type != HCA_FABRIC_TCP) ||
-        (hca_tcp_qp(qp)->conn != conn) || (hdr->src_qpn != qp->dest_qpn) ||
+        !hca_tcp_conn_siblings(hca_tcp_qp(qp)->conn, conn) ||
+        (hdr->src_qpn != qp->dest_qpn) ||
         (hdr->resp_idx > qp->sq_mask)) {
         return NULL;
     }
@@ -431,7 +434,8 @@ static void hca_tcp_rx_send(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
 /* ---------------------------------------------------------------- answers */
 
-/* Our QP an answer is for, sending on this connection to its sender. */
+/* Our QP an answer is for, sending on a path of this connection's
+ * context to its sender. */
 static hca_qp_t *hca_tcp_answered_qp(hca_tcp_dev_t *tcp,
                                      const hca_tcp_conn_t *conn,
                                      const hca_tcp_hdr_t *hdr)
@@ -440,7 +444,8 @@ static hca_qp_t *hca_tcp_answered_qp(hca_tcp_dev_t *tcp,
 
     if ((qp == NULL) || (qp->state != HCA_QPS_RTS) ||
         (qp->fabric->type != HCA_FABRIC_TCP) ||
-        (hca_tcp_qp(qp)->conn != conn) || (hdr->src_qpn != qp->dest_qpn) ||
+        !hca_tcp_conn_siblings(hca_tcp_qp(qp)->conn, conn) ||
+        (hdr->src_qpn != qp->dest_qpn) ||
         (hca_tcp_qp(qp)->sent == NULL)) {
         return NULL;
     }
@@ -563,6 +568,7 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_tcp_rx_dup(tcp, conn);
             return;
         case HCA_TCP_PSN_GAP:
+        case HCA_TCP_PSN_BUSY:
             hca_tcp_seq_nak(tcp, conn, hdr, conn->rx.rqp->epsn);
             hca_tcp_rx_discard(conn);
             return;

@@ -22,7 +22,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
-static char hca_tcp_listen_tag, hca_tcp_wake_tag;
+static char hca_tcp_wake_tag, hca_tcp_nl_tag;
 
 /* The thread's wake while a process polls: answers a poll held are sent. */
 static void hca_tcp_answers_held(hca_tcp_dev_t *tcp)
@@ -124,14 +124,14 @@ static int hca_tcp_half_open_trim(hca_tcp_dev_t *tcp, const uint8_t *ip,
     return hca_tcp_close_fd(tcp, victim) == 0;
 }
 
-static void hca_tcp_accept(hca_tcp_dev_t *tcp)
+static void hca_tcp_accept(hca_tcp_dev_t *tcp, hca_tcp_path_t *path)
 {
     for (;;) {
         hca_tcp_conn_t *conn;
         struct sockaddr_storage ss;
         socklen_t sslen = sizeof(ss);
         uint8_t ip[16];
-        int fd = accept4(tcp->listen_fd, (struct sockaddr*)&ss, &sslen,
+        int fd = accept4(path->listen_fd, (struct sockaddr*)&ss, &sslen,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int err = errno;
@@ -151,9 +151,9 @@ static void hca_tcp_accept(hca_tcp_dev_t *tcp)
                 (err == ENOBUFS)) {
                 /* the pending connection stays: stop watching the
                  * listener until the next timer pass, or we would spin */
-                (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, tcp->listen_fd,
+                (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, path->listen_fd,
                                 NULL);
-                tcp->listen_paused = 1;
+                path->listen_paused = 1;
             }
             return;
         }
@@ -165,6 +165,7 @@ static void hca_tcp_accept(hca_tcp_dev_t *tcp)
             close(fd);
         } else {
             memcpy(conn->src_ip, ip, 16);
+            conn->path = (int)(path - tcp->paths);
             (void)hca_tcp_conn_to(conn, HCA_TCP_CONN_HELLO);
             hca_tcp_watch(tcp, conn);
         }
@@ -214,7 +215,7 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
             pp = &conn->next; /* a poll reads it: the next pass frees it */
             continue;
         }
-        if (conn->qp_refs == 0) {
+        if ((conn->qp_refs == 0) && (conn->lead_refs == 0)) {
             *pp = conn->next;
             hca_tcp_conn_free(conn);
         } else {
@@ -295,6 +296,13 @@ static int hca_tcp_linking(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 {
     uint64_t attempt = limit / 4;
 
+    if ((hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) &&
+        hca_tcp_path_keeps(tcp, conn)) {
+        /* another path to the peer is up: this one is dialled again in
+         * the background for as long as that lasts, and times out only
+         * once every path is gone */
+        atomic_store(&conn->last_rx_ns, now);
+    }
     if (hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) {
         hca_log("tcp fabric: nothing from pid %u ctx %u for %u ms (its "
                 "connection lost and not back): its QPs fail",
@@ -320,7 +328,15 @@ static int hca_tcp_linking(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     if ((conn->fd >= 0) && (hca_tcp_close_fd(tcp, conn) != 0)) {
         return 0; /* a poll reads it: the next pass */
     }
-    if (conn->outbound && (now >= conn->redial_ns)) {
+    if (conn->outbound && (conn->redial_ms == 0) &&
+        hca_tcp_path_keeps(tcp, conn)) {
+        /* another path is up: the QPs move there (their owners, woken by
+         * the loss) before this one is dialled again, in the background */
+        conn->redial_ms = HCA_TCP_REDIAL_MAX_MS;
+        conn->redial_ns = now + HCA_TCP_REDIAL_MAX_MS * 1000000ull;
+    }
+    if (conn->outbound && (now >= conn->redial_ns) &&
+        !atomic_load(&tcp->paths[conn->path].down)) {
         conn->redial_ms = (conn->redial_ms == 0) ? 1 :
                           (conn->redial_ms * 2 < HCA_TCP_REDIAL_MAX_MS) ?
                           conn->redial_ms * 2 : HCA_TCP_REDIAL_MAX_MS;
@@ -351,16 +367,17 @@ static int hca_tcp_reset_due(hca_tcp_dev_t *tcp, uint64_t now)
 static void hca_tcp_relisten(hca_tcp_dev_t *tcp, uint64_t now)
 {
     const hca_fault_cfg_t *f = &tcp->dev->fault;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &hca_tcp_listen_tag};
+    hca_tcp_path_t *path     = &tcp->paths[0];
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = path};
 
     if (HCA_LIKELY(!f->enabled) || (f->tcp_relisten_ms == 0)) {
         return;
     }
     if ((tcp->relisten == 0) &&
         (now - tcp->open_ns >= f->tcp_relisten_ms * 1000000ull)) {
-        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, tcp->listen_fd, NULL);
-        close(tcp->listen_fd);
-        tcp->listen_fd = -1;
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_DEL, path->listen_fd, NULL);
+        close(path->listen_fd);
+        path->listen_fd = -1;
         for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
             if (atomic_load(&c->state) == HCA_TCP_CONN_UP) {
                 hca_tcp_conn_drop(tcp, c);
@@ -368,18 +385,18 @@ static void hca_tcp_relisten(hca_tcp_dev_t *tcp, uint64_t now)
         }
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FAULTS, 1);
         hca_log("tcp fabric: injected: listener on port %u closed",
-                tcp->addr.port);
+                path->addr.port);
         tcp->relisten    = 1;
         tcp->relisten_ns = now + 100000000ull;
         atomic_store(&tcp->linking, 1);
     } else if ((tcp->relisten == 1) && (now >= tcp->relisten_ns)) {
-        if (hca_tcp_listen(tcp, tcp->addr.port, tcp->addr.port) != 0) {
+        if (hca_tcp_listen(path, path->addr.port, path->addr.port) != 0) {
             tcp->relisten_ns = now + 10000000ull; /* its port in use: again */
             return;
         }
-        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev);
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, path->listen_fd, &ev);
         hca_log("tcp fabric: injected: listener on port %u again",
-                tcp->addr.port);
+                path->addr.port);
         tcp->relisten = 2;
     }
 }
@@ -502,11 +519,13 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
         }
         pthread_mutex_unlock(&resumed[i]->rx_lock);
     }
-    if (tcp->listen_paused && (tcp->listen_fd >= 0)) {
-        struct epoll_event ev = {.events   = EPOLLIN,
-                                 .data.ptr = &hca_tcp_listen_tag};
-        tcp->listen_paused = 0;
-        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev);
+    for (int i = 0; i < tcp->n_paths; ++i) {
+        hca_tcp_path_t *path = &tcp->paths[i];
+        if (path->listen_paused && (path->listen_fd >= 0)) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = path};
+            path->listen_paused = 0;
+            (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, path->listen_fd, &ev);
+        }
     }
     atomic_store(&tcp->linking, linking || (tcp->relisten == 1));
     if (dead) {
@@ -583,8 +602,13 @@ static void *hca_tcp_thread(void *arg)
                 (void)read(tcp->wake_fd, &v, sizeof(v));
                 continue;
             }
-            if (ev[i].data.ptr == &hca_tcp_listen_tag) {
-                hca_tcp_accept(tcp);
+            if ((ev[i].data.ptr >= (void*)tcp->paths) &&
+                (ev[i].data.ptr < (void*)(tcp->paths + tcp->n_paths))) {
+                hca_tcp_accept(tcp, ev[i].data.ptr);
+                continue;
+            }
+            if (ev[i].data.ptr == &hca_tcp_nl_tag) {
+                hca_tcp_links_changed(tcp);
                 continue;
             }
             if (ev[i].events & (EPOLLERR | EPOLLHUP)) {
@@ -702,10 +726,20 @@ int hca_tcp_thread_start(hca_tcp_dev_t *tcp)
         rc = -errno;
         goto err;
     }
-    ev.data.ptr = &hca_tcp_listen_tag;
-    if (epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->listen_fd, &ev) != 0) {
-        rc = -errno;
-        goto err;
+    for (int i = 0; i < tcp->n_paths; ++i) {
+        ev.data.ptr = &tcp->paths[i];
+        if (epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->paths[i].listen_fd,
+                      &ev) != 0) {
+            rc = -errno;
+            goto err;
+        }
+    }
+    /* our interfaces going down and up: their paths' connections fail
+     * over at once (without it, at the silence limit) */
+    tcp->nl_fd = hca_tcp_links_watch();
+    if (tcp->nl_fd >= 0) {
+        ev.data.ptr = &hca_tcp_nl_tag;
+        (void)epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->nl_fd, &ev);
     }
     ev.data.ptr = &hca_tcp_wake_tag;
     if (epoll_ctl(tcp->epfd, EPOLL_CTL_ADD, tcp->wake_fd, &ev) != 0) {

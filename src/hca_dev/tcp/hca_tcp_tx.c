@@ -152,6 +152,10 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             return -1;
         }
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_BYTES_TX, n);
+        if (tcp->n_paths > 1) {
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_PATH(conn->path,
+                                                HCA_TCP_PATH_BYTES_TX), n);
+        }
         tx->left -= (size_t)n;
         while ((n > 0) && (tx->first < tx->iovcnt)) {
             struct iovec *v = &tx->iov[tx->first];
@@ -172,6 +176,11 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     tx->owner_qpn     = 0;
     conn->tx_stuck_ns = 0;
     HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FRAMES_TX, tx->frames);
+    if (tcp->n_paths > 1) {
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_PATH(conn->path,
+                                            HCA_TCP_PATH_FRAMES_TX),
+                      tx->frames);
+    }
     tx->frames = 0;
     atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),
                           memory_order_relaxed);

@@ -78,7 +78,7 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
     hca_device_query(iface->md->dev, &dattr);
     uct_base_iface_query(&iface->super, attr);
 
-    attr->iface_addr_len  = sizeof(uct_hca_iface_addr_t);
+    (void)uct_hca_paths_packed(&iface->md->addr, &attr->iface_addr_len);
     attr->device_addr_len = sizeof(uct_hca_device_addr_t);
     attr->ep_addr_len     = 0;
     attr->max_conn_priv   = 0;
@@ -175,6 +175,16 @@ static ucs_status_t uct_hca_iface_get_address(uct_iface_h tl_iface,
     ifaddr->qpn      = hca_qp_num(iface->tgt_qp);
     ifaddr->net_port = iface->md->addr.net.port;
     ifaddr->secret   = iface->md->addr.secret;
+    ifaddr->n_paths_more = (uint8_t)uct_hca_paths_packed(&iface->md->addr,
+                                                         NULL);
+    uint8_t *p = (uint8_t*)(ifaddr + 1);
+    for (unsigned i = 0; i < ifaddr->n_paths_more; ++i) {
+        const hca_net_addr_t *net = &iface->md->addr.net_more[i];
+        p[0] = net->family;
+        memcpy(p + 1, &net->port, 2);
+        memcpy(p + 3, net->addr, (net->family == HCA_NET_IPV6) ? 16 : 4);
+        p += uct_hca_path_packed_len(net);
+    }
     return UCS_OK;
 }
 

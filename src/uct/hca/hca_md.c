@@ -47,8 +47,9 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
      UCS_CONFIG_TYPE_ENUM(uct_hca_fabric_names)},
 
     {"NET_DEVICES", "all",
-     "Interfaces or addresses (comma separated) the tcp fabric listens on,\n"
-     "the first usable one wins; \"all\": the first interface that is up, not\n"
+     "Interfaces or addresses (comma separated) the tcp fabric listens on:\n"
+     "each usable one is a path (up to 4), and a QP whose path fails moves\n"
+     "to another; \"all\": one path, the first interface that is up, not\n"
      "loopback and has an address, else loopback (as UCX's tcp chooses).",
      ucs_offsetof(uct_hca_md_config_t, net_devices), UCS_CONFIG_TYPE_STRING},
 

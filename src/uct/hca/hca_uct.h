@@ -117,17 +117,49 @@ typedef struct UCS_S_PACKED uct_hca_device_addr {
 
 /* Iface address: the context, its target QP, the tcp port and the
  * context's secret (only a peer given this address can connect over
- * tcp).  22 bytes. */
+ * tcp), and the count of its further tcp paths, packed behind it: per
+ * path its family (1 byte), port (2) and address (4 for IPv4, 16 for
+ * IPv6).  23 bytes, and 7 per further IPv4 path (19 per IPv6 one), within
+ * UCP's 63: the paths that do not fit are left out. */
 typedef struct UCS_S_PACKED uct_hca_iface_addr {
     uint32_t pid;
     uint32_t ctx_id;
     uint32_t qpn;
     uint16_t net_port;
     uint64_t secret;
+    uint8_t  n_paths_more;
 } uct_hca_iface_addr_t;
 
+#define UCT_HCA_IFACE_ADDR_MAX 63
+
 _Static_assert(sizeof(uct_hca_device_addr_t) <= 31, "UCP: device address");
-_Static_assert(sizeof(uct_hca_iface_addr_t) <= 63, "UCP: iface address");
+_Static_assert(sizeof(uct_hca_iface_addr_t) <= UCT_HCA_IFACE_ADDR_MAX,
+               "UCP: iface address");
+
+/* One further path's bytes in the iface address. */
+static inline size_t uct_hca_path_packed_len(const hca_net_addr_t *net)
+{
+    return 3 + ((net->family == HCA_NET_IPV6) ? 16 : 4);
+}
+
+/* How many of the context's further paths its iface address carries. */
+static inline unsigned uct_hca_paths_packed(const hca_port_addr_t *addr,
+                                            size_t *len_p)
+{
+    size_t len = sizeof(uct_hca_iface_addr_t);
+    unsigned n = 0;
+
+    while ((n < addr->n_net_more) &&
+           (len + uct_hca_path_packed_len(&addr->net_more[n]) <=
+            UCT_HCA_IFACE_ADDR_MAX)) {
+        len += uct_hca_path_packed_len(&addr->net_more[n]);
+        ++n;
+    }
+    if (len_p != NULL) {
+        *len_p = len;
+    }
+    return n;
+}
 
 /* The device's port address of a peer, from its UCT addresses. */
 static inline void uct_hca_port_addr(hca_port_addr_t *addr,
@@ -142,6 +174,21 @@ static inline void uct_hca_port_addr(hca_port_addr_t *addr,
     addr->net.port   = iface_addr->net_port;
     memcpy(addr->net.addr, dev_addr->net_addr, sizeof(addr->net.addr));
     addr->secret     = iface_addr->secret;
+    /* the further paths: as many as we can take, the rest ignored (a
+     * peer with more paths than ours still connects, on fewer) */
+    const uint8_t *p = (const uint8_t*)(iface_addr + 1);
+    for (unsigned i = 0; (i < iface_addr->n_paths_more) &&
+                         (i < HCA_NET_MAX_PATHS - 1); ++i) {
+        hca_net_addr_t *net = &addr->net_more[i];
+        if ((p[0] != HCA_NET_IPV4) && (p[0] != HCA_NET_IPV6)) {
+            break; /* not an address of ours */
+        }
+        net->family = p[0];
+        memcpy(&net->port, p + 1, 2);
+        memcpy(net->addr, p + 3, (net->family == HCA_NET_IPV6) ? 16 : 4);
+        p += uct_hca_path_packed_len(net);
+        addr->n_net_more = i + 1;
+    }
 }
 
 /* Receive descriptor: [lkey][uct_recv_desc_t*][rx_headroom][data] */

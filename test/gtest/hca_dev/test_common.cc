@@ -155,7 +155,9 @@ int open_device_for(hca_fabric_type_t fabric, unsigned flags,
         return hca_device_open_attr(dev_name().c_str(), &attr, dev);
     case HCA_FABRIC_TCP:
         attr.fabric      = HCA_FABRIC_MODE_TCP;
-        attr.net_devices = "lo";
+        /* loopback, or the paths a test sets (127.0.0.1,127.0.0.2) */
+        attr.net_devices = (getenv("HCA_NET_DEVICES") != nullptr) ?
+                           getenv("HCA_NET_DEVICES") : "lo";
         return hca_device_open_attr(dev_name().c_str(), &attr, dev);
     default:
         *dev = nullptr;

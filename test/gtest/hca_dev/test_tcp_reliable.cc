@@ -79,10 +79,17 @@ const unsigned CHILD_WATCHDOG_S = 60;
 
 /* The counters printed for both processes.  "connections_lost" is what
  * the fabric calls conns_lost. */
-const int         NCNT = 8;
+const int         NCNT = 11;
 const char *const CNT_NAMES[NCNT] = {
         "retransmits", "dup_requests", "replays",         "seq_naks",
-        "rtos",        "reconnects",   "faults_injected", "connections_lost"};
+        "rtos",        "reconnects",   "faults_injected", "connections_lost",
+        "failovers",   "path0_frames_tx", "path1_frames_tx"};
+
+/* Two paths on one host: the kernel takes all of 127.0.0.0/8 as local. */
+const char *const TWO_PATHS = "127.0.0.1,127.0.0.2";
+/* the child's own HCA_NET_DEVICES (set before the fork), if not the
+ * parent's: a peer with fewer paths */
+const char *child_net_devices = nullptr;
 const uint64_t    CNT_MISSING     = ~0ull;
 
 /* A counter for printing only: 0 when the fabric has no counter of that
@@ -829,6 +836,9 @@ struct side {
  * (bounded), reports, and waits for the parent's QUIT. */
 void child_body(int rfd, int wfd)
 {
+    if (child_net_devices != nullptr) {
+        setenv("HCA_NET_DEVICES", child_net_devices, 1);
+    }
     side s(CHILD);
     ASSERT_TRUE(s.open());
     ASSERT_TRUE(send_msg(wfd, s.info()));
@@ -996,7 +1006,10 @@ struct run_cfg {
     int         stop_at_ms   = -1;       /* SIGSTOP the child then */
     int         stop_for_ms  = 0;        /* ... and SIGCONT after this */
     int         kill_at_ms   = -1;       /* SIGKILL the child then */
-    int         ss_kill_at_ms = -1;      /* ss -K the connections then */
+    int         ss_kill_at_ms = -1;      /* ss -K the connections then
+                                            (with two paths: the first
+                                            path's only) */
+    const char *net_devices  = nullptr;  /* HCA_NET_DEVICES: paths */
 };
 
 struct run_out {
@@ -1026,6 +1039,11 @@ protected:
         } else {
             unsetenv("HCA_FAULT");
         }
+        if (cfg.net_devices != nullptr) {
+            setenv("HCA_NET_DEVICES", cfg.net_devices, 1);
+        } else {
+            unsetenv("HCA_NET_DEVICES");
+        }
         std::string t = std::to_string(cfg.retry_ms);
         setenv("HCA_TCP_RETRY_TIMEOUT_MS", t.c_str(), 1);
         setenv("HCA_TCP_TIMEOUT_MS", t.c_str(), 1);
@@ -1035,6 +1053,8 @@ protected:
     {
         par.reset();
         unsetenv("HCA_FAULT");
+        unsetenv("HCA_NET_DEVICES");
+        child_net_devices = nullptr;
         unsetenv("HCA_TCP_RETRY_TIMEOUT_MS");
         unsetenv("HCA_TCP_TIMEOUT_MS");
         hca_test::TearDown();
@@ -1106,7 +1126,8 @@ protected:
 
         double t0 = now_ms(), last = t0, stop_t = 0, kill_t = 0;
         bool stopped = false, conted = false, killed = false;
-        bool ss_done = false;
+        bool ss_done = false, frozen = false;
+        double frozen_t = 0;
         double end   = t0 + cfg.min_ms + 30000; /* < the child's watchdog */
         s.req.start_round();
         for (;;) {
@@ -1132,8 +1153,17 @@ protected:
                                               s.c.addr.net.port);
                 ss_done = true;
             }
-            if ((cfg.kill_at_ms >= 0) && !killed && busy &&
+            if ((cfg.kill_at_ms >= 0) && !killed && !frozen && busy &&
                 (el >= cfg.kill_at_ms)) {
+                /* frozen first, and killed 50 ms later: what we post
+                 * meanwhile is never answered, so work is in flight at
+                 * the kill (killed at once, everything outstanding might
+                 * have been answered already) */
+                ASSERT_EQ(0, kill(ch->pid, SIGSTOP));
+                frozen   = true;
+                frozen_t = t;
+            }
+            if (frozen && !killed && (t >= frozen_t + 50)) {
                 kill_child(ch);
                 killed      = true;
                 kill_t      = now_ms();
@@ -1401,6 +1431,67 @@ TEST_F(TcpReliable, ListenerRestarted)
     ASSERT_NO_FATAL_FAILURE(expect_verified());
     EXPECT_GT(both("reconnects"), 0u);
     EXPECT_GT(both("faults_injected"), 0u);
+}
+
+/* ------------------------------------------------------------ paths */
+
+/* Two paths (127.0.0.1 and 127.0.0.2): the QPs are spread over both, the
+ * workload verifies, and nothing fails over. */
+TEST_F(TcpReliable, TwoPathsNoFault)
+{
+    run_cfg cfg;
+    cfg.net_devices = TWO_PATHS;
+    cfg.min_ms      = 500;
+    ASSERT_NO_FATAL_FAILURE(run(cfg));
+    ASSERT_NO_FATAL_FAILURE(expect_verified());
+    EXPECT_EQ(2u, par->c.addr.n_net_more + 1) << "the parent's paths";
+    EXPECT_EQ(0u, both("failovers"));
+    EXPECT_EQ(0u, both("retransmits"));
+    EXPECT_GT(tcp_counter(par->c.dev, "path0_frames_tx"), 0u);
+    EXPECT_GT(tcp_counter(par->c.dev, "path1_frames_tx"), 0u)
+            << "the second path carried none of the parent's QPs";
+}
+
+/* A peer with one path, we with two: the pair uses one (the address with
+ * more paths than the peer has still works, both ways). */
+TEST_F(TcpReliable, PeerWithFewerPaths)
+{
+    run_cfg cfg;
+    cfg.net_devices   = TWO_PATHS;
+    child_net_devices = "127.0.0.1";
+    ASSERT_NO_FATAL_FAILURE(run(cfg));
+    ASSERT_NO_FATAL_FAILURE(expect_verified());
+    EXPECT_EQ(0u, tcp_counter(par->c.dev, "path1_frames_tx"));
+}
+
+/* The first path's connections killed mid-stream (ss -K on its listeners'
+ * ports only), the second path up: the QPs on the first move to the
+ * second at once and send again there what was unanswered; nothing fails,
+ * everything verifies exactly once, the failovers are counted, and the
+ * killed path is dialled again in the background. */
+TEST_F(TcpReliable, PathKilledFailsOver)
+{
+    std::string why;
+    if (!ss_kill_works(&why)) {
+        GTEST_SKIP() << why;
+    }
+    run_cfg cfg;
+    cfg.net_devices   = TWO_PATHS;
+    cfg.min_ms        = 1500;
+    cfg.ss_kill_at_ms = 300;
+    /* longer than the run: a failover that waited for the timeout, or a
+     * QP that waited for its own path to come back, would show as a gap
+     * of seconds */
+    cfg.retry_ms      = 10000;
+    ASSERT_NO_FATAL_FAILURE(run(cfg));
+    printf("# ss -K killed %d socket(s) of path 0\n", out.ss_killed);
+    EXPECT_GT(out.ss_killed, 0) << "ss -K found no connection to kill";
+    ASSERT_NO_FATAL_FAILURE(expect_verified());
+    EXPECT_GT(both("failovers"), 0u);
+    EXPECT_GT(both("reconnects"), 0u) << "the lost path was not dialled again";
+    EXPECT_GT(tcp_counter(par->c.dev, "path1_frames_tx"), 0u);
+    EXPECT_LT(out.max_gap_ms, 1000.0)
+            << "the QPs waited for something after the path was lost";
 }
 
 /* The kernel kills the connections between the two processes under the

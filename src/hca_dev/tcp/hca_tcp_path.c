@@ -1,0 +1,276 @@
+/*
+ * hca_tcp_path.c - a context's paths and failover between them.
+ *
+ * A context has a path per interface it was given (hca_tcp_netif.c), each
+ * with its listener, and its address carries every listener.  A pair of
+ * contexts uses as many paths as both have: path i is dialled from our
+ * path i's address to the peer's listener i, and is one connection (the
+ * connection of hca_tcp_conn.c: its handshake, resume and liveness are
+ * per path).  The connections of one peer context are siblings: they
+ * share the responder records (conn->rq_lead), so a QP's PSN order and
+ * its duplicates' answers do not depend on the path its frames took.
+ *
+ * A QP is given a home path at connect (the one with the fewest QPs).
+ * When the connection it sends on loses its socket (reset, closed,
+ * silent, its interface down), its owner moves it to a sibling that is
+ * UP and sends again from the first unanswered PSN there, at once: the
+ * go-back-N of issue 27, onto another socket.  The lost path is dialled
+ * again in the background (hca_tcp_thread.c); it does not time out while
+ * a sibling is UP, and a QP goes back home when the home path is UP
+ * again and nothing of the QP is unanswered (so no frame of it can pass
+ * another).  The QP fails only when every path is gone for the retry
+ * timeout.
+ *
+ * Interfaces going down and up: hca_tcp_link.c.
+ */
+#include "hca_tcp_fabric.h"
+#include "hca_log.h"
+#include "hca_queue.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+void hca_tcp_paths_close(hca_tcp_dev_t *tcp)
+{
+    for (int i = 0; i < HCA_NET_MAX_PATHS; ++i) {
+        if ((i < tcp->n_paths) && (tcp->paths[i].listen_fd >= 0)) {
+            close(tcp->paths[i].listen_fd);
+            tcp->paths[i].listen_fd = -1;
+        }
+    }
+    if (tcp->nl_fd >= 0) {
+        close(tcp->nl_fd);
+        tcp->nl_fd = -1;
+    }
+}
+
+int hca_tcp_pair_paths(const hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
+{
+    int theirs = 1 + (int)((peer->n_net_more < HCA_NET_MAX_PATHS) ?
+                           peer->n_net_more : HCA_NET_MAX_PATHS - 1);
+
+    /* further paths of the peer that we cannot pair are not used */
+    return (tcp->n_paths < theirs) ? tcp->n_paths : theirs;
+}
+
+int hca_tcp_path_socket(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer,
+                        int path, struct sockaddr_storage *ss, uint32_t *len)
+{
+    const hca_net_addr_t *to = hca_tcp_peer_net(peer, path);
+    struct sockaddr_storage local;
+    uint32_t local_len;
+    int fd;
+
+    if (hca_tcp_sockaddr(to, ss, len) != 0) {
+        return -1;
+    }
+    fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    /* with several paths, each leaves from its own address (one path:
+     * the kernel picks, as it always did) */
+    if ((tcp->n_paths > 1) && (path < tcp->n_paths) &&
+        (tcp->paths[path].addr.family == to->family)) {
+        hca_net_addr_t from = tcp->paths[path].addr;
+        from.port = 0;
+        (void)hca_tcp_sockaddr(&from, &local, &local_len);
+        if (bind(fd, (struct sockaddr*)&local, local_len) != 0) {
+            hca_log("tcp fabric: path %d: cannot bind to %s's address: %s",
+                    path, tcp->paths[path].ifname, strerror(errno));
+        }
+    }
+    return fd;
+}
+
+void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    conn->rq_lead = conn;
+    if (conn->peer_incarn == 0) {
+        return; /* not a context of ours that could have siblings */
+    }
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((c != conn) && (c->rq_lead == c) &&
+            (c->peer_incarn == conn->peer_incarn) &&
+            (c->peer.host == conn->peer.host) &&
+            (c->peer.pid == conn->peer.pid) &&
+            (c->peer.ctx_id == conn->peer.ctx_id)) {
+            conn->rq_lead = c;
+            c->lead_refs++;
+            return;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- QPs */
+
+/* c is a path to conn's peer context: a sibling once conn was UP (the
+ * handshake told the peer's incarnation); before, a connection we dialled
+ * to the same address. */
+static int hca_tcp_same_peer(const hca_tcp_conn_t *c,
+                             const hca_tcp_conn_t *conn)
+{
+    if (conn->rq_lead != NULL) {
+        return hca_tcp_conn_siblings(c, conn);
+    }
+    return conn->outbound && c->outbound && (c->rq_lead != NULL) &&
+           (c->peer.host == conn->peer.host) &&
+           (c->peer.pid == conn->peer.pid) &&
+           (c->peer.ctx_id == conn->peer.ctx_id) &&
+           (c->peer.secret == conn->peer.secret);
+}
+
+/* A sibling of conn that is UP, the one with the fewest QPs (tcp->lock
+ * held); NULL if none. */
+static hca_tcp_conn_t *hca_tcp_path_alive(hca_tcp_dev_t *tcp,
+                                          const hca_tcp_conn_t *conn)
+{
+    hca_tcp_conn_t *best = NULL;
+
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((c != conn) && hca_tcp_same_peer(c, conn) &&
+            (atomic_load(&c->state) == HCA_TCP_CONN_UP) &&
+            ((best == NULL) || (c->qp_refs < best->qp_refs))) {
+            best = c;
+        }
+    }
+    return best;
+}
+
+/* The QP sends on `to` from now on (tcp->lock held, the owner). */
+static void hca_tcp_qp_move(hca_qp_t *qp, hca_tcp_conn_t *to)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+
+    tq->conn->qp_refs--;
+    to->qp_refs++;
+    tq->conn = to;
+}
+
+int hca_tcp_failover_ok(const hca_tcp_conn_t *conn, int state)
+{
+    /* a path lost (LINKING, or dialled again), or one that never came up;
+     * not one still making its first handshake (a round trip: waited
+     * for), nor one that died for good once up (its peer closed or went
+     * away, a bad frame, a refusal: its siblings go too) */
+    if (state == HCA_TCP_CONN_DEAD) {
+        return !conn->was_up;
+    }
+    return (state != HCA_TCP_CONN_UP) && conn->was_up;
+}
+
+hca_tcp_conn_t *hca_tcp_failover(hca_tcp_dev_t *tcp, hca_qp_t *qp)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+    hca_tcp_conn_t *from, *to;
+    uint64_t tail, head;
+
+    pthread_mutex_lock(&tcp->lock);
+    from = tq->conn;
+    to   = hca_tcp_failover_ok(from, atomic_load(&from->state)) ?
+           hca_tcp_path_alive(tcp, from) : NULL;
+    if (to == NULL) {
+        pthread_mutex_unlock(&tcp->lock);
+        return NULL;
+    }
+    hca_tcp_qp_move(qp, to);
+    /* everything unanswered goes again, on the new path, before any new
+     * frame: the responder executes what it had not, and answers the
+     * rest as duplicates (its records are the siblings' own) */
+    tail = atomic_load_explicit(&tq->sent_tail, memory_order_acquire);
+    head = atomic_load_explicit(&tq->sent_head, memory_order_relaxed);
+    if (tail != head) {
+        tq->rtx_psn = tq->sent[tail & tq->sent_mask].psn;
+    }
+    if (from->was_up) { /* a path lost (not one that never came up) */
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_FAILOVERS, 1);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_PATH(from->path,
+                                            HCA_TCP_PATH_FAILOVERS), 1);
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    if (HCA_UNLIKELY(qp->dev->trace)) {
+        hca_log("tcp fabric: qp 0x%x fails over from path %d to path %d, "
+                "from psn %u", qp->qpn, from->path, to->path,
+                (tail != head) ? tq->rtx_psn : tq->next_psn);
+    }
+    return to;
+}
+
+hca_tcp_conn_t *hca_tcp_path_return(hca_tcp_dev_t *tcp, hca_qp_t *qp)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+
+    /* only with nothing unanswered: no frame of the QP on the path it
+     * leaves can then be passed by one on its home */
+    if ((atomic_load_explicit(&tq->home->state, memory_order_acquire) !=
+         HCA_TCP_CONN_UP) ||
+        (atomic_load_explicit(&tq->sent_tail, memory_order_acquire) !=
+         atomic_load_explicit(&tq->sent_head, memory_order_relaxed)) ||
+        (tq->rtx_psn != tq->next_psn)) {
+        return tq->conn;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    if (atomic_load(&tq->home->state) == HCA_TCP_CONN_UP) {
+        hca_tcp_qp_move(qp, tq->home);
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    return tq->conn;
+}
+
+void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_device_t *dev = tcp->dev;
+
+    if (tcp->n_paths < 2) {
+        return;
+    }
+    /* the QPs with frames unanswered on it: their owners move them at
+     * their next poll (hca_tcp_poll_response), woken if asleep.  Idle
+     * ones move at their next post. */
+    for (uint32_t i = 1; i < HCA_MAX_QP; ++i) {
+        hca_qp_t *qp = __atomic_load_n(&dev->qps[i], __ATOMIC_ACQUIRE);
+        hca_tcp_qp_t *tq;
+        uint32_t cq_idx;
+
+        if ((qp == NULL) || (qp->fabric->type != HCA_FABRIC_TCP) ||
+            (qp->state != HCA_QPS_RTS)) {
+            continue;
+        }
+        tq = hca_tcp_qp(qp);
+        if ((tq->conn != conn) || (tq->sent == NULL) ||
+            (atomic_load_explicit(&tq->sent_tail, memory_order_acquire) ==
+             atomic_load_explicit(&tq->sent_head, memory_order_acquire))) {
+            continue;
+        }
+        atomic_store(&tq->move, 1);
+        cq_idx = qp->pub->send_cq_idx;
+        if (cq_idx < HCA_MAX_CQ) {
+            hca_cq_wake_armed(dev, &dev->notify[cq_idx], &dev->notify_self,
+                              cq_idx);
+        }
+    }
+}
+
+void hca_tcp_path_up(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    if (tcp->n_paths < 2) {
+        return;
+    }
+    /* the QPs waiting on a lost sibling (lost while no path was UP) move
+     * to this one now, rather than wait for theirs */
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        int state = atomic_load(&c->state);
+        if ((c != conn) && hca_tcp_conn_siblings(c, conn) &&
+            (state != HCA_TCP_CONN_UP) && (state != HCA_TCP_CONN_DEAD)) {
+            hca_tcp_failover_ask(tcp, c);
+        }
+    }
+}
+
+int hca_tcp_path_keeps(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn)
+{
+    return (tcp->n_paths > 1) && (hca_tcp_path_alive(tcp, conn) != NULL);
+}
