@@ -3,8 +3,8 @@
 # hca-hosts.sh - "hosts" made of network namespaces, for Open MPI and
 # OpenSHMEM jobs across hosts on one machine.
 #
-# usage: contrib/hca-hosts.sh run [-n N] [--slots S] [--dir DIR] -- COMMAND...
-#        contrib/hca-hosts.sh up [-n N] [--slots S] DIR
+# usage: contrib/hca-hosts.sh run [-n N] [--slots S] [--links L] [--dir DIR] -- COMMAND...
+#        contrib/hca-hosts.sh up [-n N] [--slots S] [--links L] DIR
 #        contrib/hca-hosts.sh down DIR
 #        contrib/hca-hosts.sh exec DIR HOST COMMAND...
 #
@@ -25,6 +25,14 @@
 # shared /dev/shm would; hca tells them apart by their network namespace
 # (its host identity), so ranks on different hosts use its tcp fabric.
 #
+# --links L (L > 1, two hosts only): L - 1 further links join the two
+# hosts directly (veth pairs, hca-netns.sh's netns_add_link): hmveth1,
+# hmveth2, ... in both, each on a 10.231.<y>.0/24 of its own (a .1, b .2)
+# that the calling namespace has no address on: Open MPI's daemons stay
+# on the bridge (hmveth0); hca's paths may use them
+# (UCX_HCA_NET_DEVICES=hmveth0,hmveth1: path failover, issue 28).  hca's
+# default (one path, the first interface that is up) stays hmveth0.
+#
 # DIR (run: a temporary one) holds:
 #   hostfile      one line per host: "hcahost-a slots=S" (S default 2)
 #   rsh-agent     Open MPI's plm_rsh_agent: "rsh-agent HOST COMMAND" runs
@@ -38,6 +46,10 @@
 #   HCA_HOSTFILE           DIR/hostfile
 #   HCA_RSH_AGENT          DIR/rsh-agent
 #   HCA_HOSTS_SUBNET       10.231.<x>.0/24
+#   HCA_HOSTS_IFS          the links' interfaces in every host: "hmveth0"
+#                          (--links 2: "hmveth0 hmveth1")
+#   HCA_HOSTS_NS           the hosts' network namespaces, space-separated
+#                          (ip netns exec NS ..., ip -n NS link ...)
 #   HCA_HOSTS_MPIRUN_ARGS  --hostfile DIR/hostfile --mca plm_rsh_agent
 #                          DIR/rsh-agent --mca oob_tcp_if_include SUBNET
 #                          (words without spaces: use it unquoted)
@@ -61,7 +73,7 @@ host_name() { echo "hcahost-$1"; }
 
 # Writes DIR's files for the namespaces just made ($1: DIR, $2: slots).
 write_dir() {
-    local dir=$1 slots=$2 i l hosts="" cases=""
+    local dir=$1 slots=$2 i l hosts="" cases="" ifs=hmveth0
     for i in "${!netns_names[@]}"; do
         l=$(netns_letter "$i")
         hosts+="${hosts:+ }$(host_name "$l")"
@@ -94,6 +106,9 @@ exec ip netns exec "\$ns" unshare --uts /bin/sh -c \\
     'echo "\$0" >/proc/sys/kernel/hostname && exec /bin/sh -c "\$1"' "\$host" "\$*"
 EOF
     chmod +x "$dir/rsh-agent"
+    for i in $(seq 1 $((netns_links - 1))); do
+        ifs+=" $(netns_if a "$i")"
+    done
     printf '%s\n' --hostfile "$dir/hostfile" --mca plm_rsh_agent "$dir/rsh-agent" \
         --mca oob_tcp_if_include "$netns_subnet.0/24" >"$dir/mpirun-args"
     {
@@ -102,14 +117,25 @@ EOF
         echo "HCA_HOSTFILE='$dir/hostfile'"
         echo "HCA_RSH_AGENT='$dir/rsh-agent'"
         echo "HCA_HOSTS_SUBNET='$netns_subnet.0/24'"
+        echo "HCA_HOSTS_IFS='$ifs'"
+        echo "HCA_HOSTS_NS='${netns_names[*]}'"
         echo "HCA_HOSTS_MPIRUN_ARGS='$(paste -sd' ' "$dir/mpirun-args")'"
-        echo "export HCA_HOSTS_DIR HCA_HOSTS HCA_HOSTFILE HCA_RSH_AGENT HCA_HOSTS_SUBNET HCA_HOSTS_MPIRUN_ARGS"
+        echo "export HCA_HOSTS_DIR HCA_HOSTS HCA_HOSTFILE HCA_RSH_AGENT HCA_HOSTS_SUBNET HCA_HOSTS_IFS HCA_HOSTS_NS HCA_HOSTS_MPIRUN_ARGS"
     } >"$dir/env"
     {
         echo "names=${netns_names[*]}"
         echo "bridge=$netns_root_bridge"
         echo "fw=$netns_root_fw"
     } >"$dir/state"
+}
+
+# "; further links: hmveth1 on 10.231.<y>.0/24 ..." (--links), else ""
+links_note() {
+    local i out=""
+    for i in $(seq 1 $((netns_links - 1))); do
+        out+="${out:+, }$(netns_if a "$i") on ${netns_subnets[$i]}.0/24"
+    done
+    [ -n "$out" ] && echo "; further links: $out"
 }
 
 check_tools() {
@@ -122,7 +148,7 @@ check_tools() {
 cmd=${1:-}
 [ -n "$cmd" ] || { usage >&2; exit 2; }
 shift
-n=2 slots=2 dir=
+n=2 slots=2 links=1 dir=
 case $cmd in
 -h|--help) usage; exit 0 ;;
 run|up)
@@ -130,6 +156,7 @@ run|up)
         case $1 in
         -n) n=${2:?}; shift 2 ;;
         --slots) slots=${2:?}; shift 2 ;;
+        --links) links=${2:?}; shift 2 ;;
         --dir) dir=${2:?}; shift 2 ;;
         --) shift; break ;;
         -*) die "unknown option '$1'" ;;
@@ -140,6 +167,11 @@ run|up)
 down|exec)
     dir=${1:?"$cmd needs DIR"}; shift ;;
 *) die "unknown command '$cmd' (run, up, down, exec)" ;;
+esac
+case $links in
+1) ;;
+[2-9]) [ "$n" = 2 ] || die "--links $links: two hosts only (-n 2)" ;;
+*) die "--links: 1 to 9" ;;
 esac
 
 case $cmd in
@@ -157,12 +189,12 @@ run)
         netns_teardown
         [ $own_dir = 1 ] && rm -rf "$dir"
     }
-    netns_setup "$n" root || die "cannot make the hosts"
+    netns_setup "$n" root "$links" || die "cannot make the hosts"
     trap cleanup EXIT
     trap 'cleanup; trap - INT; kill -INT $$' INT
     trap 'cleanup; trap - TERM; kill -TERM $$' TERM
     write_dir "$dir" "$slots"
-    echo "$prog: hosts $(. "$dir/env"; echo "$HCA_HOSTS") on $netns_subnet.0/24 (this namespace: $netns_root_addr)" >&2
+    echo "$prog: hosts $(. "$dir/env"; echo "$HCA_HOSTS") on $netns_subnet.0/24 (this namespace: $netns_root_addr)$(links_note)" >&2
     (
         # shellcheck disable=SC1091
         . "$dir/env"
@@ -175,7 +207,7 @@ up)
     check_tools
     mkdir -p "$dir" || die "cannot make $dir"
     dir=$(cd "$dir" && pwd)
-    netns_setup "$n" root || die "cannot make the hosts"
+    netns_setup "$n" root "$links" || die "cannot make the hosts"
     write_dir "$dir" "$slots"
     trap - EXIT INT TERM   # they stay until `down`
     echo "$prog: hosts $(. "$dir/env"; echo "$HCA_HOSTS") on $netns_subnet.0/24; '. $dir/env', then mpirun \$HCA_HOSTS_MPIRUN_ARGS ...; '$0 down $dir' removes them" >&2

@@ -5,6 +5,7 @@
 #   netns_setup 2                 # namespaces a and b, one veth pair
 #   netns_setup 3 root            # a, b, c on a bridge in this namespace
 #   netns_setup 2 "" 2            # a and b joined by two veth pairs (links)
+#   netns_setup 2 root 2          # a and b on the bridge, and a veth pair
 #   netns_add_link                # one more link between a and b, later
 #   netns_exec a CMD...           # run CMD in namespace a
 #   echo "$(netns_addr a)"        # its address, e.g. 10.231.17.1
@@ -27,15 +28,17 @@
 # this library) uses.  The interface is named $netns_ifname (hmveth0) in
 # every namespace.
 #
-# Further links (opt-in, N = 2 without root only): LINKS > 1 (default 1),
-# or netns_add_link after the setup, adds another veth pair between a and
-# b per link: link k (1, 2, ...) is named hmveth<k> in both namespaces, on
-# its own 10.231.<y>.0/24, picked like the first and never the same as
-# another link's; a has .1, b has .2 there.  No route joins the links'
-# subnets: a link that is down carries nothing, and nothing else carries
-# its addresses (what path failover needs).  netns_addr LETTER [LINK] and
-# netns_if LETTER [LINK] (LINK 0, the first, by default) name them;
-# netns_addr2 and netns_if2 are LINK 1.
+# Further links (opt-in, N = 2 only, with or without root): LINKS > 1
+# (default 1), or netns_add_link after the setup, adds another veth pair
+# between a and b per link: link k (1, 2, ...) is named hmveth<k> in both
+# namespaces, on its own 10.231.<y>.0/24, picked like the first and never
+# the same as another link's; a has .1, b has .2 there.  No route joins
+# the links' subnets: a link that is down carries nothing, and nothing
+# else carries its addresses (what path failover needs).  In root mode
+# the first link is the bridge (hmveth0, which this namespace reaches);
+# the further ones join a and b directly, this namespace has no address
+# on them.  netns_addr LETTER [LINK] and netns_if LETTER [LINK] (LINK 0,
+# the first, by default) name them; netns_addr2 and netns_if2 are LINK 1.
 #
 # Teardown (netns_teardown) runs on EXIT, INT and TERM, and when the setup
 # fails half-way: it kills every process still running in the namespaces
@@ -47,8 +50,8 @@
 # Variables after netns_setup: netns_names (array), netns_subnet
 # ("10.231.<x>"), netns_ifs (array: interface name in each namespace),
 # netns_root_bridge and netns_root_addr (root mode), netns_links (how many
-# links join a and b: 1 unless more were asked for), netns_subnets (array:
-# each link's subnet; [0] is netns_subnet).
+# links join a and b: 1 unless more were asked for; 0 when N > 2),
+# netns_subnets (array: each link's subnet; [0] is netns_subnet).
 #
 # shellcheck shell=bash
 
@@ -59,7 +62,7 @@ netns_bridge_ns=
 netns_root_bridge=
 netns_root_addr=
 netns_root_fw=        # 1: an iptables ACCEPT rule for the bridge was added
-netns_links=0         # veth pairs between a and b (N = 2, no bridge)
+netns_links=0         # links between a and b (N = 2; root: the bridge is the first)
 netns_subnets=()      # the subnet of each link
 netns_prefix=hcamh-$$
 # the interface's name, the same in every namespace (ucx_perftest's server
@@ -191,11 +194,11 @@ netns_wait_up() {
 }
 
 # netns_add_link: one more veth pair (link) between a and b, after
-# netns_setup 2 (not root): hmveth<k> in both, on a subnet of its own
+# netns_setup 2 [root]: hmveth<k> in both, on a subnet of its own
 netns_add_link() {
     local k=$netns_links sub a b
-    if [ ${#netns_names[@]} != 2 ] || [ -n "$netns_root_bridge" ] || [ "$k" -lt 1 ]; then
-        netns_say "error: further links need netns_setup 2 (without root)"
+    if [ ${#netns_names[@]} != 2 ] || [ "$k" -lt 1 ]; then
+        netns_say "error: further links need netns_setup 2"
         return 1
     fi
     [ "$k" -lt 10 ] || { netns_say "error: at most 10 links"; return 1; }
@@ -220,8 +223,8 @@ netns_add_link() {
 netns_setup() {
     local n=${1:-2} mode=${2:-} links=${3:-1} i l ns
     [ "$n" -ge 2 ] && [ "$n" -le 20 ] || { netns_say "error: 2..20 namespaces"; return 1; }
-    if [ "$links" != 1 ] && { [ "$n" != 2 ] || [ -n "$mode" ]; }; then
-        netns_say "error: further links need 2 namespaces without root"
+    if [ "$links" != 1 ] && [ "$n" != 2 ]; then
+        netns_say "error: further links need 2 namespaces"
         return 1
     fi
     trap 'netns_teardown' EXIT
@@ -252,6 +255,7 @@ netns_setup() {
                 { netns_fail "veth of $l"; return 1; }
             netns_ifs+=("$netns_ifname")
         done
+        [ "$n" = 2 ] && netns_links=1   # a and b: further links may follow
         # With br_netfilter, bridged frames go through iptables' FORWARD
         # chain, whose policy is DROP on hosts with Docker: let the hosts'
         # traffic through this bridge (removed with it).

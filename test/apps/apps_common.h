@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int app_rank = -1;
 static int app_size = 0;
@@ -94,6 +95,30 @@ static inline void app_finish(void)
     CHECK(all == app_size, "only %d of %d ranks finished", all, app_size);
     app_log("PASSED on %d ranks", app_size);
     MPI_Finalize();
+}
+
+/* Rounds (-T SECONDS, -U FILE): after round `round` (1, 2, ...) of a
+ * program that began its first at t0 (MPI_Wtime), whether to run all its
+ * tests again.  Rank 0 decides and tells the others: again while SECONDS
+ * (if > 0) have not passed since t0 and FILE (if not NULL) does not exist
+ * (the ranks of other hosts share this file system); neither given: one
+ * round.  With either, rank 0 prints "round N done at S s". */
+static inline int app_again(int round, double t0, double seconds,
+                            const char *until)
+{
+    int more = 0;
+
+    if (seconds <= 0 && until == NULL) {
+        return 0;
+    }
+    if (app_rank == 0) {
+        more = (seconds <= 0 || MPI_Wtime() - t0 < seconds) &&
+               (until == NULL || access(until, F_OK) != 0);
+    }
+    MPI_CHECK(MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    app_log("round %d done at %.1f s%s", round, MPI_Wtime() - t0,
+            more ? "" : " (the last)");
+    return more;
 }
 
 /* The byte at offset i of a message identified by seed: cheap, and a

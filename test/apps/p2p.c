@@ -12,7 +12,12 @@
  *                whose length the receiver does not know
  *   ssend        MPI_Issend must not complete before the receive is posted
  *
- * usage: p2p [-q]     (-q: quick, fewer iterations and sizes up to 1 MiB)
+ * usage: p2p [-q] [-T SECONDS] [-U FILE]
+ *   -q          quick: fewer iterations and sizes up to 1 MiB
+ *   -T SECONDS  run every test again until SECONDS have passed since the
+ *               first round began
+ *   -U FILE     ... or until FILE exists (rank 0 looks after each round;
+ *               with -T too, until either): for run-apps.sh's flap case
  */
 #include "apps_common.h"
 
@@ -419,25 +424,34 @@ static void test_issend(size_t size)
 
 int main(int argc, char **argv)
 {
-    int opt;
+    int opt, round = 0;
+    double seconds = 0, t0;
+    const char *until = NULL;
 
     app_init(&argc, &argv, "p2p");
-    while ((opt = getopt(argc, argv, "q")) != -1) {
+    while ((opt = getopt(argc, argv, "qT:U:")) != -1) {
         if (opt == 'q') {
             quick = 1;
+        } else if (opt == 'T') {
+            seconds = atof(optarg);
+        } else if (opt == 'U') {
+            until = optarg;
         }
     }
     CHECK(app_size >= 2, "needs at least 2 ranks");
 
-    test_pingpong();
-    test_outstanding(0);
-    test_outstanding(1);
-    for (int mode = 0; mode < 4; ++mode) {
-        test_wildcard(0, mode, quick ? 40 : 150);
-        test_wildcard(app_size - 1, mode, quick ? 20 : 60);
-    }
-    test_issend(8);
-    test_issend(1u << 20);
+    t0 = MPI_Wtime();
+    do {
+        test_pingpong();
+        test_outstanding(0);
+        test_outstanding(1);
+        for (int mode = 0; mode < 4; ++mode) {
+            test_wildcard(0, mode, quick ? 40 : 150);
+            test_wildcard(app_size - 1, mode, quick ? 20 : 60);
+        }
+        test_issend(8);
+        test_issend(1u << 20);
+    } while (app_again(++round, t0, seconds, until));
     app_finish();
     return 0;
 }

@@ -22,10 +22,15 @@
  * MPI_Win_create_dynamic is tested by rma_dynamic.c (Debian's OpenMPI 4.1.4
  * crashes when such a window is freed; see run-apps.sh).
  *
- * usage: rma [-q] [-t TESTS] [-w WINDOWS]
+ * usage: rma [-q] [-t TESTS] [-w WINDOWS] [-T SECONDS] [-U FILE]
  *   -q          quick: fewer iterations
  *   -t TESTS    comma-separated subset of fence,lock,lock_all,atomics,pscw
  *   -w WINDOWS  comma-separated subset of create,allocate
+ *   -T SECONDS  run every test again (new windows, every check again)
+ *               until SECONDS have passed since the first round began
+ *   -U FILE     ... or until FILE exists (rank 0 looks after each round;
+ *               with -T too, until either): run-apps.sh's flap case keeps
+ *               the job running while it takes links down
  */
 #include "apps_common.h"
 
@@ -591,28 +596,37 @@ static void run_window(int allocate)
 
 int main(int argc, char **argv)
 {
-    int opt;
+    int opt, round = 0;
+    double seconds = 0, t0;
+    const char *until = NULL;
 
     app_init(&argc, &argv, "rma");
-    while ((opt = getopt(argc, argv, "qt:w:")) != -1) {
+    while ((opt = getopt(argc, argv, "qt:w:T:U:")) != -1) {
         if (opt == 'q') {
             quick = 1;
         } else if (opt == 't') {
             only = optarg;
         } else if (opt == 'w') {
             windows = optarg;
+        } else if (opt == 'T') {
+            seconds = atof(optarg);
+        } else if (opt == 'U') {
+            until = optarg;
         }
     }
     CHECK(app_size >= 2, "needs at least 2 ranks");
     left  = (app_rank + app_size - 1) % app_size;
     right = (app_rank + 1) % app_size;
 
-    if (strstr(windows, "create") != NULL) {
-        run_window(0);
-    }
-    if (strstr(windows, "allocate") != NULL) {
-        run_window(1);
-    }
+    t0 = MPI_Wtime();
+    do {
+        if (strstr(windows, "create") != NULL) {
+            run_window(0);
+        }
+        if (strstr(windows, "allocate") != NULL) {
+            run_window(1);
+        }
+    } while (app_again(++round, t0, seconds, until));
     app_finish();
     return 0;
 }

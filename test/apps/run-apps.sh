@@ -4,8 +4,8 @@
 #
 # usage: test/apps/run-apps.sh [-q] [--hosts N] [CASE...]
 #
-#   CASE   p2p coll rma rma_swatomic rma_dynamic shmem failure reset
-#          (default: all)
+#   CASE   p2p coll rma rma_swatomic rma_dynamic shmem failure reset flap
+#          flap_p2p (default: all)
 #   -q     quick: the programs' -q mode (fewer iterations, smaller sizes)
 #   --hosts N
 #          across hosts: N namespace hosts (contrib/hca-hosts.sh: network
@@ -18,7 +18,10 @@
 #          cases RDMA writes, reads and atomics over tcp; the rma_dynamic
 #          control runs over UCX_TLS=tcp,self (posix cannot reach other
 #          hosts); failure: a rank on the last host exits, and the job
-#          must end within HCA_APPS_FAILURE_TIMEOUT.
+#          must end within HCA_APPS_FAILURE_TIMEOUT.  With --hosts 2 and
+#          flap or flap_p2p among the cases (the default), the two hosts
+#          get a second link, hmveth1 (hca-hosts.sh --links 2), which the
+#          other cases do not name (hca's default path is hmveth0).
 #
 # Each case runs with 2 and 4 ranks (--oversubscribe) through hca-run
 # --verbose (UCX_TLS=hca,self unless UCX_TLS is set), bounded by timeout,
@@ -52,6 +55,31 @@
 #                are not touched): the job must pass as without it (hca's
 #                connections are resumed: issue 27), and at least one
 #                connection must have been killed.
+#   flap         --hosts 2 only (else SKIP): the rma program with
+#                UCX_HCA_NET_DEVICES=hmveth0,hmveth1 (passed with -x: a
+#                path per link, issue 28) while, in the last host's
+#                namespace, hmveth0 goes down for HCA_APPS_FLAP_MS (1000)
+#                ms and up, then 1 s later hmveth1 likewise (`ip link set
+#                IF down/up`; the steps start at the program's first
+#                progress line).  The program repeats its tests, every
+#                check again, until the flap is over and 1 s more (rma -U
+#                FILE; at most a third of the limit, -T).  The job must
+#                pass as without it (exit 0, PASSED, the counters), all
+#                four steps must have found it running, its ranks must
+#                have logged each path's loss ("hca: tcp fabric: path K
+#                (IF) is down: its QPs fail over"), and the device must
+#                have counted a failover: `failovers` under "tcp fabric:"
+#                of `hca_devinfo -v -d hca0` in the last host, after the
+#                run minus before.  Those are the totals of the machine
+#                (the stats object is per PID namespace: both namespace
+#                hosts and any other hca user here share it), so a
+#                concurrent hca job that fails over adds to them; the
+#                ranks' own lines tie the case to this job.  The line
+#                shows the steps' times, those lines' counts and the tcp
+#                fabric rows that changed.
+#                Bounded by HCA_APPS_FLAP_TIMEOUT; the links are set up
+#                again after the run whatever happened.
+#   flap_p2p     the same with the p2p program.
 #
 # Prints PASS/FAIL/SKIP per case and rank count, then a summary; exits 1 if
 # anything failed.
@@ -64,6 +92,9 @@
 #                        (default: $HCA_BUILD_DIR/test/apps)
 #   HCA_APPS_NP          rank counts (default: "2 4"; --hosts N: 2N)
 #   HCA_APPS_TIMEOUT     seconds per run (default: 600; failure: 180)
+#   HCA_APPS_FAILURE_TIMEOUT, HCA_APPS_FLAP_TIMEOUT
+#                        seconds per run of failure, flap* (default: 180)
+#   HCA_APPS_FLAP_MS     how long flap takes each link down (default: 1000)
 #   HCA_APPS_MPIRUN_ARGS extra mpirun/oshrun arguments (words)
 #   HCA_APPS_LOGDIR      logs (default: $HCA_APPS_BIN/logs)
 #   HCA_REQUIRE_STATS    1: missing hca counter lines fail the case;
@@ -81,13 +112,16 @@ nps=${HCA_APPS_NP:-2 4}
 tmo=${HCA_APPS_TIMEOUT:-600}
 fail_tmo=${HCA_APPS_FAILURE_TIMEOUT:-180}
 [ "$fail_tmo" -gt "$tmo" ] && fail_tmo=$tmo
+flap_tmo=${HCA_APPS_FLAP_TIMEOUT:-180}
+[ "$flap_tmo" -gt "$tmo" ] && flap_tmo=$tmo
+flap_ms=${HCA_APPS_FLAP_MS:-1000}
 read -r -a extra_args <<<"${HCA_APPS_MPIRUN_ARGS:-}"
 logdir=${HCA_APPS_LOGDIR:-$bindir/logs}
 MPICC=${MPICC:-mpicc}
 OSHCC=${OSHCC:-oshcc}
 app_cflags="-std=gnu11 -O2 -g -Wall -Wextra"
 
-all_cases="p2p coll rma rma_swatomic rma_dynamic shmem failure reset"
+all_cases="p2p coll rma rma_swatomic rma_dynamic shmem failure reset flap flap_p2p"
 quick=()
 cases=()
 hosts=${HCA_APPS_HOSTS_INNER:-0}
@@ -104,7 +138,7 @@ while [ $# -gt 0 ]; do
         shift ;;
     -h|--help) sed -n '3,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                exit 0 ;;
-    p2p|coll|rma|rma_swatomic|rma_dynamic|shmem|failure|reset) cases+=("$a") ;;
+    p2p|coll|rma|rma_swatomic|rma_dynamic|shmem|failure|reset|flap|flap_p2p) cases+=("$a") ;;
     *) echo "run-apps: unknown case '$a' (cases: $all_cases)" >&2; exit 2 ;;
     esac
 done
@@ -116,8 +150,13 @@ if [ "$hosts" != 0 ] && [ -z "${HCA_APPS_HOSTS_INNER:-}" ]; then
         echo "run-apps (across $hosts hosts): SKIPPED: not root (namespace hosts need root)"
         exit 0
     fi
+    # flap needs a second link between the two hosts
+    links=1
+    sel="${cases[*]:-}"
+    [ -n "$sel" ] || sel=$all_cases
+    case " $sel " in *" flap"*) [ "$hosts" = 2 ] && links=2 ;; esac
     HCA_APPS_HOSTS_INNER=$hosts "$topsrc/contrib/hca-hosts.sh" run -n "$hosts" \
-        --slots 2 -- "$0" "${argv[@]}"
+        --slots 2 --links "$links" -- "$0" "${argv[@]}"
     rc=$?
     if [ $rc = 3 ]; then  # hca-hosts printed why (SKIPPED: ...)
         echo "run-apps (across $hosts hosts): SKIPPED: no namespace hosts here"
@@ -266,6 +305,7 @@ run_case() {  # launcher np prog args...
     local launcher=$1 np=$2 prog=$3 t0 t1 limit=$tmo
     shift 3
     [ "$prog" = failure ] && limit=$fail_tmo
+    case $c in flap*) limit=$flap_tmo ;; esac
     t0=$(date +%s.%N)
     timeout -k 15 "$limit" "$hca_run" --verbose "$launcher" --oversubscribe \
         -np "$np" ${extra_args[@]+"${extra_args[@]}"} \
@@ -308,6 +348,140 @@ reset_killer() {
     done
 }
 
+# flap_links LOG STOP EVENTS: in the last host's namespace, once the job's
+# first progress line ("rma: ...", "p2p: ...") is in LOG (its ranks talk
+# across the hosts; 60 s at most): the first link ($HCA_HOSTS_IFS) down
+# for $flap_ms ms, up; its carrier back, 1 s later the second link down as
+# long, up; its carrier back, 1 s later STOP is made (the program ends
+# after its round: -U).  Each step into EVENTS: "ms-since-start step
+# running|ended" (ended: the job's end was in LOG already).
+flap_links() {
+    local log=$1 stop=$2 ev=$3 ns if0 if1 t0
+    ns=${HCA_HOSTS_NS##* }
+    read -r if0 if1 _ <<<"$HCA_HOSTS_IFS"
+    : >"$ev"
+    t0=$(date +%s%N)
+    flap_step() {
+        local st=running
+        grep -q 'PASSED on\|FAILED at' "$log" 2>/dev/null && st=ended
+        echo "$((($(date +%s%N) - t0) / 1000000)) $1 $st" >>"$ev"
+    }
+    for _ in $(seq 1 600); do
+        grep -q "^$prog: \|PASSED on\|FAILED at" "$log" 2>/dev/null && break
+        sleep 0.1
+    done
+    flap_step start
+    flap_if "$ns" "$if0" down
+    flap_step "$if0-down"
+    sleep "$(awk -v m="$flap_ms" 'BEGIN { printf "%.3f", m / 1000 }')"
+    flap_if "$ns" "$if0" up
+    flap_step "$if0-up"
+    sleep 1
+    flap_if "$ns" "$if1" down
+    flap_step "$if1-down"
+    sleep "$(awk -v m="$flap_ms" 'BEGIN { printf "%.3f", m / 1000 }')"
+    flap_if "$ns" "$if1" up
+    flap_step "$if1-up"
+    sleep 1
+    flap_step stop
+    : >"$stop"
+}
+
+# flap_if NS IF up|down: the link's state; up waits for its carrier (5 s)
+flap_if() {
+    ip -n "$1" link set "$2" "$3"
+    [ "$3" = up ] || return 0
+    for _ in $(seq 1 50); do
+        ip -n "$1" -o link show "$2" 2>/dev/null | grep -q 'state UP' && return 0
+        sleep 0.1
+    done
+}
+
+# hca_devinfo: the build's, else an installed one
+devinfo_bin=$builddir/src/tools/hca_devinfo
+[ -x "$devinfo_bin" ] || devinfo_bin=$(command -v hca_devinfo 2>/dev/null)
+
+# hosts_tcp_rows FILE: the rows under "tcp fabric:" of `hca_devinfo -v -d
+# hca0` in the last host's namespace, "name value" a line (a row that is
+# 0 is not printed), into FILE (hca_devinfo's output in FILE.full); 1 if
+# hca_devinfo is missing or failed.  The totals are those of the device's
+# stats object, /dev/shm/hca.<pid namespace>.stats...: the namespace hosts
+# share it with each other and with every hca user of this machine (one
+# PID namespace), so they are read once, and another hca job running
+# meanwhile adds its counts.
+hosts_tcp_rows() {
+    : >"$1.full"
+    [ -n "$devinfo_bin" ] || { echo "hca_devinfo not found" >"$1.full"; return 1; }
+    ip netns exec "${HCA_HOSTS_NS##* }" timeout -s KILL 10 "$devinfo_bin" \
+        -v -d hca0 >"$1.full" 2>&1 || return 1
+    awk '/^[ \t]*tcp fabric:/ { f = 1; next }
+         f && /^\t\t\t[a-z]/ { print $1, $2; next }
+         { f = 0 }' "$1.full" | sort >"$1"
+}
+
+# tcp_delta BEFORE AFTER: "name=+N ..." for the rows failovers, retries,
+# connections_lost, reconnects and path<N>_failovers that changed
+tcp_delta() {
+    awk 'FNR == NR { b[$1] = $2; next }
+         { a[$1] = $2 }
+         END {
+             n = split("failovers retries connections_lost reconnects", k, " ")
+             for (r in a) if (r ~ /^path[0-9]+_failovers$/) k[++n] = r
+             for (i = 1; i <= n; i++) {
+                 d = a[k[i]] - b[k[i]]
+                 if (d != 0) printf "%s%s=%+.0f", (out++ ? " " : ""), k[i], d
+             }
+         }' "$1" "$2"
+}
+
+# flap_steps EVENTS: "hmveth0-down 1.3s, hmveth0-up 2.3s, ..." (the times
+# since the flapper began; "(job ended)" after a step that found the job
+# ended)
+flap_steps() {
+    local out
+    out=$(awk '$2 != "start" { printf "%s%s %.1fs%s", (n++ ? ", " : ""), $2,
+                               $1 / 1000, ($3 == "ended" ? " (job ended)" : "") }' \
+          "$1" 2>/dev/null)
+    echo "${out:-none}"
+}
+
+# flap_check LOGBASE: sets $flap_msg; 1 unless every flap step found the
+# job running, the job's ranks logged each link's loss ("hca: tcp fabric:
+# path K (IF) is down: its QPs fail over", printed without HCA_TRACE) and
+# the device counted a failover (LOGBASE-devinfo-before, -after, -events;
+# the log LOGBASE)
+flap_check() {
+    local base=$1 fo k f n saw=""
+    flap_msg="last host's links: $(flap_steps "$base-events")"
+    if [ "$(grep -c -- '-\(down\|up\) running$' "$base-events" 2>/dev/null)" != 4 ]; then
+        flap_msg="the links did not go down and up twice while the job ran ($flap_msg)"
+        return 1
+    fi
+    k=0
+    for f in $HCA_HOSTS_IFS; do
+        n=$(grep -c "^hca: tcp fabric: path $k ($f) is down" "$base")
+        saw+="${saw:+, }path $k ($f) down x$n"
+        if [ "$n" = 0 ]; then
+            flap_msg="no rank logged that path $k ($f) went down ($flap_msg)"
+            return 1
+        fi
+        k=$((k + 1))
+    done
+    flap_msg="$flap_msg; the ranks logged $saw"
+    if ! hosts_tcp_rows "$base-devinfo-after"; then
+        flap_msg="no failover counted: hca_devinfo -v failed after the run ($base-devinfo-after.full); $flap_msg"
+        return 1
+    fi
+    fo=$(awk '$1 == "failovers" { a = $2 } END { printf "%.0f\n", a }' "$base-devinfo-after")
+    fo=$((fo - $(awk '$1 == "failovers" { a = $2 } END { printf "%.0f\n", a }' "$base-devinfo-before")))
+    flap_msg="$flap_msg; $fo failovers counted (hca_devinfo -v, the machine's totals: $(tcp_delta "$base-devinfo-before" "$base-devinfo-after"))"
+    if [ "$fo" -le 0 ]; then
+        flap_msg="no failover counted; $flap_msg"
+        return 1
+    fi
+    return 0
+}
+
 # ------------------------------------------------------------ cases
 
 for c in "${cases[@]}"; do
@@ -325,6 +499,19 @@ for c in "${cases[@]}"; do
         if [ "$hosts" = 0 ]; then
             for np in $nps; do
                 result SKIP "$c np=$np" "(across hosts only: --hosts N)"
+            done
+            continue
+        fi ;;
+    flap|flap_p2p)
+        prog=rma need="RDMA_WRITE RDMA_READ ATOMIC_"
+        [ "$c" = flap_p2p ] && prog=p2p need="SEND"
+        flap_ifs=
+        [ "$hosts" = 2 ] && read -r flap_if0 flap_if1 _ <<<"${HCA_HOSTS_IFS:-}" &&
+            [ -n "${flap_if1:-}" ] && flap_ifs=$flap_if0,$flap_if1
+        case_args=(-x "UCX_HCA_NET_DEVICES=$flap_ifs")
+        if [ -z "$flap_ifs" ]; then
+            for np in $nps; do
+                result SKIP "$c np=$np" "(across two hosts only, with two links: --hosts 2)"
             done
             continue
         fi ;;
@@ -355,12 +542,36 @@ for c in "${cases[@]}"; do
             reset_killer "$logdir/$c-np$np-ss.log" &
             killer=$!
         fi
+        case $c in
+        flap*)
+            # the program runs rounds until the links are back (-U), at
+            # most a third of the limit (-T)
+            rm -f "$log" "$log-stop" "$log-events" "$log-devinfo-"*
+            args=(${quick[@]+"${quick[@]}"} -U "$log-stop" -T $((flap_tmo / 3)))
+            if ! hosts_tcp_rows "$log-devinfo-before"; then
+                result FAIL "$name" "cannot count failovers: hca_devinfo -v failed or is missing (${devinfo_bin:-none}; $log-devinfo-before.full)"
+                continue
+            fi
+            : >"$log"
+            flap_links "$log" "$log-stop" "$log-events" &
+            killer=$! ;;
+        esac
         run_case "$launcher" "$np" "$prog" ${args[@]+"${args[@]}"}
         if [ -n "$killer" ]; then
             kill "$killer" 2>/dev/null
             wait "$killer" 2>/dev/null
             killed=$(grep -c ESTAB "$logdir/$c-np$np-ss.log" 2>/dev/null)
         fi
+        note=
+        case $c in
+        flap*)   # the links up again, whatever happened
+            for ns in $HCA_HOSTS_NS; do
+                for f in ${HCA_HOSTS_IFS:-}; do
+                    ip -n "$ns" link set "$f" up 2>/dev/null
+                done
+            done
+            note="; last host's links: $(flap_steps "$log-events")" ;;
+        esac
 
         case $c in
         failure)
@@ -467,13 +678,16 @@ for c in "${cases[@]}"; do
             ;;
         *)
             if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-                result FAIL "$name" "timeout after ${tmo}s"
+                result FAIL "$name" "timeout after ${secs}s$note"
                 show_log "$log"
             elif [ $rc -ne 0 ] || ! grep -q 'PASSED on' "$log"; then
-                result FAIL "$name" "exit status $rc"
+                result FAIL "$name" "exit status $rc$note"
                 show_log "$log"
             elif ! check_stats "$log" "$np" "$need"; then
                 result FAIL "$name" "$stats_msg"
+                show_log "$log"
+            elif [ "${c#flap}" != "$c" ] && ! flap_check "$log"; then
+                result FAIL "$name" "$flap_msg; ${secs}s; $stats_msg"
                 show_log "$log"
             elif [ "$c" = reset ] && [ "${killed:-0}" = 0 ]; then
                 result FAIL "$name" "no hca connection was killed during the run (${secs}s; ss: $(head -c 120 "$logdir/$c-np$np-ss.log" | tr '\n' ' ')): the case proves nothing"
@@ -483,6 +697,8 @@ for c in "${cases[@]}"; do
                 show_log "$log"
             elif [ "$c" = reset ]; then
                 result PASS "$name" "${secs}s, $killed hca connections killed during the run; $stats_msg"
+            elif [ "${c#flap}" != "$c" ]; then
+                result PASS "$name" "${secs}s, rounds=$(grep -c 'round [0-9]* done' "$log"), UCX_HCA_NET_DEVICES=$flap_ifs; $flap_msg; $stats_msg"
             else
                 result PASS "$name" "${secs}s; $stats_msg"
             fi
