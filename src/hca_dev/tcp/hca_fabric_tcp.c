@@ -52,6 +52,7 @@ static int hca_tcp_dev_open(hca_device_t *dev)
     tcp->dev        = dev;
     tcp->nl_fd      = -1;
     tcp->epfd       = -1;
+    tcp->ready_epfd = -1;
     tcp->wake_fd    = -1;
     tcp->timeout_ms = hca_tcp_timeout_ms(dev);
     tcp->open_ns    = hca_now_ns();

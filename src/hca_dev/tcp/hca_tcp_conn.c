@@ -132,22 +132,6 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
     free(conn);
 }
 
-int hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret)
-{
-    if (atomic_load(&conn->proven)) {
-        return 1;
-    }
-    if (conn->outbound ||
-        (atomic_load(&conn->state) != HCA_TCP_CONN_UP) ||
-        !hca_tcp_mac_equal(conn->proof, hca_tcp_mac(secret,
-                                                     HCA_TCP_MAC_IDENTITY,
-                                                     &conn->hs))) {
-        return 0;
-    }
-    atomic_store(&conn->proven, 1);
-    return 1;
-}
-
 /* A connection to the peer's context (tcp->lock held): the one we have,
  * or a new one, connecting (the thread completes it).  An inbound one
  * carries our requests only if it proves it is that peer (its claim in
@@ -342,11 +326,16 @@ void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op)
  * its hello. */
 void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+
     pthread_mutex_lock(&conn->tx_lock);
     conn->reading  = 1;
     conn->want_out = (atomic_load(&conn->state) == HCA_TCP_CONN_CONNECTING);
     hca_tcp_events(tcp, conn, EPOLL_CTL_ADD);
     pthread_mutex_unlock(&conn->tx_lock);
+    /* in the user polls' ready set for its life (its close takes it out;
+     * a resumed connection's new socket came through here too) */
+    (void)epoll_ctl(tcp->ready_epfd, EPOLL_CTL_ADD, conn->fd, &ev);
 }
 
 /* ---------------------------------------------------------------- handshake */

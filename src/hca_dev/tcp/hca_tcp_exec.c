@@ -174,6 +174,12 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         conn  = hca_tcp_path_return(tcp, qp); /* failed over before */
         state = atomic_load_explicit(&conn->state, memory_order_acquire);
     }
+    if (HCA_UNLIKELY(atomic_load_explicit(&conn->superseded,
+                                          memory_order_relaxed) != NULL) &&
+        (wqe->state == HCA_WQE_POSTED)) {
+        conn  = hca_tcp_path_uncross(tcp, qp); /* the pair's one, if idle */
+        state = atomic_load_explicit(&conn->state, memory_order_acquire);
+    }
     if (HCA_UNLIKELY(state != HCA_TCP_CONN_UP) && (tcp->n_paths > 1) &&
         hca_tcp_failover_ok(conn, state)) {
         hca_tcp_conn_t *to = hca_tcp_failover(tcp, qp);

@@ -237,6 +237,12 @@ typedef struct hca_tcp_conn {
                                        not freed while they use it */
     _Atomic int          state;     /* hca_tcp_conn_state_t: changed only
                                        by hca_tcp_conn_to */
+    struct hca_tcp_conn *_Atomic superseded; /* our dialled connection
+                                       crossed by the peer's on the same
+                                       path (both dialled at once): the
+                                       one to use, theirs if it is the
+                                       smaller context's; its QPs move
+                                       there when idle (hca_tcp_path.c) */
     int                  trace;     /* HCA_TRACE=1: transitions logged */
     int                  outbound;  /* we connected */
     _Atomic int          fail;      /* DEAD: what its QPs report
@@ -370,6 +376,13 @@ typedef struct hca_tcp_dev {
     int                  nl_fd;      /* netlink: our interfaces' links
                                         going down and up (-1: none) */
     int                  epfd;
+    int                  ready_epfd; /* every connection's socket, for
+                                        input: a user poll asks it (no
+                                        socket lock taken) whether any has
+                                        something before it reads them */
+    _Atomic int          rx_buffered; /* a read left frames in a read
+                                         buffer: the next poll reads even
+                                         with no socket readable */
     int                  wake_fd;    /* eventfd: stop, new connection */
     pthread_t            thread;
     _Atomic int          running;
@@ -602,8 +615,15 @@ hca_tcp_conn_t *hca_tcp_path_return(hca_tcp_dev_t *tcp, hca_qp_t *qp);
 /* conn lost its socket: its QPs with frames unanswered are asked to fail
  * over (any thread) */
 void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
-/* conn is UP: QPs waiting on its lost siblings move to it (tcp->lock) */
+/* conn is UP: QPs waiting on its lost siblings move to it; a connection
+ * of ours it crosses is superseded (tcp->lock) */
 void hca_tcp_path_up(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* the connection the peer dialled is the pair's one on its path (we are
+ * the larger context: both use the smaller's) */
+int  hca_tcp_theirs_wins(const hca_tcp_dev_t *tcp,
+                         const hca_port_addr_t *peer);
+/* the owner: the QP, idle, moves off a superseded connection */
+hca_tcp_conn_t *hca_tcp_path_uncross(hca_tcp_dev_t *tcp, hca_qp_t *qp);
 /* a lost connection with a sibling UP is not timed out (tcp->lock) */
 int  hca_tcp_path_keeps(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn);
 /* the netlink socket of link changes, and its events (the thread) */

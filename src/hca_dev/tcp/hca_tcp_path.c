@@ -105,6 +105,23 @@ void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
 }
 
+/* The identity rule (docs/TCP-WIRE.md, hca_tcp_fabric.h). */
+int hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret)
+{
+    if (atomic_load(&conn->proven)) {
+        return 1;
+    }
+    if (conn->outbound ||
+        (atomic_load(&conn->state) != HCA_TCP_CONN_UP) ||
+        !hca_tcp_mac_equal(conn->proof, hca_tcp_mac(secret,
+                                                     HCA_TCP_MAC_IDENTITY,
+                                                     &conn->hs))) {
+        return 0;
+    }
+    atomic_store(&conn->proven, 1);
+    return 1;
+}
+
 /* ---------------------------------------------------------------- QPs */
 
 /* c is a path to conn's peer context: a sibling once conn was UP (the
@@ -124,14 +141,21 @@ static int hca_tcp_same_peer(const hca_tcp_conn_t *c,
 }
 
 /* A sibling of conn that is UP, the one with the fewest QPs (tcp->lock
- * held); NULL if none. */
+ * held); NULL if none.  With a secret (the QP's peer's), only one that
+ * may carry our requests to that peer: dialled by us to it, or one it
+ * dialled that proves it is that peer (the identity rule,
+ * docs/TCP-WIRE.md). */
 static hca_tcp_conn_t *hca_tcp_path_alive(hca_tcp_dev_t *tcp,
-                                          const hca_tcp_conn_t *conn)
+                                          const hca_tcp_conn_t *conn,
+                                          const uint64_t *secret)
 {
     hca_tcp_conn_t *best = NULL;
 
     for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
         if ((c != conn) && hca_tcp_same_peer(c, conn) &&
+            ((secret == NULL) ||
+             (c->outbound ? (c->peer.secret == *secret) :
+                            hca_tcp_conn_proves(c, *secret))) &&
             (atomic_load(&c->state) == HCA_TCP_CONN_UP) &&
             ((best == NULL) || (c->qp_refs < best->qp_refs))) {
             best = c;
@@ -171,7 +195,7 @@ hca_tcp_conn_t *hca_tcp_failover(hca_tcp_dev_t *tcp, hca_qp_t *qp)
     pthread_mutex_lock(&tcp->lock);
     from = tq->conn;
     to   = hca_tcp_failover_ok(from, atomic_load(&from->state)) ?
-           hca_tcp_path_alive(tcp, from) : NULL;
+           hca_tcp_path_alive(tcp, from, &qp->dest.secret) : NULL;
     if (to == NULL) {
         pthread_mutex_unlock(&tcp->lock);
         return NULL;
@@ -254,8 +278,74 @@ void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
 }
 
+int hca_tcp_theirs_wins(const hca_tcp_dev_t *tcp,
+                        const hca_port_addr_t *peer)
+{
+    const hca_device_t *dev = tcp->dev;
+
+    if (peer->host != dev->host_key) {
+        return peer->host < dev->host_key;
+    }
+    if (peer->pid != dev->pid) {
+        return peer->pid < dev->pid;
+    }
+    return peer->ctx_id < dev->ctx_id;
+}
+
+hca_tcp_conn_t *hca_tcp_path_uncross(hca_tcp_dev_t *tcp, hca_qp_t *qp)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+    hca_tcp_conn_t *to;
+
+    /* only with nothing unanswered: no frame of the QP on the connection
+     * it leaves can then be passed by one on the other */
+    if ((atomic_load_explicit(&tq->sent_tail, memory_order_acquire) !=
+         atomic_load_explicit(&tq->sent_head, memory_order_relaxed)) ||
+        (tq->rtx_psn != tq->next_psn)) {
+        return tq->conn;
+    }
+    pthread_mutex_lock(&tcp->lock);
+    to = atomic_load(&tq->conn->superseded);
+    if ((to != NULL) && (atomic_load(&to->state) == HCA_TCP_CONN_UP)) {
+        if (tq->home == tq->conn) {
+            tq->home->qp_refs--;
+            to->qp_refs++;
+            tq->home = to;
+        }
+        hca_tcp_qp_move(qp, to);
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    return tq->conn;
+}
+
+/* Both contexts dialled each other on one path at once: two connections
+ * where one does, and a message's answer would not ride on the reply
+ * (it goes back on the connection the message came on).  The larger
+ * context's QPs move to the smaller's connection. */
+static void hca_tcp_path_crossed(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    if (!hca_tcp_theirs_wins(tcp, &conn->peer)) {
+        return;
+    }
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        hca_tcp_conn_t *ours = conn->outbound ? conn : c;
+        hca_tcp_conn_t *theirs = conn->outbound ? c : conn;
+        if ((c == conn) || (c->outbound == conn->outbound) ||
+            (c->path != conn->path) || !hca_tcp_conn_siblings(c, conn) ||
+            (atomic_load(&c->state) != HCA_TCP_CONN_UP)) {
+            continue;
+        }
+        /* theirs carries our requests only if it proves it is the peer
+         * we dialled (the identity rule) */
+        if (hca_tcp_conn_proves(theirs, ours->peer.secret)) {
+            atomic_store(&ours->superseded, theirs);
+        }
+    }
+}
+
 void hca_tcp_path_up(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
+    hca_tcp_path_crossed(tcp, conn);
     if (tcp->n_paths < 2) {
         return;
     }
@@ -272,5 +362,5 @@ void hca_tcp_path_up(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
 int hca_tcp_path_keeps(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn)
 {
-    return (tcp->n_paths > 1) && (hca_tcp_path_alive(tcp, conn) != NULL);
+    return (tcp->n_paths > 1) && (hca_tcp_path_alive(tcp, conn, NULL) != NULL);
 }

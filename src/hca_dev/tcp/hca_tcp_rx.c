@@ -275,6 +275,9 @@ int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     int rc = hca_tcp_read_frames(tcp, conn, 0);
 
+    if ((rc == 0) && (conn->rx.buf_tail != conn->rx.buf_head)) {
+        atomic_store(&tcp->rx_buffered, 1);
+    }
     conn->answer_now   = 0;
     conn->answer_polls = 0;
     hca_tcp_answers_out(tcp, conn);
@@ -296,6 +299,9 @@ void hca_tcp_poll_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
     if (conn->reading) {
         (void)hca_tcp_read_frames(tcp, conn, tcp->user_polls);
+    }
+    if (conn->rx.buf_tail != conn->rx.buf_head) {
+        atomic_store(&tcp->rx_buffered, 1); /* the next poll reads it */
     }
     if (conn->jobs_tail == conn->jobs_head) {
         conn->answer_polls = 0; /* none, or a frame of ours took them */

@@ -676,21 +676,41 @@ int hca_tcp_poll(hca_device_t *dev)
 {
     hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
     hca_tcp_conn_t *mine[HCA_TCP_POLL_MAX];
-    int n = 0;
+    int n = 0, all = 1, holding = 0;
 
     if ((tcp == NULL) || (atomic_load_explicit(&tcp->conns_up,
-                                               memory_order_relaxed) == 0) ||
-        (pthread_mutex_trylock(&tcp->lock) != 0)) {
+                                               memory_order_relaxed) == 0)) {
+        return 0;
+    }
+    if (!atomic_load_explicit(&tcp->answers_held, memory_order_relaxed) &&
+        !atomic_load_explicit(&tcp->rx_buffered, memory_order_relaxed)) {
+        struct epoll_event ev;
+        /* nothing read and kept, no answer held: a socket with input is
+         * all there can be, and the ready set tells without taking any
+         * socket's lock (a recv on each would, against the sender's
+         * softirq delivering into it) */
+        if (epoll_wait(tcp->ready_epfd, &ev, 1, 0) <= 0) {
+            atomic_store_explicit(&tcp->last_user_poll_ns, hca_now_ns(),
+                                  memory_order_relaxed);
+            return 0;
+        }
+    }
+    if (pthread_mutex_trylock(&tcp->lock) != 0) {
         return 0; /* the thread is at it */
     }
+    atomic_store_explicit(&tcp->rx_buffered, 0, memory_order_relaxed);
     /* the connections we can take now (a locked one is being read) */
     for (hca_tcp_conn_t *c = tcp->conns; (c != NULL) && (n < HCA_TCP_POLL_MAX);
          c = c->next) {
-        if ((atomic_load(&c->state) == HCA_TCP_CONN_UP) && c->reading &&
-            (pthread_mutex_trylock(&c->rx_lock) == 0)) {
-            mine[n++] = c;
+        if ((atomic_load(&c->state) == HCA_TCP_CONN_UP) && c->reading) {
+            if (pthread_mutex_trylock(&c->rx_lock) == 0) {
+                mine[n++] = c;
+            } else {
+                all = 0;
+            }
         }
     }
+    all = all && (n < HCA_TCP_POLL_MAX);
     pthread_mutex_unlock(&tcp->lock);
     if (n > 0) {
         atomic_store_explicit(&tcp->last_user_poll_ns, hca_now_ns(),
@@ -701,7 +721,14 @@ int hca_tcp_poll(hca_device_t *dev)
          * which sees its hangup */
         hca_tcp_conn_t *c = mine[i];
         hca_tcp_poll_read(tcp, c);
+        holding |= (c->jobs_tail != c->jobs_head);
         pthread_mutex_unlock(&c->rx_lock);
+    }
+    if (all && !holding &&
+        atomic_load_explicit(&tcp->answers_held, memory_order_relaxed)) {
+        /* every live connection was read and none holds an answer: the
+         * polls go back to asking the ready set only */
+        atomic_store(&tcp->answers_held, 0);
     }
     return n;
 }
@@ -720,9 +747,10 @@ int hca_tcp_thread_start(hca_tcp_dev_t *tcp)
         tcp->half_open_max = (rl.rlim_cur / 4 > 4) ? (uint32_t)(rl.rlim_cur / 4) :
                              4;
     }
-    tcp->epfd    = epoll_create1(EPOLL_CLOEXEC);
-    tcp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if ((tcp->epfd < 0) || (tcp->wake_fd < 0)) {
+    tcp->epfd       = epoll_create1(EPOLL_CLOEXEC);
+    tcp->ready_epfd = epoll_create1(EPOLL_CLOEXEC);
+    tcp->wake_fd    = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if ((tcp->epfd < 0) || (tcp->ready_epfd < 0) || (tcp->wake_fd < 0)) {
         rc = -errno;
         goto err;
     }
@@ -759,7 +787,10 @@ err:
     if (tcp->wake_fd >= 0) {
         close(tcp->wake_fd);
     }
-    tcp->epfd = tcp->wake_fd = -1;
+    if (tcp->ready_epfd >= 0) {
+        close(tcp->ready_epfd);
+    }
+    tcp->epfd = tcp->wake_fd = tcp->ready_epfd = -1;
     return rc;
 }
 
@@ -771,5 +802,6 @@ void hca_tcp_thread_stop(hca_tcp_dev_t *tcp)
     (void)write(tcp->wake_fd, &one, sizeof(one));
     pthread_join(tcp->thread, NULL);
     close(tcp->epfd);
+    close(tcp->ready_epfd);
     close(tcp->wake_fd);
 }

@@ -1490,7 +1490,11 @@ TEST_F(TcpReliable, PathKilledFailsOver)
     EXPECT_GT(both("failovers"), 0u);
     EXPECT_GT(both("reconnects"), 0u) << "the lost path was not dialled again";
     EXPECT_GT(tcp_counter(par->c.dev, "path1_frames_tx"), 0u);
-    EXPECT_LT(out.max_gap_ms, 1000.0)
+    /* a third of the retry timeout: a failover that waited for it (or
+     * for the lost path to come back) shows; a loaded machine's
+     * scheduling (one run here: 1.2 s with four busy MPI ranks on the
+     * two cores) does not fail it */
+    EXPECT_LT(out.max_gap_ms, cfg.retry_ms / 3.0)
             << "the QPs waited for something after the path was lost";
 }
 
