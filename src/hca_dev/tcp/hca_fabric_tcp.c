@@ -134,6 +134,11 @@ static void hca_tcp_dev_close(hca_device_t *dev)
     }
     pthread_mutex_unlock(&tcp->lock);
     hca_tcp_thread_stop(tcp);
+    /* each frees its own records: none uses another's (freed in any
+     * order) */
+    for (conn = tcp->conns; conn != NULL; conn = conn->next) {
+        conn->rq_lead = NULL;
+    }
     while ((conn = tcp->conns) != NULL) {
         tcp->conns = conn->next;
         hca_tcp_rx_abort(conn);

@@ -292,9 +292,10 @@ void hca_tcp_conn_drop_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     if (conn->fd >= 0) {
         (void)shutdown(conn->fd, SHUT_RDWR);
     }
+    /* meanwhile its QPs go on over another path, if one is up: the thread
+     * asks them (it holds tcp->lock, which QP destroy takes) */
+    atomic_store(&conn->ask_failover, 1);
     atomic_store(&tcp->linking, 1);
-    /* meanwhile its QPs go on over another path, if one is up */
-    hca_tcp_failover_ask(tcp, conn);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -732,15 +733,16 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
     conn->was_up    = 1;
     conn->redial_ms = 0;
-    if (conn->rq_lead == NULL) {
-        hca_tcp_conn_lead(tcp, conn);
-    }
     if (atomic_fetch_add(&tcp->conns_up, 1) == 0) {
         /* user threads' polls read connections from now on */
         atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_TCP);
     }
     if (hca_tcp_conn_to(conn, HCA_TCP_CONN_UP) < 0) {
         return; /* killed meanwhile by a sender */
+    }
+    if (conn->rq_lead == NULL) {
+        /* UP first: an inbound one proves its identity only then */
+        hca_tcp_conn_lead(tcp, conn);
     }
     hca_tcp_path_up(tcp, conn);
 }
@@ -751,8 +753,13 @@ hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
                                   const hca_port_addr_t *peer)
 {
     int n = hca_tcp_pair_paths(tcp, peer);
-    hca_tcp_conn_t *best = NULL;
+    hca_tcp_conn_t *best = NULL, *first = NULL;
 
+    /* among the paths that are UP, the one with the fewest QPs; none UP
+     * yet (the pair's first QP): the first path that is not dead, whose
+     * handshake its first post waits for (a QP is never given a path
+     * still connecting while another is UP: if that connect failed, its
+     * first post would fail with it) */
     for (int p = 0; p < n; ++p) {
         hca_tcp_conn_t *c = hca_tcp_conn_get(tcp, peer, p);
         int state;
@@ -760,12 +767,17 @@ hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
             continue;
         }
         state = atomic_load(&c->state);
-        if ((best == NULL) ||
-            ((atomic_load(&best->state) == HCA_TCP_CONN_DEAD) &&
-             (state != HCA_TCP_CONN_DEAD)) ||
-            ((state != HCA_TCP_CONN_DEAD) && (c->qp_refs < best->qp_refs))) {
+        if ((first == NULL) && (state != HCA_TCP_CONN_DEAD)) {
+            first = c;
+        }
+        if ((state == HCA_TCP_CONN_UP) &&
+            ((best == NULL) || (c->qp_refs < best->qp_refs))) {
             best = c;
         }
+    }
+    if (best == NULL) {
+        best = (first != NULL) ? first :
+               hca_tcp_conn_get(tcp, peer, 0); /* dead: fails at its post */
     }
     return best;
 }

@@ -243,6 +243,9 @@ typedef struct hca_tcp_conn {
                                        one to use, theirs if it is the
                                        smaller context's; its QPs move
                                        there when idle (hca_tcp_path.c) */
+    _Atomic int          ask_failover; /* lost its socket: its QPs are to
+                                       be asked to fail over (the thread,
+                                       hca_tcp_failover_ask) */
     int                  trace;     /* HCA_TRACE=1: transitions logged */
     int                  outbound;  /* we connected */
     _Atomic int          fail;      /* DEAD: what its QPs report
@@ -613,7 +616,7 @@ hca_tcp_conn_t *hca_tcp_failover(hca_tcp_dev_t *tcp, hca_qp_t *qp);
  * nothing is unanswered; the connection it sends on */
 hca_tcp_conn_t *hca_tcp_path_return(hca_tcp_dev_t *tcp, hca_qp_t *qp);
 /* conn lost its socket: its QPs with frames unanswered are asked to fail
- * over (any thread) */
+ * over (the thread, tcp->lock held) */
 void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 /* conn is UP: QPs waiting on its lost siblings move to it; a connection
  * of ours it crosses is superseded (tcp->lock) */

@@ -56,7 +56,7 @@ static void hca_tcp_path_link(hca_tcp_dev_t *tcp, int p, int up)
         if (!up && (state != HCA_TCP_CONN_LINKING)) {
             hca_tcp_conn_drop(tcp, c);
         } else if (up && (state == HCA_TCP_CONN_LINKING) && c->outbound) {
-            c->redial_ms = 0;
+            c->redial_ms = 1; /* now, and not held back for its siblings */
             c->redial_ns = 0;
         }
     }
@@ -89,8 +89,9 @@ void hca_tcp_links_changed(hca_tcp_dev_t *tcp)
         for (nh = &buf.nh; NLMSG_OK(nh, (size_t)n); nh = NLMSG_NEXT(nh, n)) {
             const struct ifinfomsg *ifi;
             int up;
-            if ((nh->nlmsg_type != RTM_NEWLINK) &&
-                (nh->nlmsg_type != RTM_DELLINK)) {
+            if (((nh->nlmsg_type != RTM_NEWLINK) &&
+                 (nh->nlmsg_type != RTM_DELLINK)) ||
+                (nh->nlmsg_len < NLMSG_LENGTH(sizeof(*ifi)))) {
                 continue;
             }
             ifi = NLMSG_DATA(nh);

@@ -86,6 +86,40 @@ int hca_tcp_path_socket(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer,
     return fd;
 }
 
+/* c claims the identity conn has (host, pid, context, incarnation) */
+static int hca_tcp_same_claim(const hca_tcp_conn_t *c,
+                              const hca_tcp_conn_t *conn)
+{
+    return (c->peer_incarn == conn->peer_incarn) &&
+           (c->peer.host == conn->peer.host) &&
+           (c->peer.pid == conn->peer.pid) &&
+           (c->peer.ctx_id == conn->peer.ctx_id);
+}
+
+/* c may share records with conn: an inbound connection's identity is only
+ * its claim, unless it proves it with the secret of the peer's address
+ * (known here once we dialled that peer): then it must. */
+static int hca_tcp_may_join(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *c,
+                            hca_tcp_conn_t *conn)
+{
+    const uint64_t *secret = NULL;
+
+    for (hca_tcp_conn_t *o = tcp->conns; o != NULL; o = o->next) {
+        if (o->outbound && (atomic_load(&o->state) != HCA_TCP_CONN_DEAD) &&
+            hca_tcp_same_claim(o, conn)) {
+            secret = &o->peer.secret;
+            break;
+        }
+    }
+    if (secret == NULL) {
+        return 1; /* two connections the peer dialled: claims alone */
+    }
+    return (c->outbound ? (c->peer.secret == *secret) :
+                          hca_tcp_conn_proves((hca_tcp_conn_t*)c, *secret)) &&
+           (conn->outbound ? (conn->peer.secret == *secret) :
+                             hca_tcp_conn_proves(conn, *secret));
+}
+
 void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     conn->rq_lead = conn;
@@ -93,11 +127,8 @@ void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         return; /* not a context of ours that could have siblings */
     }
     for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
-        if ((c != conn) && (c->rq_lead == c) &&
-            (c->peer_incarn == conn->peer_incarn) &&
-            (c->peer.host == conn->peer.host) &&
-            (c->peer.pid == conn->peer.pid) &&
-            (c->peer.ctx_id == conn->peer.ctx_id)) {
+        if ((c != conn) && (c->rq_lead == c) && hca_tcp_same_claim(c, conn) &&
+            hca_tcp_may_join(tcp, c, conn)) {
             conn->rq_lead = c;
             c->lead_refs++;
             return;

@@ -148,6 +148,23 @@ static hca_qp_t *hca_tcp_our_qp(hca_tcp_dev_t *tcp, uint32_t qpn)
     return ((qp != NULL) && (qp->qpn == qpn)) ? qp : NULL;
 }
 
+/* An answer for qp may come on conn: the path it sends on, or another to
+ * the same peer context that may carry its requests (the identity rule:
+ * ours to its address, or one it dialled that proves it is that peer) -
+ * the answers of frames it sent there before a failover. */
+static int hca_tcp_answer_path(const hca_qp_t *qp, const hca_tcp_conn_t *conn)
+{
+    const hca_tcp_conn_t *on = hca_tcp_qp((hca_qp_t*)qp)->conn;
+
+    if (HCA_LIKELY(conn == on)) {
+        return 1;
+    }
+    return hca_tcp_conn_siblings(on, conn) &&
+           (conn->outbound ? (conn->peer.secret == qp->dest.secret) :
+                             hca_tcp_conn_proves((hca_tcp_conn_t*)conn,
+                                                 qp->dest.secret));
+}
+
 /* The WQE an answer is for, if it still waits for it: on a path to the
  * context its QP sends to (the one it sends on, or one it left: the
  * answers of frames sent there before a failover), from the QP it is
@@ -162,7 +179,7 @@ static hca_wqe_t *hca_tcp_waiting_wqe(hca_tcp_dev_t *tcp,
 
     if ((qp == NULL) || (qp->state != HCA_QPS_RTS) ||
         (qp->fabric->type != HCA_FABRIC_TCP) ||
-        !hca_tcp_conn_siblings(hca_tcp_qp(qp)->conn, conn) ||
+        !hca_tcp_answer_path(qp, conn) ||
         (hdr->src_qpn != qp->dest_qpn) ||
         (hdr->resp_idx > qp->sq_mask)) {
         return NULL;
@@ -444,7 +461,7 @@ static hca_qp_t *hca_tcp_answered_qp(hca_tcp_dev_t *tcp,
 
     if ((qp == NULL) || (qp->state != HCA_QPS_RTS) ||
         (qp->fabric->type != HCA_FABRIC_TCP) ||
-        !hca_tcp_conn_siblings(hca_tcp_qp(qp)->conn, conn) ||
+        !hca_tcp_answer_path(qp, conn) ||
         (hdr->src_qpn != qp->dest_qpn) ||
         (hca_tcp_qp(qp)->sent == NULL)) {
         return NULL;

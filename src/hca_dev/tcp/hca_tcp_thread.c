@@ -216,6 +216,12 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
             continue;
         }
         if ((conn->qp_refs == 0) && (conn->lead_refs == 0)) {
+            for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+                hca_tcp_conn_t *to = conn;
+                /* no connection names it as the one to move to */
+                (void)atomic_compare_exchange_strong(&c->superseded, &to,
+                                                     NULL);
+            }
             *pp = conn->next;
             hca_tcp_conn_free(conn);
         } else {
@@ -295,6 +301,11 @@ static int hca_tcp_linking(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                            int state, uint64_t now, uint64_t limit)
 {
     uint64_t attempt = limit / 4;
+
+    if (atomic_load(&conn->ask_failover) &&
+        atomic_exchange(&conn->ask_failover, 0)) {
+        hca_tcp_failover_ask(tcp, conn);
+    }
 
     if ((hca_tcp_age(now, atomic_load(&conn->last_rx_ns)) > limit) &&
         hca_tcp_path_keeps(tcp, conn)) {
