@@ -234,28 +234,32 @@ int hca_tcp_listen(hca_tcp_path_t *path, uint16_t port_min, uint16_t port_max)
     uint16_t port = port_min;
     int fd, rc, one = 1;
 
-    fd = socket((path->addr.family == HCA_NET_IPV6) ? AF_INET6 : AF_INET,
-                SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return -errno;
-    }
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* a port is ours once listen() succeeds: with SO_REUSEADDR two
+     * processes may both bind one port and only the first listens (two
+     * ranks of a host starting together on a port range), so the next
+     * port is tried after either call fails with EADDRINUSE */
     for (;;) {
+        fd = socket((path->addr.family == HCA_NET_IPV6) ? AF_INET6 : AF_INET,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            return -errno;
+        }
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         path->addr.port = port;
         hca_tcp_sockaddr(&path->addr, &ss, &len);
-        if (bind(fd, (struct sockaddr*)&ss, len) == 0) {
+        if ((bind(fd, (struct sockaddr*)&ss, len) == 0) &&
+            (listen(fd, 128) == 0)) {
             break;
         }
         rc = -errno;
+        close(fd);
         if ((rc != -EADDRINUSE) || (port == 0) || (port >= port_max)) {
-            close(fd);
             return rc;
         }
         ++port;
     }
     len = sizeof(ss);
-    if ((listen(fd, 128) != 0) ||
-        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
+    if (getsockname(fd, (struct sockaddr*)&ss, &len) != 0) {
         rc = -errno;
         close(fd);
         return rc;

@@ -20,6 +20,7 @@
 #include "tcp_raw_socket.h"
 
 #include <set>
+#include <thread>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -1551,6 +1552,58 @@ TEST(TcpAdmission, HalfOpenFloodUnderFdLimit)
 TEST(TcpAdmission, HalfOpenFloodOutOfFds)
 {
     half_open_flood(16);
+}
+
+} // namespace
+} // namespace hcat
+
+namespace hcat {
+namespace {
+
+/* Contexts opened at once on one port range all get a listener of their
+ * own: two may bind one port (SO_REUSEADDR) where only the first can
+ * listen, and the other must go on to the next port, not fail (two MPI
+ * ranks of a host on UCX_HCA_NET_PORT_RANGE: one rank was left without a
+ * listener, and unreachable). */
+TEST(TcpListen, PortRangeSharedByConcurrentOpens)
+{
+    const int N         = 8;
+    const uint16_t base = (uint16_t)(42000 + (getpid() % 500) * 16);
+    std::vector<hca_device_t*> devs(N, nullptr);
+    std::vector<int> rcs(N, -1);
+    for (int round = 0; round < 5; ++round) {
+        std::vector<std::thread> th;
+        for (int i = 0; i < N; ++i) {
+            th.emplace_back([&, i]() {
+                hca_open_attr_t attr = {};
+                attr.fabric      = HCA_FABRIC_MODE_TCP;
+                attr.net_devices = "lo";
+                attr.port_min    = base;
+                attr.port_max    = (uint16_t)(base + 2 * N - 1);
+                rcs[i] = hca_device_open_attr(dev_name().c_str(), &attr,
+                                              &devs[i]);
+            });
+        }
+        for (auto &t : th) {
+            t.join();
+        }
+        std::set<uint16_t> ports;
+        for (int i = 0; i < N; ++i) {
+            ASSERT_EQ(0, rcs[i]) << "open " << i << " of round " << round;
+            hca_port_attr_t pa;
+            ASSERT_EQ(0, hca_port_query(devs[i], 1, &pa));
+            EXPECT_EQ(HCA_NET_IPV4, pa.net.family)
+                    << "context " << i << " of round " << round
+                    << " has no listener";
+            EXPECT_GE(pa.net.port, base);
+            EXPECT_LT(pa.net.port, base + 2 * N);
+            ports.insert(pa.net.port);
+        }
+        EXPECT_EQ((size_t)N, ports.size()) << "two contexts on one port";
+        for (int i = 0; i < N; ++i) {
+            EXPECT_EQ(0, hca_device_close(devs[i]));
+        }
+    }
 }
 
 } // namespace
