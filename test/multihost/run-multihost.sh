@@ -353,6 +353,20 @@ alive() {
 
 # wait_gone PID LIMIT_S: waits up to LIMIT_S s for PID to end; sets
 # $wait_rc (its status, or "hung") and $wait_ms
+# The path cases' end: the requester, then the target, each bounded by
+# FAULT_LIMIT (req_rc, tgt_rc: their exit status or "hung"; run_ms: the
+# requester's run from t0), both killed if still there, the sampler
+# (spid) reaped.
+path_pair_end() {
+    wait_gone "$req" "$FAULT_LIMIT"
+    req_rc=$wait_rc run_ms=$(($(now_ms) - t0))
+    wait_gone "$tgt" "$FAULT_LIMIT"
+    tgt_rc=$wait_rc
+    kill -KILL "$tgt" "$req" 2>/dev/null
+    wait "$tgt" "$req" 2>/dev/null
+    wait "$spid" 2>/dev/null
+}
+
 wait_gone() {
     local pid=$1 limit=$(($2 * 1000)) t0
     t0=$(now_ms)
@@ -827,13 +841,7 @@ path_baseline() {
     path_sampler "$tgt" "$dir/samples" &
     spid=$!
     bg_pids+=("$spid")
-    wait_gone "$req" "$FAULT_LIMIT"
-    req_rc=$wait_rc run_ms=$(($(now_ms) - t0))
-    wait_gone "$tgt" "$FAULT_LIMIT"
-    tgt_rc=$wait_rc
-    kill -KILL "$tgt" "$req" 2>/dev/null
-    wait "$tgt" "$req" 2>/dev/null
-    wait "$spid" 2>/dev/null
+    path_pair_end
     path_result "$dir"
     read -r _ _ mb0 mb1 <<<"$(path_stats "$dir/samples" 0 $((t0 + run_ms)))"
     detail+="links hmveth0 $mb0 MB, hmveth1 $mb1 MB"
@@ -936,13 +944,7 @@ ucp_path() {
     esac
     tl=$(now_ms)
     [ $ok = 1 ] || detail+="the requester ended before the last fault step: too few operations (MH_PATH_OPS); "
-    wait_gone "$req" "$FAULT_LIMIT"
-    req_rc=$wait_rc run_ms=$(($(now_ms) - t0))
-    wait_gone "$tgt" "$FAULT_LIMIT"
-    tgt_rc=$wait_rc
-    kill -KILL "$tgt" "$req" 2>/dev/null
-    wait "$tgt" "$req" 2>/dev/null
-    wait "$spid" 2>/dev/null
+    path_pair_end
     links_up
     if [ "$action" = kill ] && [ $ok = 1 ] && [ $killed = 0 ]; then
         report "$name" n/a $((tl - tf)) "ss -K closed no connection of the first path (kernel without CONFIG_INET_DIAG_DESTROY?): $(tr '\n' ' ' <"$dir/ss-1.log" | cut -c1-100)"
