@@ -34,7 +34,9 @@
 #                window. If the hca run verified its data and then crashed,
 #                the same program runs with UCX_TLS=posix,self as a control:
 #                the case passes only if the control crashes the same way
-#                (same signal, same functions in the backtrace).  If the
+#                (same signal, same functions in the backtrace); if the
+#                control fails before its own data checks in 3 runs of 3,
+#                there is nothing to compare with: SKIP.  If the
 #                hca run fails before its data checks (not in hca's module)
 #                and the control does too in any of 3 runs, the case is a
 #                SKIP (a control that fails on its own is no reference):
@@ -669,6 +671,11 @@ for c in "${cases[@]}"; do
                 if [ $rc -ne 0 ] && [ "$csig" = "$sig" ] &&
                    grep -q 'data verified, detached; calling MPI_Win_free' "$clog"; then
                     result PASS "$name" "data verified, then the stock OpenMPI 4.1.4 crash in MPI_Win_free, identical in the UCX_TLS=$ctl_tls control ($sig); no hca counters (the ranks die before MPI_Finalize)"
+                elif ! grep -q 'data verified, detached; calling MPI_Win_free' "$clog"; then
+                    # no control run got as far as the hca run did: no
+                    # reference to compare the crash with (seen in CI: 3
+                    # of 3 posix runs crashed in MPI_Put on the stale rkey)
+                    result SKIP "$name" "data verified, then a crash in MPI_Win_free ($sig); the UCX_TLS=$ctl_tls control failed before its data checks in 3 runs of 3 ($(failure_summary "$clog")): no reference, Open MPI 4.1.4's dynamic window"
                 else
                     result FAIL "$name" "crash in MPI_Win_free over hca ($sig) differs from the $ctl_tls control (exit $rc: ${csig:-no crash})"
                     show_log "$hlog"
