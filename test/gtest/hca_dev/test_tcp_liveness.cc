@@ -290,11 +290,12 @@ struct frozen_info {
     uint64_t        raddr;
 };
 
-/* The requester, in a child: READs of the whole region, LV_MR_LEN each,
+/* The requester, in a child: READs of the whole region, FROZEN_LEN each,
  * on FROZEN_QPS QPs with 128 outstanding on each (more than the target's
  * answer queue: its reader stops), reposted as they complete, until it
  * is stopped. */
-const int FROZEN_QPS = 4;
+const int    FROZEN_QPS = 4;
+const size_t FROZEN_LEN = 4 * 1024 * 1024;
 
 static void frozen_requester(int rfd, int wfd)
 {
@@ -305,11 +306,11 @@ static void frozen_requester(int rfd, int wfd)
     hca_pd_t *pd = r.new_pd();
     cqw *cq      = r.new_cq(1024);
     ASSERT_NE(nullptr, cq);
-    uint8_t *lb = r.alloc(MEM_MALLOC, LV_MR_LEN);
+    uint8_t *lb = r.alloc(MEM_MALLOC, FROZEN_LEN);
     ASSERT_NE(nullptr, lb);
-    hca_mr_t *mr = r.reg(pd, lb, LV_MR_LEN, ACCESS_ALL);
+    hca_mr_t *mr = r.reg(pd, lb, FROZEN_LEN, ACCESS_ALL);
     ASSERT_NE(nullptr, mr);
-    hca_sge_t s      = mk_sge(lb, LV_MR_LEN, hca_mr_lkey(mr));
+    hca_sge_t s      = mk_sge(lb, FROZEN_LEN, hca_mr_lkey(mr));
     hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_READ, &s, 1, HCA_SEND_SIGNALED, 0,
                              in.raddr, in.rkey);
     std::vector<hca_qp_t*> qps;
@@ -339,75 +340,109 @@ static void frozen_requester(int rfd, int wfd)
 /* A real requester process streaming READs is SIGSTOPped (a freeze): its
  * fabric thread stops with it, the answers in flight fill the sockets,
  * and the READs behind them pin the target's region.  The target fails
- * the connection within the peer timeout and hca_mr_dereg returns. */
+ * the connection within the peer timeout and hca_mr_dereg returns.
+ *
+ * The freeze does not always leave the region held: only the READs the
+ * target has parsed pin it, and those it parsed may all fit the two
+ * sockets (up to 32 MiB of receive buffer and 4 MiB of send buffer here)
+ * while the rest wait unread.  Then the target sends every answer it owes
+ * and hca_mr_dereg rightly returns at once, with the connection alive
+ * (with 128 KiB READs under CI's load: 7 runs of 15).  Such a run tested
+ * nothing, so it is run again, up to FROZEN_TRIES times. */
 class TcpLivenessFrozen : public hca_test {
+protected:
+    struct outcome {
+        double   took = -1; /* ms from the freeze to the dereg's return */
+        uint64_t lost = 0;  /* connections the target reported dead */
+    };
+
+    void freeze_once(outcome *out)
+    {
+        child_t *ch = fork_child(frozen_requester, 60);
+        ASSERT_NE(nullptr, ch);
+        peer_timeout_env env(PEER_TIMEOUT_MS);
+        ctx c;
+        ASSERT_TRUE(c.open(0, HCA_FABRIC_TCP));
+        hca_pd_t *pd = c.new_pd();
+        cqw *cq      = c.new_cq(64);
+        ASSERT_NE(nullptr, cq);
+        hca_qp_t *qp = c.new_qp(pd, cq, cq);
+        ASSERT_NE(nullptr, qp);
+        ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+        ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY));
+        uint8_t *mem = c.alloc(MEM_MALLOC, FROZEN_LEN);
+        ASSERT_NE(nullptr, mem);
+        hca_mr_t *mr = c.reg(pd, mem, FROZEN_LEN, ACCESS_ALL);
+        ASSERT_NE(nullptr, mr);
+        frozen_info in;
+        memset(&in, 0, sizeof(in));
+        in.addr  = c.addr;
+        in.qpn   = hca_qp_num(qp);
+        in.rkey  = hca_mr_rkey(mr);
+        in.raddr = (uint64_t)(uintptr_t)mem;
+        ASSERT_TRUE(send_msg(ch->wfd, in));
+        ASSERT_TRUE(expect_token(ch->rfd, 1));
+        sleep_ms(300); /* READs streaming */
+        uint64_t lost0 = tcp_counter(c.dev, "connections_lost");
+        ASSERT_EQ(0, kill(ch->pid, SIGSTOP));
+        double stopped = now_ms();
+        sleep_ms(100);
+
+        std::atomic<bool> done(false);
+        double t0 = now_ms();
+        std::thread th([&]() {
+            EXPECT_EQ(0, hca_mr_dereg(mr));
+            done.store(true);
+        });
+        while (!done.load() && (now_ms() < t0 + PEER_TIMEOUT_MS + 3000)) {
+            sleep_ms(5);
+        }
+        if (done.load()) {
+            out->took = now_ms() - stopped;
+        } else {
+            kill_child(ch); /* its connection closes: the wait ends */
+            double end = now_ms() + TIMEOUT_MS;
+            while (!done.load() && (now_ms() < end)) {
+                sleep_ms(5);
+            }
+            if (!done.load()) {
+                ADD_FAILURE() << "hca_mr_dereg still waits after the peer "
+                                 "died";
+                abort();
+            }
+        }
+        th.join();
+        c.forget(mr);
+        out->lost = tcp_counter(c.dev, "connections_lost") - lost0;
+        printf("# hca_mr_dereg returned %.0f ms after the requester stopped "
+               "(peer timeout %d ms); connections lost: %lu\n", out->took,
+               PEER_TIMEOUT_MS, (unsigned long)out->lost);
+        ASSERT_GE(out->took, 0) << "hca_mr_dereg waited until the stopped "
+                                   "peer was killed, "
+                                << now_ms() - stopped << " ms after the stop";
+        kill_child(ch);
+    }
 };
+
+const int FROZEN_TRIES = 3;
 
 TEST_F(TcpLivenessFrozen, StoppedRequesterDoesNotHoldDereg)
 {
-    child_t *ch = fork_child(frozen_requester, 60);
-    ASSERT_NE(nullptr, ch);
-    peer_timeout_env env(PEER_TIMEOUT_MS);
-    ctx c;
-    ASSERT_TRUE(c.open(0, HCA_FABRIC_TCP));
-    hca_pd_t *pd = c.new_pd();
-    cqw *cq      = c.new_cq(64);
-    ASSERT_NE(nullptr, cq);
-    hca_qp_t *qp = c.new_qp(pd, cq, cq);
-    ASSERT_NE(nullptr, qp);
-    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
-    ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY));
-    uint8_t *mem = c.alloc(MEM_MALLOC, LV_MR_LEN);
-    ASSERT_NE(nullptr, mem);
-    hca_mr_t *mr = c.reg(pd, mem, LV_MR_LEN, ACCESS_ALL);
-    ASSERT_NE(nullptr, mr);
-    frozen_info in;
-    memset(&in, 0, sizeof(in));
-    in.addr  = c.addr;
-    in.qpn   = hca_qp_num(qp);
-    in.rkey  = hca_mr_rkey(mr);
-    in.raddr = (uint64_t)(uintptr_t)mem;
-    ASSERT_TRUE(send_msg(ch->wfd, in));
-    ASSERT_TRUE(expect_token(ch->rfd, 1));
-    sleep_ms(300); /* READs streaming */
-    uint64_t lost0 = tcp_counter(c.dev, "connections_lost");
-    ASSERT_EQ(0, kill(ch->pid, SIGSTOP));
-    double stopped = now_ms();
-    sleep_ms(100);
+    outcome out;
+    int tries = 0;
 
-    std::atomic<bool> done(false);
-    double t0 = now_ms(), took = -1;
-    std::thread th([&]() {
-        EXPECT_EQ(0, hca_mr_dereg(mr));
-        done.store(true);
-    });
-    while (!done.load() && (now_ms() < t0 + PEER_TIMEOUT_MS + 3000)) {
-        sleep_ms(5);
+    while ((tries < FROZEN_TRIES) && (out.lost == 0)) {
+        ++tries;
+        freeze_once(&out);
+        ASSERT_FALSE(HasFatalFailure());
+        /* bounded whether or not the region was held */
+        EXPECT_LT(out.took, PEER_TIMEOUT_MS + 1000.0);
     }
-    if (done.load()) {
-        took = now_ms() - stopped;
-    } else {
-        kill_child(ch); /* its connection closes: the wait ends */
-        double end = now_ms() + TIMEOUT_MS;
-        while (!done.load() && (now_ms() < end)) {
-            sleep_ms(5);
-        }
-        if (!done.load()) {
-            ADD_FAILURE() << "hca_mr_dereg still waits after the peer died";
-            abort();
-        }
-    }
-    th.join();
-    c.forget(mr);
-    printf("# hca_mr_dereg returned %.0f ms after the requester stopped "
-           "(peer timeout %d ms)\n", took, PEER_TIMEOUT_MS);
-    ASSERT_GE(took, 0) << "hca_mr_dereg waited until the stopped peer "
-                          "was killed, "
-                       << now_ms() - stopped << " ms after the stop";
-    EXPECT_LT(took, PEER_TIMEOUT_MS + 1000.0);
-    EXPECT_GT(tcp_counter(c.dev, "connections_lost"), lost0)
-            << "the connection was not reported dead";
-    kill_child(ch);
+    EXPECT_GT(out.lost, 0u)
+            << "in " << tries << " freezes the target never held the region "
+               "for the stopped requester: the connection was not reported "
+               "dead";
+    RecordProperty("tries", tries);
 }
 
 /* A peer trickles a WRITE's payload, a byte every 200 ms: every byte is
