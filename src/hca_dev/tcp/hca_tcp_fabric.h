@@ -406,7 +406,12 @@ typedef struct hca_tcp_dev {
     uint8_t             *scratch;    /* discarded payload lands here */
     _Atomic uint64_t     conns_dead; /* found dead (check_peers counts) */
     _Atomic uint32_t     conns_up;   /* live connections: polls read them */
-    _Atomic uint64_t     last_user_poll_ns; /* a user thread read them */
+    _Atomic uint64_t     user_poll_seq; /* counts user polls (relaxed,
+                                           not exact): no clock read in a
+                                           poll, the thread times them */
+    uint64_t             poll_seq_seen; /* the thread's: seq at its last
+                                           look, and when it changed */
+    uint64_t             poll_seen_ns;
     _Atomic int          user_polls; /* the thread leaves reading to the
                                         polling process (hca_tcp_thread.c) */
     _Atomic int          answers_held; /* a poll left answers queued: the

@@ -545,15 +545,23 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
     return parked;
 }
 
-/* Polled by the process (a user poll in the last HCA_TCP_POLLED_NS), the
- * thread stops waiting for its connections' data; not polled, it reads
- * them again.  The switch re-registers every live connection. */
+/* Polled by the process (a user poll in the last HCA_TCP_POLLED_NS, as the
+ * thread sees the polls' count change), the thread stops waiting for its
+ * connections' data; not polled, it reads them again.  The switch
+ * re-registers every live connection. */
 #define HCA_TCP_POLLED_NS 2000000ull
 
 static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
 {
-    uint64_t last = atomic_load_explicit(&tcp->last_user_poll_ns,
+    uint64_t seq  = atomic_load_explicit(&tcp->user_poll_seq,
                                          memory_order_relaxed);
+    uint64_t last;
+
+    if (seq != tcp->poll_seq_seen) {
+        tcp->poll_seq_seen = seq;
+        tcp->poll_seen_ns  = now; /* within the thread's 1 ms wake */
+    }
+    last = tcp->poll_seen_ns;
     /* a poll reads at most HCA_TCP_POLL_MAX connections: with more the
      * thread keeps reading them all */
     int polled    = (last != 0) && (now < last + HCA_TCP_POLLED_NS) &&
@@ -683,6 +691,45 @@ static void *hca_tcp_thread(void *arg)
     return NULL;
 }
 
+/* A user poll happened: counted without a locked instruction (two
+ * pollers may lose a count; the thread only asks whether it moved). */
+static inline void hca_tcp_polled(hca_tcp_dev_t *tcp)
+{
+    atomic_store_explicit(&tcp->user_poll_seq,
+                          atomic_load_explicit(&tcp->user_poll_seq,
+                                               memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* 1 if a live connection still holds answers for a frame of ours to carry
+ * (or the list is busy: then as if it did).  The flag is cleared before
+ * the look and set again if one does, so a poll that holds an answer
+ * meanwhile (it sets the flag after its push) is never lost.  A reply
+ * that carried the answers leaves nothing held: the poll after it goes
+ * back to asking the ready set, not to a recv that hears EAGAIN. */
+static int hca_tcp_holds_answers(hca_tcp_dev_t *tcp)
+{
+    int held = 0;
+
+    if (pthread_mutex_trylock(&tcp->lock) != 0) {
+        return 1;
+    }
+    atomic_store(&tcp->answers_held, 0);
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((__atomic_load_n(&c->jobs_tail, __ATOMIC_ACQUIRE) !=
+             __atomic_load_n(&c->jobs_head, __ATOMIC_ACQUIRE)) &&
+            (atomic_load(&c->state) == HCA_TCP_CONN_UP)) {
+            held = 1;
+            break;
+        }
+    }
+    if (held) {
+        atomic_store(&tcp->answers_held, 1);
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    return held;
+}
+
 int hca_tcp_poll(hca_device_t *dev)
 {
     hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
@@ -693,16 +740,16 @@ int hca_tcp_poll(hca_device_t *dev)
                                                memory_order_relaxed) == 0)) {
         return 0;
     }
-    if (!atomic_load_explicit(&tcp->answers_held, memory_order_relaxed) &&
-        !atomic_load_explicit(&tcp->rx_buffered, memory_order_relaxed)) {
+    if (!atomic_load_explicit(&tcp->rx_buffered, memory_order_relaxed) &&
+        (!atomic_load_explicit(&tcp->answers_held, memory_order_relaxed) ||
+         !hca_tcp_holds_answers(tcp))) {
         struct epoll_event ev;
         /* nothing read and kept, no answer held: a socket with input is
          * all there can be, and the ready set tells without taking any
          * socket's lock (a recv on each would, against the sender's
          * softirq delivering into it) */
         if (epoll_wait(tcp->ready_epfd, &ev, 1, 0) <= 0) {
-            atomic_store_explicit(&tcp->last_user_poll_ns, hca_now_ns(),
-                                  memory_order_relaxed);
+            hca_tcp_polled(tcp);
             return 0;
         }
     }
@@ -724,8 +771,7 @@ int hca_tcp_poll(hca_device_t *dev)
     all = all && (n < HCA_TCP_POLL_MAX);
     pthread_mutex_unlock(&tcp->lock);
     if (n > 0) {
-        atomic_store_explicit(&tcp->last_user_poll_ns, hca_now_ns(),
-                              memory_order_relaxed);
+        hca_tcp_polled(tcp);
     }
     for (int i = 0; i < n; ++i) {
         /* rx_lock held: reap cannot free it; -1 leaves it to the thread,

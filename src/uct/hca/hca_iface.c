@@ -455,6 +455,12 @@ unsigned uct_hca_iface_progress(uct_iface_h tl_iface)
 
     count = uct_hca_iface_poll_inplace(iface);
     n = hca_cq_poll(iface->cq, UCT_HCA_POLL_BATCH, wc);
+    if (count == 0) {
+        /* the CQ's poll read our sockets (tcp): a message it put into the
+         * ring is delivered now, not at the next progress, whose fabric
+         * poll would come before the reply on the critical path */
+        count = uct_hca_iface_poll_inplace(iface);
+    }
     if (ucs_unlikely(n < 0)) {
         ucs_fatal("hca: completion queue overflow on %s",
                   hca_device_name(iface->md->dev));
