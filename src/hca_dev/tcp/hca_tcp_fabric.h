@@ -416,7 +416,7 @@ typedef struct hca_tcp_dev {
                                         polling process (hca_tcp_thread.c) */
     _Atomic int          answers_held; /* a poll left answers queued: the
                                           thread sends them at its next
-                                          wake (at most 1 ms) */
+                                          watch (HCA_TCP_WATCH_MS) */
     uint32_t             half_open_max; /* HCA_TCP_HALF_OPEN_MAX, or less
                                            under a low RLIMIT_NOFILE */
     uint64_t             log_ns;     /* the last refusal logged (thread) */

@@ -286,10 +286,10 @@ int hca_tcp_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 
 /* How many more polls the answers of SENDs wait for a frame of ours to
  * carry them: a process replies to a message after the poll that gave it
- * (UCT delivers it at its next progress, whose own poll comes before the
- * reply), so two; then they go alone.  A process that stops polling has
- * them sent by the thread within 1 ms, as its reading is taken over by
- * the thread within 2 ms (HCA_TCP_POLLED_NS). */
+ * (UCT delivers it in the progress that read it, and the reply may come
+ * one progress later, from UCP), so two; then they go alone.  A process
+ * that stops polling has them sent by the thread within its watch, as its
+ * reading is taken over within two (HCA_TCP_WATCH_MS, hca_tcp_thread.c). */
 #define HCA_TCP_ANSWER_POLLS 2
 
 /* A user poll's read of conn (rx_lock held). */
@@ -314,7 +314,7 @@ void hca_tcp_poll_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (!conn->answer_now &&
         (conn->jobs[conn->jobs_tail % HCA_TCP_JOBS].hdr.opcode ==
          HCA_TCP_OP_ACK) && (conn->answer_polls-- > 0)) {
-        /* held only while the thread wakes every 1 ms (user_polls): it
+        /* held only while the thread watches the polls (user_polls): it
          * stores user_polls, then loads answers_held; we the reverse
          * (both seq_cst), so one of us sees the other */
         atomic_store(&tcp->answers_held, 1);

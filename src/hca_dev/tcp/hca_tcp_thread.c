@@ -24,7 +24,8 @@
 
 static char hca_tcp_wake_tag, hca_tcp_nl_tag;
 
-/* The thread's wake while a process polls: answers a poll held are sent. */
+/* The thread's wake while a process polls (every HCA_TCP_WATCH_MS):
+ * answers a poll held and did not send are sent. */
 static void hca_tcp_answers_held(hca_tcp_dev_t *tcp)
 {
     if (!atomic_load(&tcp->answers_held) ||
@@ -548,8 +549,18 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
 /* Polled by the process (a user poll in the last HCA_TCP_POLLED_NS, as the
  * thread sees the polls' count change), the thread stops waiting for its
  * connections' data; not polled, it reads them again.  The switch
- * re-registers every live connection. */
-#define HCA_TCP_POLLED_NS 2000000ull
+ * re-registers every live connection.
+ *
+ * While the process polls, the thread looks every HCA_TCP_WATCH_MS only:
+ * it shares a CPU with the poller when the process is pinned, and every
+ * wake preempts it, at worst while the thread holds a lock the poller
+ * then waits for until the thread runs again.  Woken every 1 ms, as
+ * before, it cost the pinned hosts level (docs/PERF.md) 40 % of tag_bw
+ * and of a 1 MiB get's bandwidth.  The price: a process that stops
+ * polling has its reading taken over, and the answers its last polls
+ * held sent, within 2 watches. */
+#define HCA_TCP_WATCH_MS  10
+#define HCA_TCP_POLLED_NS (2 * HCA_TCP_WATCH_MS * 1000000ull)
 
 static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
 {
@@ -559,7 +570,7 @@ static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
 
     if (seq != tcp->poll_seq_seen) {
         tcp->poll_seq_seen = seq;
-        tcp->poll_seen_ns  = now; /* within the thread's 1 ms wake */
+        tcp->poll_seen_ns  = now; /* within a watch of the poll */
     }
     last = tcp->poll_seen_ns;
     /* a poll reads at most HCA_TCP_POLL_MAX connections: with more the
@@ -607,10 +618,15 @@ static void *hca_tcp_thread(void *arg)
 
     while (tcp->running) {
         uint64_t now;
-        int n = epoll_wait(tcp->epfd, ev, 32,
-                           (atomic_load(&tcp->parked) || tcp->user_polls ||
-                            atomic_load(&tcp->linking)) ?
-                           1 : (int)(hca_tcp_period_ns(tcp) / 1000000ull));
+        int ms = (int)(hca_tcp_period_ns(tcp) / 1000000ull);
+        int n;
+
+        if (atomic_load(&tcp->parked) || atomic_load(&tcp->linking)) {
+            ms = 1;
+        } else if (tcp->user_polls && (ms > HCA_TCP_WATCH_MS)) {
+            ms = HCA_TCP_WATCH_MS;
+        }
+        n = epoll_wait(tcp->epfd, ev, 32, ms);
 
         reap = 0; /* after the batch: a freed connection may be in it */
         for (int i = 0; i < n; ++i) {
