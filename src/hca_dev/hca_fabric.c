@@ -134,6 +134,11 @@ static int hca_fabric_no_poll(hca_device_t *dev)
     return 0;
 }
 
+static void hca_fabric_no_armed(hca_device_t *dev)
+{
+    (void)dev;
+}
+
 static hca_wc_status_t hca_fabric_no_peer_status(hca_qp_t *qp)
 {
     (void)qp;
@@ -270,6 +275,7 @@ static int hca_fabric_no_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr,
     .source_alive   = hca_fabric_no_source_alive, \
     .mr_fence       = hca_fabric_no_mr_fence, \
     .poll           = hca_fabric_no_poll, \
+    .armed          = hca_fabric_no_armed, \
     .peer_status    = hca_fabric_no_peer_status, \
     .check_peers    = hca_fabric_no_check_peers, \
     .post_direct    = hca_fabric_no_post_direct, \
@@ -323,6 +329,7 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
     HCA_FABRIC_FILL(to, from, source_alive);
     HCA_FABRIC_FILL(to, from, mr_fence);
     HCA_FABRIC_FILL(to, from, poll);
+    HCA_FABRIC_FILL(to, from, armed);
     HCA_FABRIC_FILL(to, from, peer_status);
     HCA_FABRIC_FILL(to, from, check_peers);
     HCA_FABRIC_FILL(to, from, post_direct);
@@ -392,6 +399,18 @@ void hca_fabric_poll(hca_device_t *dev)
     for (int t = 0; mask != 0; ++t, mask >>= 1) {
         if ((mask & 1) && dev->fabric_open[t]) {
             (void)dev->fabric_ops[t].poll(dev);
+        }
+    }
+}
+
+void hca_fabric_armed(hca_device_t *dev)
+{
+    uint32_t mask = atomic_load_explicit(&dev->fabric_polls,
+                                         memory_order_relaxed);
+
+    for (int t = 0; mask != 0; ++t, mask >>= 1) {
+        if ((mask & 1) && dev->fabric_open[t]) {
+            dev->fabric_ops[t].armed(dev);
         }
     }
 }

@@ -96,6 +96,10 @@ typedef struct hca_fabric_ops {
      * bit): what the fabric can do in the caller's thread now, so that a
      * polling process needs no thread switch; the number of things done */
     int   (*poll)(hca_device_t *dev);
+    /* a CQ of the device was armed, its owner is about to sleep
+     * and polls no more; what the fabric left to its polls is taken back
+     * now, not when it notices the polls stopped */
+    void  (*armed)(hca_device_t *dev);
 
     /* ---- liveness */
     hca_wc_status_t (*peer_status)(hca_qp_t *qp);

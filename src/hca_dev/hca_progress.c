@@ -154,6 +154,10 @@ int hca_cq_arm(hca_cq_t *cq)
         }
         return -EAGAIN;
     }
+    if (HCA_UNLIKELY(atomic_load_explicit(&cq->dev->fabric_polls,
+                                          memory_order_relaxed) != 0)) {
+        hca_fabric_armed(cq->dev); /* e.g. tcp: its thread reads again */
+    }
     return 0;
 }
 

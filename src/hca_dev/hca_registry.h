@@ -20,6 +20,8 @@ void hca_fabric_close(hca_device_t *dev);
 void hca_fabric_quiesce_all(hca_qp_t *qp);
 /* A user thread's poll of the fabrics that asked for it (dev->fabric_polls). */
 void hca_fabric_poll(hca_device_t *dev);
+/* A CQ was armed: the fabrics that asked for polls take their work back. */
+void hca_fabric_armed(hca_device_t *dev);
 /* The fabric that reaches addr from dev, or NULL (unreachable). */
 const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
                                             const hca_port_addr_t *addr);

@@ -420,5 +420,6 @@ const hca_fabric_ops_t hca_fabric_tcp_ops = {
     .peer_status    = hca_tcp_peer_status,
     .check_peers    = hca_tcp_check_peers,
     .poll           = hca_tcp_poll,
+    .armed          = hca_tcp_armed,
     .counter_name   = hca_tcp_counter_name,
 };

@@ -412,6 +412,8 @@ typedef struct hca_tcp_dev {
     uint64_t             poll_seq_seen; /* the thread's: seq at its last
                                            look, and when it changed */
     uint64_t             poll_seen_ns;
+    _Atomic int          poller_armed; /* a CQ was armed since the thread
+                                          last looked: no poll comes */
     _Atomic int          user_polls; /* the thread leaves reading to the
                                         polling process (hca_tcp_thread.c) */
     _Atomic int          answers_held; /* a poll left answers queued: the
@@ -723,6 +725,8 @@ int  hca_tcp_rx_target_ok(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
  * live connections it can lock now, so that a polling process gets its
  * messages without a thread switch. */
 int  hca_tcp_poll(hca_device_t *dev);
+/* A CQ was armed: the thread takes the reading back at once. */
+void hca_tcp_armed(hca_device_t *dev);
 int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
 void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
 

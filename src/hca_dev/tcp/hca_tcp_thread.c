@@ -568,7 +568,12 @@ static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
                                          memory_order_relaxed);
     uint64_t last;
 
-    if (seq != tcp->poll_seq_seen) {
+    if (atomic_load_explicit(&tcp->poller_armed, memory_order_relaxed) &&
+        atomic_exchange(&tcp->poller_armed, 0)) {
+        /* the process sleeps: its polls so far do not count */
+        tcp->poll_seq_seen = seq;
+        tcp->poll_seen_ns  = 0;
+    } else if (seq != tcp->poll_seq_seen) {
         tcp->poll_seq_seen = seq;
         tcp->poll_seen_ns  = now; /* within a watch of the poll */
     }
@@ -804,6 +809,23 @@ int hca_tcp_poll(hca_device_t *dev)
         atomic_store(&tcp->answers_held, 0);
     }
     return n;
+}
+
+void hca_tcp_armed(hca_device_t *dev)
+{
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+    uint64_t one       = 1;
+
+    /* a process that polled, and now waits for an event: without this the
+     * thread would read its sockets only after its watch noticed the
+     * polls stopped (up to HCA_TCP_POLLED_NS), and a message that came
+     * meanwhile would wake the process that late.  One write when a
+     * polling process arms; none when the thread already reads. */
+    if ((tcp == NULL) || !atomic_load(&tcp->user_polls)) {
+        return;
+    }
+    atomic_store(&tcp->poller_armed, 1);
+    (void)write(tcp->wake_fd, &one, sizeof(one));
 }
 
 int hca_tcp_thread_start(hca_tcp_dev_t *tcp)

@@ -19,6 +19,8 @@
 #include "tcp_forge.h"
 #include "tcp_raw_socket.h"
 
+#include <algorithm>
+#include <atomic>
 #include <set>
 #include <thread>
 #include <arpa/inet.h>
@@ -1249,6 +1251,79 @@ TEST(TcpQp, ResetQpServedAfterRefusal)
     ASSERT_EQ(0, post_retry(p.q1, &wr));
     ASSERT_TRUE(wait_ok(p.s1, 2, HCA_WC_RDMA_WRITE, &wc));
     EXPECT_EQ(-1, check_pattern(dst, 256, 5));
+}
+
+/* A process that polled the device, then armed its CQ and sleeps: the
+ * fabric's thread had left the reading to its polls, and must take it
+ * back at the arm (hca_tcp_armed), not when its watch finds the polls
+ * stopped (20 ms).  Each round: a SEND that b polls for (the thread,
+ * woken by it, sees b polling), 50 ms more of polls, then b arms and
+ * sleeps, and a SEND 2 ms later must wake it at once: the median of 10
+ * rounds must be under a quarter of the watch's limit (without the arm
+ * hook: 18-28 ms). */
+TEST(TcpQp, ArmedPollerWokenAtOnce)
+{
+    const int ROUNDS = 10, LEN = 64;
+    ctx a, b;
+    ASSERT_TRUE(a.open(0, HCA_FABRIC_TCP));
+    ASSERT_TRUE(b.open(0, HCA_FABRIC_TCP));
+    qp_pair p;
+    ASSERT_TRUE(make_qp_pair(a, b, &p));
+    uint8_t *src  = a.alloc(MEM_MALLOC, LEN);
+    uint8_t *dst  = b.alloc(MEM_MALLOC, LEN * 2 * ROUNDS);
+    hca_mr_t *smr = a.reg(p.pd1, src, LEN, ACCESS_ALL);
+    hca_mr_t *dmr = b.reg(p.pd2, dst, LEN * 2 * ROUNDS, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+    ASSERT_NE(nullptr, dmr);
+    for (int i = 0; i < 2 * ROUNDS; ++i) {
+        ASSERT_EQ(0, post_recv1(p.q2, dst + i * LEN, LEN, hca_mr_lkey(dmr),
+                                (uint64_t)i));
+    }
+    hca_sge_t sg = mk_sge(src, LEN, hca_mr_lkey(smr));
+    auto send = [&](int id) {
+        hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &sg, 1, HCA_SEND_SIGNALED,
+                                 (uint64_t)id, 0, 0);
+        hca_send_wr_t *bad = nullptr;
+        fill_pattern(src, LEN, 40 + id);
+        return hca_post_send(p.q1, &wr, &bad);
+    };
+    auto received = [&](int id) {
+        hca_wc_t wc;
+        ASSERT_TRUE(wait_ok(p.r2, (uint64_t)id, HCA_WC_RECV, &wc));
+        EXPECT_EQ((uint32_t)LEN, wc.byte_len);
+        EXPECT_EQ(-1, check_pattern(dst + id * LEN, LEN, 40 + id));
+        ASSERT_TRUE(wait_ok(p.s1, (uint64_t)id, HCA_WC_SEND, &wc));
+    };
+    std::vector<double> woke;
+    for (int i = 0; i < ROUNDS; ++i) {
+        ASSERT_EQ(0, send(2 * i));
+        received(2 * i); /* b polls for it */
+        ASSERT_FALSE(HasFatalFailure());
+        double until = now_ms() + 50; /* then 5 watches more */
+        while (now_ms() < until) {
+            ASSERT_EQ(0, p.r2->poll_once());
+        }
+        std::atomic<double> posted(0);
+        std::thread sender([&]() {
+            sleep_ms(2); /* b is asleep by then */
+            posted.store(now_ms());
+            EXPECT_EQ(0, send(2 * i + 1));
+        });
+        int rc = hca_cq_wait(p.r2->cq, 5000);
+        double at = now_ms();
+        sender.join();
+        ASSERT_EQ(1, rc) << "round " << i << ": not woken in 5 s";
+        /* woken by the CQ's fd, maybe before the poster's clock read */
+        woke.push_back(std::max(0.0, at - posted.load()));
+        received(2 * i + 1);
+        ASSERT_FALSE(HasFatalFailure());
+    }
+    std::sort(woke.begin(), woke.end());
+    printf("# woken %.2f ms (median), %.2f .. %.2f ms after the SEND\n",
+           woke[ROUNDS / 2], woke.front(), woke.back());
+    EXPECT_LT(woke[ROUNDS / 2], 5.0)
+            << "an armed process that had polled was woken late: the "
+               "thread took the reading back only when its watch noticed";
 }
 
 /* A QP moved to ERR while one of its frames is half on the socket (the
