@@ -564,38 +564,45 @@ static int hca_tcp_timers(hca_tcp_dev_t *tcp)
 
 static void hca_tcp_poll_mode(hca_tcp_dev_t *tcp, uint64_t now)
 {
-    uint64_t seq  = atomic_load_explicit(&tcp->user_poll_seq,
-                                         memory_order_relaxed);
-    uint64_t last;
+    for (;;) {
+        uint64_t seq = atomic_load_explicit(&tcp->user_poll_seq,
+                                            memory_order_relaxed);
+        int polled;
 
-    if (atomic_load_explicit(&tcp->poller_armed, memory_order_relaxed) &&
-        atomic_exchange(&tcp->poller_armed, 0)) {
-        /* the process sleeps: its polls so far do not count */
-        tcp->poll_seq_seen = seq;
-        tcp->poll_seen_ns  = 0;
-    } else if (seq != tcp->poll_seq_seen) {
-        tcp->poll_seq_seen = seq;
-        tcp->poll_seen_ns  = now; /* within a watch of the poll */
-    }
-    last = tcp->poll_seen_ns;
-    /* a poll reads at most HCA_TCP_POLL_MAX connections: with more the
-     * thread keeps reading them all */
-    int polled    = (last != 0) && (now < last + HCA_TCP_POLLED_NS) &&
-                    (atomic_load(&tcp->conns_up) <= HCA_TCP_POLL_MAX);
-
-    if (polled == tcp->user_polls) {
-        return;
-    }
-    pthread_mutex_lock(&tcp->lock);
-    tcp->user_polls = polled;
-    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
-        if ((c->fd >= 0) && (atomic_load(&c->state) == HCA_TCP_CONN_UP)) {
-            pthread_mutex_lock(&c->tx_lock);
-            hca_tcp_events(tcp, c, EPOLL_CTL_MOD);
-            pthread_mutex_unlock(&c->tx_lock);
+        if (atomic_load_explicit(&tcp->poller_armed, memory_order_relaxed) &&
+            atomic_exchange(&tcp->poller_armed, 0)) {
+            /* the process sleeps: its polls so far do not count */
+            tcp->poll_seq_seen = seq;
+            tcp->poll_seen_ns  = 0;
+        } else if (seq != tcp->poll_seq_seen) {
+            tcp->poll_seq_seen = seq;
+            tcp->poll_seen_ns  = now; /* within a watch of the poll */
+        }
+        /* a poll reads at most HCA_TCP_POLL_MAX connections: with more
+         * the thread keeps reading them all */
+        polled = (tcp->poll_seen_ns != 0) &&
+                 (now < tcp->poll_seen_ns + HCA_TCP_POLLED_NS) &&
+                 (atomic_load(&tcp->conns_up) <= HCA_TCP_POLL_MAX);
+        if (polled != tcp->user_polls) {
+            pthread_mutex_lock(&tcp->lock);
+            tcp->user_polls = polled; /* seq_cst: see below */
+            for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+                if ((c->fd >= 0) &&
+                    (atomic_load(&c->state) == HCA_TCP_CONN_UP)) {
+                    pthread_mutex_lock(&c->tx_lock);
+                    hca_tcp_events(tcp, c, EPOLL_CTL_MOD);
+                    pthread_mutex_unlock(&c->tx_lock);
+                }
+            }
+            pthread_mutex_unlock(&tcp->lock);
+        }
+        /* an arm meanwhile: the process stored poller_armed, then loaded
+         * user_polls; we stored user_polls, now load poller_armed (all
+         * seq_cst): if it saw 0 and did not wake us, we see its arm */
+        if (!polled || !atomic_load(&tcp->poller_armed)) {
+            return;
         }
     }
-    pthread_mutex_unlock(&tcp->lock);
 }
 
 /* The timer pass's period: keepalives (an eighth of the retry timeout)
@@ -821,11 +828,13 @@ void hca_tcp_armed(hca_device_t *dev)
      * polls stopped (up to HCA_TCP_POLLED_NS), and a message that came
      * meanwhile would wake the process that late.  One write when a
      * polling process arms; none when the thread already reads. */
-    if ((tcp == NULL) || !atomic_load(&tcp->user_polls)) {
+    if (tcp == NULL) {
         return;
     }
     atomic_store(&tcp->poller_armed, 1);
-    (void)write(tcp->wake_fd, &one, sizeof(one));
+    if (atomic_load(&tcp->user_polls)) { /* else see hca_tcp_poll_mode */
+        (void)write(tcp->wake_fd, &one, sizeof(one));
+    }
 }
 
 int hca_tcp_thread_start(hca_tcp_dev_t *tcp)
