@@ -327,7 +327,7 @@ void hca_tcp_events(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn, int op)
  * its hello. */
 void hca_tcp_watch(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = conn};
 
     pthread_mutex_lock(&conn->tx_lock);
     conn->reading  = 1;
@@ -547,6 +547,7 @@ static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           uint64_t resume_mac, hca_tcp_hello_t *verdict)
 {
     hca_tcp_conn_t *old = hca_tcp_resumed(tcp, conn, resume_mac);
+    struct epoll_event ready_ev = {.events = EPOLLIN};
     uint8_t *buf;
     int was;
 
@@ -584,9 +585,12 @@ static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     hca_tcp_conn_io_reset(old, HCA_TCP_RX_HDR);
     old->fd  = conn->fd;
     conn->fd = -1;
-    /* the socket's epoll entry names the old connection from now on
-     * (conn is freed soon) */
+    /* the socket's epoll entries name the old connection from now on
+     * (conn is freed soon; a poll reads only the connections the ready
+     * set names) */
     hca_tcp_events(tcp, old, EPOLL_CTL_MOD);
+    ready_ev.data.ptr = old;
+    (void)epoll_ctl(tcp->ready_epfd, EPOLL_CTL_MOD, old->fd, &ready_ev);
     /* what the new socket already read is the old connection's now */
     buf                = old->rx.buf;
     old->rx.buf        = conn->rx.buf;
