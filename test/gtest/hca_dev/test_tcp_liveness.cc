@@ -153,6 +153,41 @@ private:
     std::thread       th_;
 };
 
+/* hca_mr_dereg(mr) in another thread: its duration in ms, or a negative
+ * number if it still waited after limit_ms (then unstick() is called,
+ * which must end the wait; if it does not, the test aborts, as the thread
+ * cannot be joined). */
+static double dereg_within(hca_mr_t *mr, int limit_ms,
+                           const std::function<void()> &unstick)
+{
+    std::atomic<bool> done(false);
+    double t0 = now_ms(), took = -1;
+    std::thread th([&]() {
+        EXPECT_EQ(0, hca_mr_dereg(mr));
+        done.store(true);
+    });
+    while (!done.load() && (now_ms() < t0 + limit_ms)) {
+        sleep_ms(5);
+    }
+    if (done.load()) {
+        took = now_ms() - t0;
+    } else {
+        unstick();
+        double end = now_ms() + TIMEOUT_MS;
+        while (!done.load() && (now_ms() < end)) {
+            sleep_ms(5);
+        }
+        if (!done.load()) {
+            ADD_FAILURE() << "hca_mr_dereg still waits after the peer "
+                             "closed or died";
+            abort(); /* the thread cannot be joined */
+        }
+        took = -(now_ms() - t0);
+    }
+    th.join();
+    return took;
+}
+
 class TcpLiveness : public hca_test {
 protected:
     ctx       c;
@@ -203,37 +238,10 @@ protected:
         return tcp_counter(c.dev, "connections_lost");
     }
 
-    /* hca_mr_dereg of the region in another thread: its duration in ms,
-     * or a negative number if it still waited after limit_ms (then
-     * unstick() is called, which must end the wait, and the dereg is
-     * joined). */
+    /* dereg_within() of the region; the region is gone after it. */
     double timed_dereg(int limit_ms, const std::function<void()> &unstick)
     {
-        std::atomic<bool> done(false);
-        double t0 = now_ms(), took = -1;
-        std::thread th([&]() {
-            EXPECT_EQ(0, hca_mr_dereg(mr));
-            done.store(true);
-        });
-        while (!done.load() && (now_ms() < t0 + limit_ms)) {
-            sleep_ms(5);
-        }
-        if (done.load()) {
-            took = now_ms() - t0;
-        } else {
-            unstick();
-            double end = now_ms() + TIMEOUT_MS;
-            while (!done.load() && (now_ms() < end)) {
-                sleep_ms(5);
-            }
-            if (!done.load()) {
-                ADD_FAILURE() << "hca_mr_dereg still waits after the peer "
-                                 "closed";
-                abort(); /* the thread cannot be joined */
-            }
-            took = -(now_ms() - t0);
-        }
-        th.join();
+        double took = dereg_within(mr, limit_ms, unstick);
         c.forget(mr);
         mr = nullptr;
         return took;
@@ -388,31 +396,12 @@ protected:
         double stopped = now_ms();
         sleep_ms(100);
 
-        std::atomic<bool> done(false);
-        double t0 = now_ms();
-        std::thread th([&]() {
-            EXPECT_EQ(0, hca_mr_dereg(mr));
-            done.store(true);
-        });
-        while (!done.load() && (now_ms() < t0 + PEER_TIMEOUT_MS + 3000)) {
-            sleep_ms(5);
-        }
-        if (done.load()) {
-            out->took = now_ms() - stopped;
-        } else {
+        double t0   = now_ms();
+        double took = dereg_within(mr, PEER_TIMEOUT_MS + 3000, [&]() {
             kill_child(ch); /* its connection closes: the wait ends */
-            double end = now_ms() + TIMEOUT_MS;
-            while (!done.load() && (now_ms() < end)) {
-                sleep_ms(5);
-            }
-            if (!done.load()) {
-                ADD_FAILURE() << "hca_mr_dereg still waits after the peer "
-                                 "died";
-                abort();
-            }
-        }
-        th.join();
+        });
         c.forget(mr);
+        out->took = (took >= 0) ? took + (t0 - stopped) : -1;
         out->lost = tcp_counter(c.dev, "connections_lost") - lost0;
         printf("# hca_mr_dereg returned %.0f ms after the requester stopped "
                "(peer timeout %d ms); connections lost: %lu\n", out->took,
