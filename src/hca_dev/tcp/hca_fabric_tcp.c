@@ -270,6 +270,9 @@ static void hca_tcp_disconnect(hca_qp_t *qp)
         conn->qp_refs--;
         hca_tcp_qp(qp)->home->qp_refs--;
     }
+    if (hca_tcp_qp(qp)->stripe_conn != NULL) {
+        hca_tcp_qp(qp)->stripe_conn->qp_refs--;
+    }
     free(hca_tcp_qp(qp)->sent);
     memset(hca_tcp_qp(qp), 0, sizeof(hca_tcp_qp_t));
     pthread_mutex_unlock(&tcp->lock);
@@ -369,6 +372,7 @@ static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
     [HCA_TCP_CNT_RECONNECTS]   = "reconnects",
     [HCA_TCP_CNT_FAULTS]       = "faults_injected",
     [HCA_TCP_CNT_FAILOVERS]    = "failovers",
+    [HCA_TCP_CNT_STRIPED]      = "striped_writes",
 #define HCA_TCP_PATH_NAMES(_p) \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_FRAMES_TX)]   = "path" #_p "_frames_tx", \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_BYTES_TX)]    = "path" #_p "_bytes_tx", \

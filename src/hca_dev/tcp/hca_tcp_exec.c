@@ -167,8 +167,21 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_exec_t busy      = (wqe->state == HCA_WQE_PARTIAL) ?
                            HCA_EXEC_PARTIAL : HCA_EXEC_BUSY;
     hca_exec_t res       = HCA_EXEC_ISSUED;
+    hca_tcp_conn_t *sibling = NULL;
     hca_tcp_sent_t *e;
 
+    if (HCA_UNLIKELY(atomic_load_explicit(&tq->stripe_open,
+                                          memory_order_relaxed))) {
+        if ((wqe->state == HCA_WQE_POSTED) && hca_tcp_stripe_waits(qp)) {
+            return HCA_EXEC_BUSY; /* after a striped WRITE: its answer */
+        }
+        if (tq->striping) {
+            if ((state == HCA_TCP_CONN_UP) && !hca_tcp_rtx_wanted(tcp, qp)) {
+                return hca_tcp_stripe_send(tcp, qp, wqe); /* its parts */
+            }
+            hca_tcp_stripe_cancel(qp, wqe); /* all again, on one path */
+        }
+    }
     if (HCA_UNLIKELY(conn != tq->home) && (state == HCA_TCP_CONN_UP) &&
         (wqe->state == HCA_WQE_POSTED)) {
         conn  = hca_tcp_path_return(tcp, qp); /* failed over before */
@@ -219,6 +232,17 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         res = HCA_EXEC_ISSUED;
     }
 
+    if (HCA_UNLIKELY(wqe->length >= HCA_TCP_STRIPE_MIN) &&
+        (wqe->state == HCA_WQE_POSTED) && hca_tcp_stripe_fits(tcp, wqe) &&
+        (conn == tq->home) &&
+        (atomic_load_explicit(&tq->sent_tail, memory_order_acquire) ==
+         atomic_load_explicit(&tq->sent_head, memory_order_relaxed))) {
+        /* only with nothing unanswered: a part on the sibling could
+         * otherwise pass the frames before it on this path, which the
+         * responder executes first (a READ of the same bytes) */
+        sibling = hca_tcp_stripe_sibling(tcp, qp); /* a second path UP */
+    }
+
     pthread_mutex_lock(&conn->tx_lock);
     if (HCA_UNLIKELY(hca_tcp_rtx_wanted(tcp, qp))) {
         /* what the thread asked to be sent again goes first */
@@ -236,6 +260,16 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
             pthread_mutex_unlock(&conn->tx_lock);
             return HCA_EXEC_BUSY; /* HCA_TCP_RD_ATOM atomics unanswered */
         }
+        if (HCA_UNLIKELY(sibling != NULL)) {
+            hca_tcp_stripe_begin(qp, wqe, hca_tcp_sent_last(qp), sibling);
+            pthread_mutex_unlock(&conn->tx_lock);
+            return hca_tcp_stripe_send(tcp, qp, wqe);
+        }
+    } else if (HCA_UNLIKELY(hca_tcp_sent_last(qp)->striped)) {
+        /* a striped WRITE cancelled: every part of it went with the
+         * retransmission above */
+        pthread_mutex_unlock(&conn->tx_lock);
+        return HCA_EXEC_ISSUED;
     }
     e = hca_tcp_sent_last(qp);
     for (;;) {
@@ -318,6 +352,22 @@ hca_exec_t hca_tcp_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
             }
         }
 
+        if (HCA_UNLIKELY(atomic_load_explicit(&tq->stripe_open,
+                                              memory_order_relaxed)) &&
+            !tq->striping &&
+            (atomic_load(&tq->stripe_conn->state) == HCA_TCP_CONN_DEAD)) {
+            /* the sibling its striped WRITE took died for good (a lost
+             * socket is the thread's: hca_tcp_failover_ask): the WRITE
+             * goes again on the QP's path, in order with what follows */
+            uint64_t tail = atomic_load_explicit(&tq->sent_tail,
+                                                 memory_order_acquire);
+            atomic_store(&tq->stripe_open, 0);
+            if ((tail != atomic_load_explicit(&tq->sent_head,
+                                              memory_order_relaxed)) &&
+                (tq->rtx_psn == tq->next_psn)) {
+                tq->rtx_psn = tq->sent[tail & tq->sent_mask].psn;
+            }
+        }
         if (HCA_UNLIKELY(state == HCA_TCP_CONN_DEAD)) {
             /* its answer will never come */
             *status_p = (hca_wc_status_t)atomic_load(&conn->fail);

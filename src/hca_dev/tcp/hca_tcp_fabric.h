@@ -53,6 +53,11 @@
 #define HCA_TCP_RD_ATOM       HCA_MAX_QP_RD_ATOM /* atomics a requester QP may have
                                          unanswered, and the replay table of
                                          a responder (max_qp_rd_atom) */
+#define HCA_TCP_STRIPE_PARTS  256     /* parts of a striped WRITE, at
+                                         most (16 MiB): the responder's
+                                         bitmap of those landed ahead */
+#define HCA_TCP_STRIPE_MIN    (512u * 1024) /* a WRITE this large goes over
+                                         two paths, when two are UP */
 #define HCA_TCP_RQP_BUCKETS   64      /* responder records' hash, per
                                          connection */
 #define HCA_TCP_RTO_NS        20000000ull /* injected loss only: a QP with
@@ -211,6 +216,15 @@ typedef struct hca_tcp_rqp {
     uint8_t         atom_next;
     uint32_t        err_psn;
     hca_tcp_atom_t  atom[HCA_TCP_RD_ATOM]; /* the replay table: a ring */
+    /* a striped WRITE (HCA_TCP_F_STRIPED): its parts may land ahead of
+     * epsn, from the other path.  Bit k of `ahead`: the part at
+     * stripe_psn + k landed; epsn passes landed parts when it reaches
+     * them.  Its LAST, landed ahead, is held here and answered then. */
+    uint32_t        stripe_psn;     /* the WRITE's first PSN */
+    uint8_t         stripe_on;
+    uint8_t         last_held;
+    uint64_t        ahead[HCA_TCP_STRIPE_PARTS / 64];
+    hca_tcp_hdr_t   last_hdr;
     struct hca_tcp_conn *busy;      /* the path whose reader executes the
                                        frame expected (epsn), from its
                                        header to its end: a copy of it on
@@ -332,6 +346,7 @@ typedef enum {
     HCA_TCP_CNT_RECONNECTS,   /* connections resumed on a new socket */
     HCA_TCP_CNT_FAULTS,       /* injected faults (HCA_FAULT) */
     HCA_TCP_CNT_FAILOVERS,    /* QPs moved to another path, theirs lost */
+    HCA_TCP_CNT_STRIPED,      /* WRITEs sent over two paths */
     HCA_TCP_CNT_NAKS,         /* requests refused, + the syndrome */
     HCA_TCP_CNT_PATHS = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST, /* per path
                                  (HCA_TCP_CNT_PATH) */
@@ -439,6 +454,8 @@ typedef struct hca_tcp_sent {
     uint32_t read_gap;  /* READ: 1 + the read_off it was sent again from
                            (0: none): one request per gap */
     uint8_t  kind;      /* HCA_TCP_SENT_* */
+    uint8_t  striped;   /* a WRITE whose parts go over two paths: each
+                           frame says so (HCA_TCP_F_STRIPED) */
 } hca_tcp_sent_t;
 
 /* Per-QP state, in qp->fabric_priv.  The owner (who posts and polls)
@@ -465,6 +482,18 @@ typedef struct hca_tcp_qp {
     _Atomic uint32_t move;        /* thread: its path was lost, another
                                      may be UP: the owner fails over */
     uint64_t         rto_ns;      /* owner: injected loss, when it looked */
+    /* a WRITE striped over its path and a sibling (hca_tcp_stripe.c),
+     * the owner's: the sibling (a qp_refs of it held), the parts it
+     * takes ([0, stripe_split); the QP's path takes the rest), the next
+     * part of each to send, and the PSN after the WRITE: no later WQE
+     * goes before it is answered */
+    hca_tcp_conn_t  *stripe_conn;
+    uint32_t         stripe_split;
+    uint32_t         stripe_next[2]; /* [0]: the sibling's, [1]: ours */
+    uint32_t         stripe_end;
+    uint8_t          striping;    /* parts not sent yet */
+    _Atomic uint32_t stripe_open; /* not answered yet: the thread reads
+                                     it when a path is lost */
 } hca_tcp_qp_t;
 
 _Static_assert(sizeof(hca_tcp_qp_t) <= HCA_FABRIC_QP_PRIV, "tcp QP state");
@@ -578,6 +607,11 @@ hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
                                         const hca_tcp_hdr_t *hdr);
 /* the request in conn->rx was executed / refused */
 void hca_tcp_psn_done(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr);
+/* a part of a striped WRITE landed (at epsn, or ahead of it): 1 if a
+ * request is to be answered now, *ack (its LAST, or a LAST held that
+ * epsn passed) */
+int  hca_tcp_psn_landed(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
+                        hca_tcp_hdr_t *ack);
 void hca_tcp_psn_refused(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
                          hca_wc_status_t status);
 /* the request in conn->rx is the one refused: 1 and its status */
@@ -729,6 +763,34 @@ int  hca_tcp_poll(hca_device_t *dev);
 void hca_tcp_armed(hca_device_t *dev);
 int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
 void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
+
+/* hca_tcp_stripe.c: a large WRITE over two paths (the owner).  The WQE
+ * may stripe (a WRITE of HCA_TCP_STRIPE_MIN bytes or more, two paths) */
+int  hca_tcp_stripe_fits(const hca_tcp_dev_t *tcp, const hca_wqe_t *wqe);
+/* the WQE just recorded (e) goes over its QP's path and the sibling */
+void hca_tcp_stripe_begin(hca_qp_t *qp, hca_wqe_t *wqe, hca_tcp_sent_t *e,
+                          hca_tcp_conn_t *sibling);
+/* sends its parts while the sockets take them: ISSUED all sent, PARTIAL
+ * the rest later (or, a path lost, the whole WRITE again: cancelled) */
+hca_exec_t hca_tcp_stripe_send(hca_tcp_dev_t *tcp, hca_qp_t *qp,
+                               hca_wqe_t *wqe);
+/* its parts not sent yet go with a retransmission from the first
+ * unanswered PSN, on the QP's path */
+void hca_tcp_stripe_cancel(hca_qp_t *qp, hca_wqe_t *wqe);
+/* a striped WRITE is not answered yet: later WQEs wait */
+int  hca_tcp_stripe_waits(hca_qp_t *qp);
+/* hca_tcp_path.c: an UP sibling of the QP's path on another path, that
+ * may carry its requests (tq->stripe_conn, a qp_refs held); NULL if none
+ * (tcp->lock not held) */
+hca_tcp_conn_t *hca_tcp_stripe_sibling(hca_tcp_dev_t *tcp, hca_qp_t *qp);
+
+/* The QP has a striped WRITE unanswered with parts on conn: conn's loss
+ * sends it again (the thread). */
+HCA_INLINE int hca_tcp_stripe_uses(hca_tcp_qp_t *tq, const hca_tcp_conn_t *conn)
+{
+    return (tq->stripe_conn == conn) &&
+           atomic_load_explicit(&tq->stripe_open, memory_order_acquire);
+}
 
 /* hca_tcp_exec.c */
 hca_exec_t hca_tcp_exec(hca_qp_t *qp, struct hca_wqe *wqe,

@@ -25,7 +25,8 @@ const char *const hca_tcp_hdr_err_name[HCA_TCP_HDR_LAST] = {
 static const uint8_t hca_tcp_op_flags[HCA_TCP_OP_LAST] = {
     [HCA_TCP_OP_SEND]      = HCA_TCP_F_FIRST | HCA_TCP_F_LAST | HCA_TCP_F_IMM |
                              HCA_TCP_F_START,
-    [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM | HCA_TCP_F_START,
+    [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM | HCA_TCP_F_START |
+                             HCA_TCP_F_STRIPED,
     [HCA_TCP_OP_READ]      = HCA_TCP_F_START,
     [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32 | HCA_TCP_F_START,
     [HCA_TCP_OP_ACK]       = 0,
@@ -97,6 +98,14 @@ hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr)
         }
         if (!hca_tcp_part_ok(hdr) ||
             ((hdr->flags & HCA_TCP_F_IMM) && !(hdr->flags & HCA_TCP_F_LAST))) {
+            return HCA_TCP_HDR_RANGE;
+        }
+        /* a striped part says by its offset which part it is: whole
+         * parts only, and no notice (hca_tcp_rel.c places parts out of
+         * order, and a notice cannot wait) */
+        if ((hdr->flags & HCA_TCP_F_STRIPED) &&
+            ((hdr->flags & HCA_TCP_F_IMM) ||
+             (hdr->offset % HCA_TCP_SEG_MAX != 0))) {
             return HCA_TCP_HDR_RANGE;
         }
         return HCA_TCP_HDR_OK;

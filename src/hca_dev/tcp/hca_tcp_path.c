@@ -295,9 +295,20 @@ void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             continue;
         }
         tq = hca_tcp_qp(qp);
-        if ((tq->conn != conn) || (tq->sent == NULL) ||
+        if ((tq->sent == NULL) ||
             (atomic_load_explicit(&tq->sent_tail, memory_order_acquire) ==
              atomic_load_explicit(&tq->sent_head, memory_order_acquire))) {
+            continue;
+        }
+        if (tq->conn != conn) {
+            if (hca_tcp_stripe_uses(tq, conn)) {
+                /* parts of its striped WRITE were on it: the WRITE goes
+                 * again on the QP's own path, from its first unanswered
+                 * PSN */
+                hca_tcp_rewind(tcp, qp,
+                               tq->sent[atomic_load(&tq->sent_tail) &
+                                        tq->sent_mask].psn);
+            }
             continue;
         }
         atomic_store(&tq->move, 1);
@@ -389,6 +400,39 @@ void hca_tcp_path_up(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_tcp_failover_ask(tcp, c);
         }
     }
+}
+
+hca_tcp_conn_t *hca_tcp_stripe_sibling(hca_tcp_dev_t *tcp, hca_qp_t *qp)
+{
+    hca_tcp_qp_t *tq     = hca_tcp_qp(qp);
+    hca_tcp_conn_t *best = NULL, *from;
+
+    pthread_mutex_lock(&tcp->lock);
+    from = tq->conn;
+    for (hca_tcp_conn_t *c = tcp->conns; (c != NULL) && (from->rq_lead != NULL);
+         c = c->next) {
+        /* another path (not the crossed twin of ours), UP, not itself
+         * crossed, and allowed to carry our requests (the identity
+         * rule, as for a failover) */
+        if ((c != from) && (c->path != from->path) &&
+            hca_tcp_conn_siblings(c, from) &&
+            (atomic_load(&c->superseded) == NULL) &&
+            (atomic_load(&c->state) == HCA_TCP_CONN_UP) &&
+            (c->outbound ? (c->peer.secret == qp->dest.secret) :
+                           hca_tcp_conn_proves(c, qp->dest.secret)) &&
+            ((best == NULL) || (c->qp_refs < best->qp_refs))) {
+            best = c;
+        }
+    }
+    if ((best != NULL) && (best != tq->stripe_conn)) {
+        if (tq->stripe_conn != NULL) {
+            tq->stripe_conn->qp_refs--;
+        }
+        best->qp_refs++;
+        tq->stripe_conn = best;
+    }
+    pthread_mutex_unlock(&tcp->lock);
+    return best;
 }
 
 int hca_tcp_path_keeps(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn)

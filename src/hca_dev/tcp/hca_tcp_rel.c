@@ -96,6 +96,7 @@ int hca_tcp_sent_push(hca_qp_t *qp, hca_wqe_t *wqe)
     e->read_off = 0;
     e->read_gap = 0;
     e->kind     = kind;
+    e->striped  = 0;
     if (kind == HCA_TCP_SENT_ATOMIC) {
         atomic_fetch_add(&tq->atomics_out, 1);
     }
@@ -149,7 +150,8 @@ void hca_tcp_frame_build(hca_qp_t *qp, const hca_wqe_t *wqe,
         n = (uint32_t)((left < seg) ? left : seg);
         hdr->opcode      = HCA_TCP_OP_WRITE;
         hdr->remote_addr = wqe->remote_addr + offset;
-        hdr->flags       = (n == left) ? HCA_TCP_F_LAST : 0;
+        hdr->flags       = ((n == left) ? HCA_TCP_F_LAST : 0) |
+                           (e->striped ? HCA_TCP_F_STRIPED : 0);
         if ((n == left) && (wqe->opcode == HCA_WR_RDMA_WRITE_WITH_IMM)) {
             hdr->flags |= HCA_TCP_F_IMM;
         }
@@ -295,8 +297,9 @@ void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             continue;
         }
         tq = hca_tcp_qp(qp);
-        if ((tq->conn != conn) || (tq->sent == NULL)) {
-            continue;
+        if (((tq->conn != conn) && !hca_tcp_stripe_uses(tq, conn)) ||
+            (tq->sent == NULL)) {
+            continue; /* neither its path nor one its striped WRITE took */
         }
         tail = atomic_load_explicit(&tq->sent_tail, memory_order_acquire);
         head = atomic_load_explicit(&tq->sent_head, memory_order_acquire);
@@ -314,7 +317,9 @@ void hca_tcp_sent_clear(hca_qp_t *qp)
     atomic_store(&tq->sent_tail, atomic_load(&tq->sent_head));
     atomic_store(&tq->rewind, 0);
     atomic_store(&tq->atomics_out, 0);
-    tq->rtx_psn = tq->next_psn;
+    atomic_store(&tq->stripe_open, 0);
+    tq->striping = 0;
+    tq->rtx_psn  = tq->next_psn;
 }
 
 /* The WQE of an entry gets its answer (the thread), then the entry goes. */
@@ -467,7 +472,86 @@ static void hca_tcp_rqp_start(hca_tcp_rqp_t *r, uint32_t psn)
     r->nak_sent  = 0;
     r->err       = 0;
     r->atom_next = 0;
+    r->stripe_on = 0;
+    r->last_held = 0;
     memset(r->atom, 0, sizeof(r->atom));
+}
+
+/* A striped WRITE's part ahead of epsn, in the WRITE epsn is in (its
+ * first PSN at or before epsn): it may land now, as the parts before it
+ * come on the other path.  Anything else ahead is a gap. */
+static int hca_tcp_stripe_ahead(hca_tcp_rqp_t *r, const hca_tcp_hdr_t *hdr)
+{
+    uint32_t k  = hdr->offset / HCA_TCP_SEG_MAX; /* exact: hdr_check */
+    uint32_t p0 = hdr->psn - k;
+
+    if (!(hdr->flags & HCA_TCP_F_STRIPED) ||
+        (hdr->opcode != HCA_TCP_OP_WRITE) || (k >= HCA_TCP_STRIPE_PARTS) ||
+        (hca_tcp_psn_diff(p0, r->epsn) > 0)) {
+        return 0;
+    }
+    if (!r->stripe_on || (r->stripe_psn != p0)) {
+        /* a new striped WRITE: what the last one held is behind epsn */
+        memset(r->ahead, 0, sizeof(r->ahead));
+        r->stripe_psn = p0;
+        r->stripe_on  = 1;
+        r->last_held  = 0;
+    }
+    return 1;
+}
+
+static int hca_tcp_stripe_landed(const hca_tcp_rqp_t *r, uint32_t psn)
+{
+    uint32_t k = psn - r->stripe_psn;
+
+    return r->stripe_on && (k < HCA_TCP_STRIPE_PARTS) &&
+           ((r->ahead[k / 64] >> (k % 64)) & 1);
+}
+
+int hca_tcp_psn_landed(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
+                       hca_tcp_hdr_t *ack)
+{
+    hca_tcp_rqp_t *r = conn->rx.rqp;
+    int last         = (hdr->flags & HCA_TCP_F_LAST) != 0;
+    int32_t d;
+
+    if ((r == NULL) || conn->rx.dup || (r->src_qpn != hdr->src_qpn)) {
+        if (last) {
+            *ack = *hdr; /* as an unstriped LAST: answered */
+        }
+        return last;
+    }
+    d = hca_tcp_psn_diff(hdr->psn, r->epsn);
+    if (d > 0) {
+        uint32_t k = hdr->psn - r->stripe_psn;
+        if (r->stripe_on && (k < HCA_TCP_STRIPE_PARTS)) {
+            r->ahead[k / 64] |= 1ull << (k % 64);
+            if (last) {
+                r->last_hdr  = *hdr; /* answered when epsn passes it */
+                r->last_held = 1;
+            }
+        }
+        return 0;
+    }
+    if (d < 0) {
+        return 0; /* a copy on another path executed it meanwhile, and
+                     answered it */
+    }
+    r->epsn++;
+    r->busy = NULL;
+    while (hca_tcp_stripe_landed(r, r->epsn)) {
+        r->epsn++;
+    }
+    if (last) {
+        *ack = *hdr;
+        return 1;
+    }
+    if (r->last_held && (hca_tcp_psn_diff(r->epsn, r->last_hdr.psn) > 0)) {
+        r->last_held = 0;
+        *ack         = r->last_hdr;
+        return 1;
+    }
+    return 0;
 }
 
 hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
@@ -530,6 +614,15 @@ hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
         conn->rx.dup = 1;
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_DUP_REQUESTS, 1);
         return HCA_TCP_PSN_DUP;
+    }
+    if (hca_tcp_stripe_ahead(r, hdr)) {
+        if (hca_tcp_stripe_landed(r, hdr->psn)) {
+            /* landed before: dropped, not answered (its LAST is answered
+             * once, when epsn passes it) */
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_DUP_REQUESTS, 1);
+            return HCA_TCP_PSN_DROP;
+        }
+        return HCA_TCP_PSN_NEW; /* placed now; epsn passes it later */
     }
     if (!r->nak_sent) {
         r->nak_sent = 1; /* one NAK per gap, as rxe's sent_psn_nak */

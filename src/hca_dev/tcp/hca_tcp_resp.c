@@ -692,7 +692,15 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             hca_mpt_release(conn->rx.pinned);
             conn->rx.pinned = NULL;
         }
-        if (!(hdr->flags & HCA_TCP_F_LAST)) {
+        if (hdr->flags & HCA_TCP_F_STRIPED) {
+            /* its parts land in any order: answered when the last of them
+             * did (hca_tcp_rel.c) */
+            hca_tcp_hdr_t ack;
+            if (hca_tcp_psn_landed(conn, hdr, &ack)) {
+                hca_tcp_answer(tcp, conn, &ack, HCA_WC_SUCCESS, 0);
+            }
+            hca_tcp_rx_next(conn);
+        } else if (!(hdr->flags & HCA_TCP_F_LAST)) {
             hca_tcp_psn_done(conn, hdr);
             hca_tcp_rx_next(conn);
         } else if (hdr->flags & HCA_TCP_F_IMM) {

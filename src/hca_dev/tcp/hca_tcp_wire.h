@@ -25,10 +25,11 @@
 #endif
 
 #define HCA_TCP_MAGIC    0x50544348u       /* "HCTP" */
-#define HCA_TCP_VERSION  3                 /* 2: the challenge-response
+#define HCA_TCP_VERSION  4                 /* 2: the challenge-response
                                               handshake; 3: sequence
                                               numbers checked, duplicates,
-                                              resume after a reconnect */
+                                              resume after a reconnect; 4:
+                                              WRITEs striped over paths */
 #define HCA_TCP_SEG_MAX  (64u * 1024)      /* payload of a WRITE or
                                               READ_RESP frame: a large
                                               transfer is cut into these,
@@ -116,7 +117,11 @@ enum {
     HCA_TCP_F_START    = 1u << 4, /* SEND, WRITE, READ, ATOMIC: the frame
                                      at the requester QP's start PSN (its
                                      first since it was connected) */
-    HCA_TCP_F_ALL      = (1u << 5) - 1
+    HCA_TCP_F_STRIPED  = 1u << 5, /* WRITE: its parts go over several
+                                     paths, so a part may come ahead of
+                                     the PSN expected: the responder
+                                     places it (hca_tcp_rel.c) */
+    HCA_TCP_F_ALL      = (1u << 6) - 1
 };
 
 /* An ACK's syndrome beyond the statuses: "a request frame came ahead of
