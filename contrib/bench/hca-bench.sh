@@ -529,10 +529,18 @@ pt_cpu=no
 pt_wire_if=
 last_cpu=
 # wire_bytes: "RX TX" bytes of pt_wire_if in host a, or "- -"
+# (pt_wire_if: interfaces, blank-separated: their sums)
 wire_bytes() {
-    local d=/sys/class/net/$pt_wire_if/statistics v
-    v=$("${pt_srv_ns[@]}" cat "$d/rx_bytes" "$d/tx_bytes" 2>/dev/null | paste -sd' ' -)
-    case $v in *' '*) echo "$v" ;; *) echo "- -" ;; esac
+    local i rx=0 tx=0 v
+    for i in $pt_wire_if; do
+        v=$("${pt_srv_ns[@]}" cat "/sys/class/net/$i/statistics/rx_bytes" \
+            "/sys/class/net/$i/statistics/tx_bytes" 2>/dev/null | paste -sd' ' -)
+        case $v in
+        [0-9]*' '[0-9]*) rx=$((rx + ${v% *})); tx=$((tx + ${v#* })) ;;
+        *) echo "- -"; return ;;
+        esac
+    done
+    [ -n "$pt_wire_if" ] && echo "$rx $tx" || echo "- -"
 }
 # cpu_fields LOG "RX0 TX0" "RX1 TX1" ARGS...: the CPU columns of one run
 # (size, -n, -w of ARGS; wall, user, sys of LOG.time-server and
@@ -942,6 +950,7 @@ netpipe_level() {
 # MPI rank 0, host b the clients and rank 1.
 hosts_ns=()
 hosts_if=
+hosts_if2=
 hosts_addr_a=
 hosts_map=()
 hca_run=$builddir/contrib/hca-run
@@ -970,7 +979,9 @@ hosts_setup() {
             nfail=$((nfail + 1)); return 1; }
     fi
     hosts_dir=$(mktemp -d /tmp/hca-bench-hosts.XXXXXX) || return 1
-    if ! "$topdir/contrib/hca-hosts.sh" up -n 2 --slots 2 "$hosts_dir" \
+    # a second link (hmveth1, its own subnet) for the two-path rows; the
+    # other rows name the first link alone
+    if ! "$topdir/contrib/hca-hosts.sh" up -n 2 --slots 2 --links 2 "$hosts_dir" \
             >"$outdir/logs/hosts-up.log" 2>&1; then
         log "[hosts] cannot make the namespace hosts: $(tail -n 1 "$outdir/logs/hosts-up.log")"
         rm -rf "$hosts_dir"; hosts_dir=
@@ -983,6 +994,8 @@ hosts_setup() {
     read -r hosts_if hosts_addr_a < <(ip -n "${hosts_ns[0]}" -4 -o addr show |
         awk '$2 != "lo" { sub(/\/.*/, "", $4); print $2, $4; exit }')
     [ -n "$hosts_addr_a" ] || { log "[hosts] no address on host a"; nfail=$((nfail + 1)); return 1; }
+    hosts_if2=$(ip -n "${hosts_ns[0]}" -4 -o addr show |
+        awk -v first="$hosts_if" '$2 != "lo" && $2 != first { print $2; exit }')
     read -r -a hosts <<<"$HCA_HOSTS"
     # one rank per host; pinned as ucx_perftest is (rank 0 on CPU 0, rank 1
     # on CPU 1): each host's daemon sees all the CPUs, and mpirun's default
@@ -994,7 +1007,7 @@ hosts_setup() {
     else
         hosts_map=(--map-by node --bind-to none)
     fi
-    l="hosts ${hosts[*]} (namespaces ${hosts_ns[*]}), $hosts_if, $HCA_HOSTS_SUBNET; server/rank 0 on ${hosts[0]} ($hosts_addr_a)"
+    l="hosts ${hosts[*]} (namespaces ${hosts_ns[*]}), $hosts_if, $HCA_HOSTS_SUBNET; second link ${hosts_if2:-none}; server/rank 0 on ${hosts[0]} ($hosts_addr_a)"
     log "[hosts] $l"
     echo "hosts	$l" >>"$outdir/info.tsv"
     return 0
@@ -1039,7 +1052,14 @@ hosts_check_tl() {
 hosts_mpirun() {
     local kind=$1 tl=$2 rep=$3 log=$4 xs=()
     shift 4
-    [ "$rep" = 1 ] && xs=(-x UCX_LOG_LEVEL=info)
+    # the first link alone: hca's path, or UCX tcp's interface (not for
+    # hca: UCX_NET_DEVICES filters its device hca0 too)
+    if [ "$kind" = hca ]; then
+        xs=(-x "UCX_HCA_NET_DEVICES=$hosts_if")
+    else
+        xs=(-x "UCX_NET_DEVICES=$hosts_if")
+    fi
+    [ "$rep" = 1 ] && xs+=(-x UCX_LOG_LEVEL=info)
     # shellcheck disable=SC2086  # HCA_HOSTS_MPIRUN_ARGS: words without blanks
     echo "UCX_TLS=$tl $hca_run mpirun --oversubscribe -np 2 ${hosts_map[*]} $HCA_HOSTS_MPIRUN_ARGS ${xs[*]} $*" >"$log.cmd"
     # shellcheck disable=SC2086
@@ -1180,7 +1200,8 @@ hosts_level() {
         printf 'hosts\tCPU/GB rows\t/usr/bin/time not installed\n' >>"$skipped"
         cpu_rows=()
     fi
-    pt_wire_if=$hosts_if
+    # both links: a two-path row's bytes take either
+    pt_wire_if="$hosts_if${hosts_if2:+ $hosts_if2}"
     # ping-pongs of 8 B: hosts_lat_iters (UCX's tcp has millisecond
     # stalls, and 100000 would take long); 1 MiB streams: hosts_bw_iters
     nl=$(setting hosts_lat_iters); wl=$((nl / 10))
@@ -1192,12 +1213,18 @@ hosts_level() {
         [ ${#f[@]} -eq 7 ] || [ ${#f[@]} -eq 10 ] ||
             die "$matrix: hosts record: $rec"
         [ "${f[3]}" = - ] && f[3]=
+        if [ -z "$hosts_if2" ] && [[ $rec == *'{if2}'* ]]; then
+            log "[hosts] ${f[0]}: no second link"
+            printf 'hosts\t%s\tno second link\n' "${f[0]}" >>"$skipped"
+            continue
+        fi
         bytes_of "${f[1]}"; f[1]=$bytes
         for ((a = 4; a < ${#f[@]}; a++)); do
             v=${f[a]//\{size\}/${f[1]}}
             v=${v//\{nl\}/$nl}; v=${v//\{wl\}/$wl}
             v=${v//\{nb\}/$nb}; v=${v//\{wb\}/$wb}
-            v=${v//\{if\}/$hosts_if}; v=${v//\{tcp_put\}/$tcp_put}
+            v=${v//\{if\}/$hosts_if}; v=${v//\{if2\}/$hosts_if2}
+            v=${v//\{tcp_put\}/$tcp_put}
             f[a]=$v
         done
         pt_cpu=no
