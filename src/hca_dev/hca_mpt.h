@@ -78,6 +78,12 @@ static inline void hca_mpt_release(hca_mpt_entry_t *entry)
     atomic_fetch_sub_explicit(&entry->inflight, 1, memory_order_release);
 }
 
+/* One more pin of an entry the caller holds pinned (released on its own). */
+static inline void hca_mpt_hold(hca_mpt_entry_t *entry)
+{
+    atomic_fetch_add_explicit(&entry->inflight, 1, memory_order_relaxed);
+}
+
 /* Checks and pins an entry of a (local or peer's) MPT: the one lookup of
  * a key.  HCA_WC_SUCCESS (release with hca_mpt_release()), else
  * HCA_WC_REM_ACCESS_ERR. */

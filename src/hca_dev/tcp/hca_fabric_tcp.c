@@ -373,6 +373,7 @@ static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
     [HCA_TCP_CNT_FAULTS]       = "faults_injected",
     [HCA_TCP_CNT_FAILOVERS]    = "failovers",
     [HCA_TCP_CNT_STRIPED]      = "striped_writes",
+    [HCA_TCP_CNT_STRIPED_READS] = "striped_reads",
 #define HCA_TCP_PATH_NAMES(_p) \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_FRAMES_TX)]   = "path" #_p "_frames_tx", \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_BYTES_TX)]    = "path" #_p "_bytes_tx", \

@@ -234,12 +234,14 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
 
     if (HCA_UNLIKELY(wqe->length >= HCA_TCP_STRIPE_MIN) &&
         (wqe->state == HCA_WQE_POSTED) && hca_tcp_stripe_fits(tcp, wqe) &&
-        (conn == tq->home) &&
+        (conn == tq->home) && (tq->next_psn != tq->start_psn) &&
         (atomic_load_explicit(&tq->sent_tail, memory_order_acquire) ==
          atomic_load_explicit(&tq->sent_head, memory_order_relaxed))) {
         /* only with nothing unanswered: a part on the sibling could
          * otherwise pass the frames before it on this path, which the
-         * responder executes first (a READ of the same bytes) */
+         * responder executes first (a READ of the same bytes).  Not the
+         * QP's first WQE: its first frame (F_START) makes the responder's
+         * record of the QP, which a part on the other path must find. */
         sibling = hca_tcp_stripe_sibling(tcp, qp); /* a second path UP */
     }
 
@@ -261,11 +263,17 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
             return HCA_EXEC_BUSY; /* HCA_TCP_RD_ATOM atomics unanswered */
         }
         if (HCA_UNLIKELY(sibling != NULL)) {
-            hca_tcp_stripe_begin(qp, wqe, hca_tcp_sent_last(qp), sibling);
-            pthread_mutex_unlock(&conn->tx_lock);
-            return hca_tcp_stripe_send(tcp, qp, wqe);
+            if (wqe->opcode == HCA_WR_RDMA_READ) {
+                hca_tcp_stripe_read(qp, hca_tcp_sent_last(qp));
+            } else {
+                hca_tcp_stripe_begin(qp, wqe, hca_tcp_sent_last(qp),
+                                     sibling);
+                pthread_mutex_unlock(&conn->tx_lock);
+                return hca_tcp_stripe_send(tcp, qp, wqe);
+            }
         }
-    } else if (HCA_UNLIKELY(hca_tcp_sent_last(qp)->striped)) {
+    } else if (HCA_UNLIKELY(hca_tcp_sent_last(qp)->striped) &&
+               (wqe->opcode != HCA_WR_RDMA_READ)) {
         /* a striped WRITE cancelled: every part of it went with the
          * retransmission above */
         pthread_mutex_unlock(&conn->tx_lock);

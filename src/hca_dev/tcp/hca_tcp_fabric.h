@@ -138,6 +138,9 @@ typedef struct hca_tcp_tx {
 typedef struct hca_tcp_job {
     hca_tcp_hdr_t    hdr;       /* ACK, or READ_RESP of the next part */
     hca_mpt_entry_t *entry;     /* READ: pinned until its last part */
+    uint32_t         end;       /* READ: where its parts end (total, or
+                                   a striped answer's share) */
+    int              striped;   /* READ: its parts say HCA_TCP_F_STRIPED */
     uint64_t         addr;      /* READ: start in our memory */
     int              stale;     /* READ: asked again from an offset, its
                                    later parts go to waste: it ends at the
@@ -346,7 +349,9 @@ typedef enum {
     HCA_TCP_CNT_RECONNECTS,   /* connections resumed on a new socket */
     HCA_TCP_CNT_FAULTS,       /* injected faults (HCA_FAULT) */
     HCA_TCP_CNT_FAILOVERS,    /* QPs moved to another path, theirs lost */
-    HCA_TCP_CNT_STRIPED,      /* WRITEs sent over two paths */
+    HCA_TCP_CNT_STRIPED,      /* WRITEs sent over two paths (begun: a
+                                 path lost sends one again on one) */
+    HCA_TCP_CNT_STRIPED_READS, /* READs answered over two paths */
     HCA_TCP_CNT_NAKS,         /* requests refused, + the syndrome */
     HCA_TCP_CNT_PATHS = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST, /* per path
                                  (HCA_TCP_CNT_PATH) */
@@ -456,6 +461,9 @@ typedef struct hca_tcp_sent {
     uint8_t  kind;      /* HCA_TCP_SENT_* */
     uint8_t  striped;   /* a WRITE whose parts go over two paths: each
                            frame says so (HCA_TCP_F_STRIPED) */
+    uint64_t read_got[HCA_TCP_STRIPE_PARTS / 64]; /* READ (thread): parts
+                           of a striped answer that landed ahead of
+                           read_off (bit k: at k * HCA_TCP_SEG_MAX) */
 } hca_tcp_sent_t;
 
 /* Per-QP state, in qp->fabric_priv.  The owner (who posts and polls)
@@ -598,9 +606,13 @@ typedef enum {
     HCA_TCP_PSN_GAP,      /* ahead of the PSN expected, the first since
                              it: drop it, NAK PSN_SEQ with the expected */
     HCA_TCP_PSN_DROP,     /* ahead of a gap NAKed, or after a refusal */
-    HCA_TCP_PSN_BUSY      /* the frame expected, whose copy on another
+    HCA_TCP_PSN_BUSY,     /* the frame expected, whose copy on another
                              path is being read right now: drop it, NAK
                              PSN_SEQ with the expected (it comes again) */
+    HCA_TCP_PSN_UNKNOWN   /* a striped WRITE's first part, of a QP this
+                             path has no record of: drop it, NAK PSN_SEQ
+                             with its PSN (it comes again, on the QP's
+                             path) */
 } hca_tcp_psn_verdict_t;
 hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
                                         hca_tcp_conn_t *conn,
@@ -764,12 +776,15 @@ void hca_tcp_armed(hca_device_t *dev);
 int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
 void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
 
-/* hca_tcp_stripe.c: a large WRITE over two paths (the owner).  The WQE
- * may stripe (a WRITE of HCA_TCP_STRIPE_MIN bytes or more, two paths) */
+/* hca_tcp_stripe.c: a large WRITE or READ answer over two paths (the
+ * owner).  The WQE may stripe (a WRITE or READ of HCA_TCP_STRIPE_MIN
+ * bytes or more, two paths) */
 int  hca_tcp_stripe_fits(const hca_tcp_dev_t *tcp, const hca_wqe_t *wqe);
 /* the WQE just recorded (e) goes over its QP's path and the sibling */
 void hca_tcp_stripe_begin(hca_qp_t *qp, hca_wqe_t *wqe, hca_tcp_sent_t *e,
                           hca_tcp_conn_t *sibling);
+/* the READ just recorded (e) lets its responder stripe the answer */
+void hca_tcp_stripe_read(hca_qp_t *qp, hca_tcp_sent_t *e);
 /* sends its parts while the sockets take them: ISSUED all sent, PARTIAL
  * the rest later (or, a path lost, the whole WRITE again: cancelled) */
 hca_exec_t hca_tcp_stripe_send(hca_tcp_dev_t *tcp, hca_qp_t *qp,
@@ -783,6 +798,17 @@ int  hca_tcp_stripe_waits(hca_qp_t *qp);
  * may carry its requests (tq->stripe_conn, a qp_refs held); NULL if none
  * (tcp->lock not held) */
 hca_tcp_conn_t *hca_tcp_stripe_sibling(hca_tcp_dev_t *tcp, hca_qp_t *qp);
+/* the responder: an UP sibling of conn on another path that may carry
+ * READ answers to its peer (both proven to be that peer), NULL if none
+ * (tcp->lock held) */
+hca_tcp_conn_t *hca_tcp_answer_sibling(hca_tcp_dev_t *tcp,
+                                       hca_tcp_conn_t *conn);
+/* what the path's socket delivered lately, bytes per second (0: not
+ * known) */
+uint64_t hca_tcp_path_rate(hca_tcp_conn_t *conn);
+/* of n parts, how many the first of two paths takes, by their rates
+ * (half while either is unknown): 1 .. n - 1 */
+uint32_t hca_tcp_stripe_split(uint32_t n, uint64_t first, uint64_t second);
 
 /* The QP has a striped WRITE unanswered with parts on conn: conn's loss
  * sends it again (the thread). */

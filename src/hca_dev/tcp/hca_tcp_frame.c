@@ -27,10 +27,10 @@ static const uint8_t hca_tcp_op_flags[HCA_TCP_OP_LAST] = {
                              HCA_TCP_F_START,
     [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM | HCA_TCP_F_START |
                              HCA_TCP_F_STRIPED,
-    [HCA_TCP_OP_READ]      = HCA_TCP_F_START,
+    [HCA_TCP_OP_READ]      = HCA_TCP_F_START | HCA_TCP_F_STRIPED,
     [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32 | HCA_TCP_F_START,
     [HCA_TCP_OP_ACK]       = 0,
-    [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST,
+    [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST | HCA_TCP_F_STRIPED,
     [HCA_TCP_OP_KEEPALIVE] = 0,
     [HCA_TCP_OP_BYE]       = 0,
 };
@@ -144,6 +144,14 @@ hca_tcp_hdr_err_t hca_tcp_hdr_check(const hca_tcp_hdr_t *hdr)
     case HCA_TCP_OP_READ_RESP:
         if (hdr->length > HCA_TCP_SEG_MAX) {
             return HCA_TCP_HDR_LENGTH;
+        }
+        /* a striped answer's part says by its offset which part it is
+         * (the requester's bitmap): whole parts, the last may be short */
+        if ((hdr->flags & HCA_TCP_F_STRIPED) &&
+            ((hdr->offset % HCA_TCP_SEG_MAX != 0) ||
+             ((hdr->length != HCA_TCP_SEG_MAX) &&
+              !(hdr->flags & HCA_TCP_F_LAST)))) {
+            return HCA_TCP_HDR_RANGE;
         }
         return hca_tcp_part_ok(hdr) ? HCA_TCP_HDR_OK : HCA_TCP_HDR_RANGE;
     case HCA_TCP_OP_KEEPALIVE:

@@ -28,7 +28,9 @@
 #include "hca_queue.h"
 
 #include <errno.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -275,6 +277,26 @@ hca_tcp_conn_t *hca_tcp_path_return(hca_tcp_dev_t *tcp, hca_qp_t *qp)
     return tq->conn;
 }
 
+/* A READ's striped answer may have had parts on a path that was lost
+ * (its responder chose it): the QP's first unanswered READ is asked
+ * again, from its first part missing (the thread, tcp->lock held). */
+static void hca_tcp_reads_again(hca_tcp_dev_t *tcp, hca_qp_t *qp)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+    uint64_t head    = atomic_load_explicit(&tq->sent_head,
+                                            memory_order_acquire);
+
+    for (uint64_t t = atomic_load_explicit(&tq->sent_tail,
+                                           memory_order_acquire);
+         t != head; ++t) {
+        const hca_tcp_sent_t *e = &tq->sent[t & tq->sent_mask];
+        if (e->kind == HCA_TCP_SENT_READ) {
+            hca_tcp_rewind(tcp, qp, e->psn);
+            return;
+        }
+    }
+}
+
 void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     hca_device_t *dev = tcp->dev;
@@ -308,6 +330,8 @@ void hca_tcp_failover_ask(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                 hca_tcp_rewind(tcp, qp,
                                tq->sent[atomic_load(&tq->sent_tail) &
                                         tq->sent_mask].psn);
+            } else if (hca_tcp_conn_siblings(tq->conn, conn)) {
+                hca_tcp_reads_again(tcp, qp);
             }
             continue;
         }
@@ -433,6 +457,56 @@ hca_tcp_conn_t *hca_tcp_stripe_sibling(hca_tcp_dev_t *tcp, hca_qp_t *qp)
     }
     pthread_mutex_unlock(&tcp->lock);
     return best;
+}
+
+hca_tcp_conn_t *hca_tcp_answer_sibling(hca_tcp_dev_t *tcp,
+                                       hca_tcp_conn_t *conn)
+{
+    hca_tcp_conn_t *best = NULL;
+
+    /* the peer's identity on both proven, not claimed: a READ's data goes
+     * only to the context that asked for it */
+    if ((conn->rq_lead == NULL) || !atomic_load(&conn->proven)) {
+        return NULL;
+    }
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((c != conn) && (c->path != conn->path) &&
+            hca_tcp_conn_siblings(c, conn) && atomic_load(&c->proven) &&
+            (atomic_load(&c->superseded) == NULL) &&
+            (atomic_load(&c->state) == HCA_TCP_CONN_UP) &&
+            ((best == NULL) || (c->qp_refs < best->qp_refs))) {
+            best = c;
+        }
+    }
+    return best;
+}
+
+uint64_t hca_tcp_path_rate(hca_tcp_conn_t *conn)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int fd        = conn->fd;
+
+    memset(&ti, 0, sizeof(ti));
+    if ((fd < 0) ||
+        (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) ||
+        (len < offsetof(struct tcp_info, tcpi_delivery_rate) +
+               sizeof(ti.tcpi_delivery_rate))) {
+        return 0;
+    }
+    return ti.tcpi_delivery_rate;
+}
+
+uint32_t hca_tcp_stripe_split(uint32_t n, uint64_t first, uint64_t second)
+{
+    uint32_t split;
+
+    if ((first == 0) || (second == 0)) {
+        split = n / 2;
+    } else {
+        split = (uint32_t)(((__uint128_t)n * first) / (first + second));
+    }
+    return (split < 1) ? 1 : (split > n - 1) ? n - 1 : split;
 }
 
 int hca_tcp_path_keeps(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *conn)

@@ -95,6 +95,7 @@ int hca_tcp_sent_push(hca_qp_t *qp, hca_wqe_t *wqe)
     e->stamp    = wqe->resp_stamp;
     e->read_off = 0;
     e->read_gap = 0;
+    memset(e->read_got, 0, sizeof(e->read_got));
     e->kind     = kind;
     e->striped  = 0;
     if (kind == HCA_TCP_SENT_ATOMIC) {
@@ -158,6 +159,7 @@ void hca_tcp_frame_build(hca_qp_t *qp, const hca_wqe_t *wqe,
         break;
     case HCA_WR_RDMA_READ:
         hdr->opcode      = HCA_TCP_OP_READ;
+        hdr->flags       = e->striped ? HCA_TCP_F_STRIPED : 0;
         hdr->remote_addr = wqe->remote_addr;
         /* sent again after its answer came in part: the rest only (the
          * parts before read_off landed in order), as an IB requester
@@ -571,6 +573,14 @@ hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
              * start, which carries F_START.  Or more QPs than a context
              * has. */
             conn->rx.rqp = NULL;
+            if ((hdr->flags & HCA_TCP_F_STRIPED) && (hdr->offset == 0) &&
+                (hdr->opcode == HCA_TCP_OP_WRITE)) {
+                /* a striped WRITE whose first part came on a path that
+                 * does not share its QP's record (the paths' records
+                 * are joined by proven identity): it is asked again,
+                 * whole, on the QP's own path */
+                return HCA_TCP_PSN_UNKNOWN;
+            }
             return HCA_TCP_PSN_DROP;
         }
         r = calloc(1, sizeof(*r));

@@ -28,6 +28,7 @@
 #include "hca_mpt.h"
 #include "hca_queue.h"
 #include "hca_atomic.h"
+#include "hca_log.h"
 
 #include <errno.h>
 #include <string.h>
@@ -344,6 +345,49 @@ static void hca_tcp_rx_write(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_tcp_rx_payload(conn, HCA_TCP_RXK_REGION);
 }
 
+/* A large READ's answer over two paths: its first parts go on a sibling
+ * of conn, from a job of their own (the region pinned once more), the
+ * rest stay in *job, for conn; every part says HCA_TCP_F_STRIPED, and the
+ * requester places them in whatever order they come.  The split follows
+ * the paths' recent delivery rates.  Only a READ that allows it (its
+ * requester sends nothing after it until it is answered: no answer of a
+ * later request can pass the parts).  Nothing changes if no sibling is UP,
+ * proven, with room for the job, or the READ is not whole parts from
+ * its offset on (tcp->lock held). */
+static void hca_tcp_read_stripe(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                                hca_tcp_job_t *job)
+{
+    uint32_t start = job->hdr.offset;
+    uint32_t n     = (job->end - start + HCA_TCP_SEG_MAX - 1) /
+                     HCA_TCP_SEG_MAX;
+    hca_tcp_conn_t *sib;
+    hca_tcp_job_t part;
+    uint32_t split;
+
+    if ((start % HCA_TCP_SEG_MAX != 0) ||
+        ((job->end + HCA_TCP_SEG_MAX - 1) / HCA_TCP_SEG_MAX >
+         HCA_TCP_STRIPE_PARTS) ||
+        ((sib = hca_tcp_answer_sibling(tcp, conn)) == NULL)) {
+        return;
+    }
+    split        = hca_tcp_stripe_split(n, hca_tcp_path_rate(sib),
+                                        hca_tcp_path_rate(conn));
+    part         = *job;
+    part.end     = start + split * HCA_TCP_SEG_MAX;
+    part.striped = 1;
+    pthread_mutex_lock(&sib->tx_lock);
+    if ((sib->jobs_head - sib->jobs_tail < HCA_TCP_JOBS / 2) &&
+        (atomic_load(&sib->state) == HCA_TCP_CONN_UP)) {
+        hca_mpt_hold(part.entry); /* each job releases its own */
+        (void)hca_tcp_job_push(sib, &part);
+        hca_tcp_jobs_pump(tcp, sib);
+        job->hdr.offset = part.end;
+        job->striped    = 1;
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_STRIPED_READS, 1);
+    }
+    pthread_mutex_unlock(&sib->tx_lock);
+}
+
 static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
@@ -378,6 +422,12 @@ static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     job.hdr.offset     = hdr->offset; /* the answer goes from there */
     job.entry          = entry; /* released after the last part is out */
     job.addr           = hdr->remote_addr;
+    job.end            = hdr->total;
+    if (HCA_UNLIKELY(hdr->flags & HCA_TCP_F_STRIPED) &&
+        (hdr->total - hdr->offset >= HCA_TCP_STRIPE_MIN) &&
+        (tcp->n_paths > 1) && !conn->rx.dup) {
+        hca_tcp_read_stripe(tcp, conn, &job);
+    }
     pthread_mutex_lock(&conn->tx_lock);
     if (conn->rx.dup) {
         /* asked again (a part was lost): the answer still queued for the
@@ -570,6 +620,7 @@ static void hca_tcp_rx_read_resp(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     const hca_tcp_hdr_t *hdr = &conn->rx.in.hdr;
+    hca_tcp_psn_verdict_t verdict;
 
     conn->rx.pinned = NULL;
     conn->rx.iovcnt = 0;
@@ -578,7 +629,19 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     case HCA_TCP_OP_WRITE:
     case HCA_TCP_OP_READ:
     case HCA_TCP_OP_ATOMIC:
-        switch (hca_tcp_psn_check(tcp, conn, hdr)) {
+        verdict = hca_tcp_psn_check(tcp, conn, hdr);
+        if (HCA_UNLIKELY(tcp->dev->trace) && (verdict != HCA_TCP_PSN_NEW) &&
+            (verdict != HCA_TCP_PSN_DUP)) {
+            hca_log("tcp fabric: path %d: qp 0x%x psn %u (flags 0x%x) "
+                    "not executed: %s, expected %u", conn->path,
+                    hdr->src_qpn, hdr->psn, hdr->flags,
+                    (verdict == HCA_TCP_PSN_GAP) ? "gap" :
+                    (verdict == HCA_TCP_PSN_BUSY) ? "busy" :
+                    (verdict == HCA_TCP_PSN_UNKNOWN) ? "no record" :
+                    "dropped",
+                    (conn->rx.rqp != NULL) ? conn->rx.rqp->epsn : 0);
+        }
+        switch (verdict) {
         case HCA_TCP_PSN_NEW:
             break;
         case HCA_TCP_PSN_DUP:
@@ -587,6 +650,10 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         case HCA_TCP_PSN_GAP:
         case HCA_TCP_PSN_BUSY:
             hca_tcp_seq_nak(tcp, conn, hdr, conn->rx.rqp->epsn);
+            hca_tcp_rx_discard(conn);
+            return;
+        case HCA_TCP_PSN_UNKNOWN:
+            hca_tcp_seq_nak(tcp, conn, hdr, hdr->psn);
             hca_tcp_rx_discard(conn);
             return;
         case HCA_TCP_PSN_DROP:
@@ -723,15 +790,31 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                  * shows at the next one, and the READ goes again for the
                  * rest, from the first part missing (once per gap: the
                  * parts already on their way do not ask again) */
-                uint32_t before = e->read_off;
-                int last        = (hdr->flags & HCA_TCP_F_LAST) != 0;
+                uint32_t before  = e->read_off;
+                int last         = (hdr->flags & HCA_TCP_F_LAST) != 0;
+                int striped      = (hdr->flags & HCA_TCP_F_STRIPED) != 0;
+                uint32_t k       = hdr->offset / HCA_TCP_SEG_MAX;
 
+                if (striped && (k < HCA_TCP_STRIPE_PARTS)) {
+                    /* a striped answer's parts come over two paths, in
+                     * any order: each is marked, read_off passes them */
+                    e->read_got[k / 64] |= 1ull << (k % 64);
+                }
                 if (hdr->offset == before) {
                     e->read_off += hdr->length;
                 }
-                if (last && (e->read_off == hdr->total)) {
+                while ((e->read_off < hdr->total) &&
+                       (e->read_off % HCA_TCP_SEG_MAX == 0) &&
+                       ((k = e->read_off / HCA_TCP_SEG_MAX) <
+                        HCA_TCP_STRIPE_PARTS) &&
+                       ((e->read_got[k / 64] >> (k % 64)) & 1)) {
+                    e->read_off += (hdr->total - e->read_off <
+                                    HCA_TCP_SEG_MAX) ?
+                                   hdr->total - e->read_off : HCA_TCP_SEG_MAX;
+                }
+                if (e->read_off == hdr->total) {
                     hca_tcp_acked(tcp, qp, hdr);
-                } else if ((last || (hdr->offset > before)) &&
+                } else if (!striped && (last || (hdr->offset > before)) &&
                            (e->read_gap != e->read_off + 1)) {
                     e->read_gap = e->read_off + 1;
                     hca_tcp_rewind(tcp, qp, e->psn);

@@ -6,7 +6,11 @@
  * contexts has a second path UP, is sent in parts over both: its first
  * parts on the sibling, the rest (and its LAST) on the QP's own path.
  * The split follows what each socket has been delivering lately (the
- * kernel's estimate, TCP_INFO's delivery rate), not a fixed ratio.
+ * kernel's estimate, TCP_INFO's delivery rate: hca_tcp_path.c), not a
+ * fixed ratio.  A large READ's answer is striped by its responder
+ * (hca_tcp_resp.c), if the READ allows it: sent by a QP with nothing else
+ * unanswered, and followed by nothing until its answer is in, as a
+ * striped WRITE.
  * Every part keeps its own PSN and says HCA_TCP_F_STRIPED: the responder
  * places the parts in whatever order they come and answers the WRITE
  * once every part landed (hca_tcp_rel.c).  Small messages never stripe:
@@ -25,11 +29,7 @@
 #include "hca_tcp_fabric.h"
 #include "hca_queue.h"
 
-#include <linux/tcp.h>
-#include <netinet/in.h>
-#include <stddef.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #define HCA_TCP_STRIPE_BURST 4 /* parts sent on one path before the other
                                   gets its turn: both sockets fill at once */
@@ -42,46 +42,34 @@ static uint32_t hca_tcp_stripe_parts(const hca_wqe_t *wqe)
 
 int hca_tcp_stripe_fits(const hca_tcp_dev_t *tcp, const hca_wqe_t *wqe)
 {
-    return (tcp->n_paths > 1) && (wqe->opcode == HCA_WR_RDMA_WRITE) &&
+    return (tcp->n_paths > 1) &&
+           ((wqe->opcode == HCA_WR_RDMA_WRITE) ||
+            (wqe->opcode == HCA_WR_RDMA_READ)) &&
            (wqe->length >= HCA_TCP_STRIPE_MIN) &&
            (hca_tcp_stripe_parts(wqe) <= HCA_TCP_STRIPE_PARTS);
 }
 
-/* What the path's socket delivered lately, bytes per second (0: not
- * known yet, or no socket now). */
-static uint64_t hca_tcp_path_rate(hca_tcp_conn_t *conn)
+void hca_tcp_stripe_read(hca_qp_t *qp, hca_tcp_sent_t *e)
 {
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-    int fd        = conn->fd;
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
 
-    memset(&ti, 0, sizeof(ti));
-    if ((fd < 0) ||
-        (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) ||
-        (len < offsetof(struct tcp_info, tcpi_delivery_rate) +
-               sizeof(ti.tcpi_delivery_rate))) {
-        return 0;
-    }
-    return ti.tcpi_delivery_rate;
+    /* the READ says its answer may be striped (HCA_TCP_F_STRIPED): an
+     * answer to a later request could pass the part on the other path,
+     * and be taken for the READ's answer lost, so nothing goes after it
+     * until it is answered */
+    e->striped     = 1;
+    tq->stripe_end = e->psn + 1;
+    atomic_store(&tq->stripe_open, 1);
 }
 
 void hca_tcp_stripe_begin(hca_qp_t *qp, hca_wqe_t *wqe, hca_tcp_sent_t *e,
                           hca_tcp_conn_t *sibling)
 {
     hca_tcp_qp_t *tq = hca_tcp_qp(qp);
-    uint64_t theirs  = hca_tcp_path_rate(sibling);
-    uint64_t ours    = hca_tcp_path_rate(tq->conn);
     uint32_t n       = e->npsn;
-    uint32_t split;
-
-    /* the sibling's share in proportion to the rates; half while either
-     * is unknown.  Each path gets a part at least, and ours the LAST. */
-    if ((theirs == 0) || (ours == 0)) {
-        split = n / 2;
-    } else {
-        split = (uint32_t)(((__uint128_t)n * theirs) / (theirs + ours));
-    }
-    split = (split < 1) ? 1 : (split > n - 1) ? n - 1 : split;
+    /* the sibling's share: the first parts; ours the rest, and the LAST */
+    uint32_t split   = hca_tcp_stripe_split(n, hca_tcp_path_rate(sibling),
+                                            hca_tcp_path_rate(tq->conn));
 
     e->striped         = 1;
     tq->stripe_split   = split;
@@ -95,6 +83,7 @@ void hca_tcp_stripe_begin(hca_qp_t *qp, hca_wqe_t *wqe, hca_tcp_sent_t *e,
     /* before any part goes: a path lost from now on sends it again
      * (hca_tcp_rewind_conn, hca_tcp_failover_ask) */
     atomic_store(&tq->stripe_open, 1);
+    HCA_TCP_COUNT(hca_tcp_dev(qp->dev), HCA_TCP_CNT_STRIPED, 1);
 }
 
 int hca_tcp_stripe_waits(hca_qp_t *qp)
@@ -187,7 +176,6 @@ hca_exec_t hca_tcp_stripe_send(hca_tcp_dev_t *tcp, hca_qp_t *qp,
         if ((tq->stripe_next[0] == ends[0]) &&
             (tq->stripe_next[1] == ends[1])) {
             tq->striping = 0;
-            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_STRIPED, 1);
             return HCA_EXEC_ISSUED;
         }
         if (!moved) {

@@ -281,18 +281,20 @@ void hca_tcp_jobs_pump(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             conn->jobs_tail++;
             continue;
         }
-        /* the next part of a READ, straight from the region */
-        job->hdr.length = job->hdr.total - job->hdr.offset;
+        /* the next part of a READ, straight from the region (up to the
+         * job's end: a striped answer's share, or the READ's) */
+        job->hdr.length = job->end - job->hdr.offset;
         if (job->hdr.length > HCA_TCP_SEG_MAX) {
             job->hdr.length = HCA_TCP_SEG_MAX;
         }
-        job->hdr.flags = (job->hdr.offset + job->hdr.length ==
-                          job->hdr.total) ? HCA_TCP_F_LAST : 0;
+        job->hdr.flags = ((job->hdr.offset + job->hdr.length ==
+                           job->hdr.total) ? HCA_TCP_F_LAST : 0) |
+                         (job->striped ? HCA_TCP_F_STRIPED : 0);
         iov.iov_base = (void*)(uintptr_t)(job->addr + job->hdr.offset);
         iov.iov_len  = job->hdr.length;
         hca_tcp_tx_start(conn, &job->hdr, &iov, 1, 0);
         job->hdr.offset += job->hdr.length;
-        if (job->hdr.flags & HCA_TCP_F_LAST) {
+        if (job->hdr.offset == job->end) {
             conn->tx.pinned = job->entry; /* released once it is out */
             conn->jobs_tail++;
         }

@@ -117,10 +117,13 @@ enum {
     HCA_TCP_F_START    = 1u << 4, /* SEND, WRITE, READ, ATOMIC: the frame
                                      at the requester QP's start PSN (its
                                      first since it was connected) */
-    HCA_TCP_F_STRIPED  = 1u << 5, /* WRITE: its parts go over several
-                                     paths, so a part may come ahead of
-                                     the PSN expected: the responder
-                                     places it (hca_tcp_rel.c) */
+    HCA_TCP_F_STRIPED  = 1u << 5, /* WRITE, READ_RESP: its parts go over
+                                     two paths, so a part may come ahead
+                                     of those before it: placed at its
+                                     offset (WRITE: hca_tcp_rel.c;
+                                     READ_RESP: hca_tcp_resp.c).  READ:
+                                     its answer may be striped (nothing
+                                     else of the QP is unanswered) */
     HCA_TCP_F_ALL      = (1u << 6) - 1
 };
 
