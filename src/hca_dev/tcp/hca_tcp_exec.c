@@ -172,8 +172,8 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
 
     if (HCA_UNLIKELY(atomic_load_explicit(&tq->stripe_open,
                                           memory_order_relaxed))) {
-        if ((wqe->state == HCA_WQE_POSTED) && hca_tcp_stripe_waits(qp)) {
-            return HCA_EXEC_BUSY; /* after a striped WRITE: its answer */
+        if ((wqe->state == HCA_WQE_POSTED) && hca_tcp_stripe_blocks(qp, wqe)) {
+            return HCA_EXEC_BUSY; /* after a striped WQE: its answer */
         }
         if (tq->striping) {
             if ((state == HCA_TCP_CONN_UP) && !hca_tcp_rtx_wanted(tcp, qp)) {
@@ -235,11 +235,14 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
     if (HCA_UNLIKELY(wqe->length >= HCA_TCP_STRIPE_MIN) &&
         (wqe->state == HCA_WQE_POSTED) && hca_tcp_stripe_fits(tcp, wqe) &&
         (conn == tq->home) && (tq->next_psn != tq->start_psn) &&
-        (atomic_load_explicit(&tq->sent_tail, memory_order_acquire) ==
-         atomic_load_explicit(&tq->sent_head, memory_order_relaxed))) {
+        ((atomic_load_explicit(&tq->sent_tail, memory_order_acquire) ==
+          atomic_load_explicit(&tq->sent_head, memory_order_relaxed)) ||
+         ((wqe->opcode == HCA_WR_RDMA_READ) && tq->stripe_reads &&
+          atomic_load_explicit(&tq->stripe_open, memory_order_relaxed)))) {
         /* only with nothing unanswered: a part on the sibling could
          * otherwise pass the frames before it on this path, which the
-         * responder executes first (a READ of the same bytes).  Not the
+         * responder executes first (a READ of the same bytes); a READ
+         * after striped READs only (all READs: nothing passes them).  Not the
          * QP's first WQE: its first frame (F_START) makes the responder's
          * record of the QP, which a part on the other path must find. */
         sibling = hca_tcp_stripe_sibling(tcp, qp); /* a second path UP */

@@ -459,8 +459,11 @@ typedef struct hca_tcp_sent {
     uint32_t read_gap;  /* READ: 1 + the read_off it was sent again from
                            (0: none): one request per gap */
     uint8_t  kind;      /* HCA_TCP_SENT_* */
-    uint8_t  striped;   /* a WRITE whose parts go over two paths: each
-                           frame says so (HCA_TCP_F_STRIPED) */
+    uint8_t  striped;   /* a WRITE whose parts go over two paths, or a
+                           READ whose answer may: each frame says so
+                           (HCA_TCP_F_STRIPED) */
+    uint8_t  read_done; /* READ (thread): its answer is in whole, maybe
+                           before that of a striped READ ahead of it */
     uint64_t read_got[HCA_TCP_STRIPE_PARTS / 64]; /* READ (thread): parts
                            of a striped answer that landed ahead of
                            read_off (bit k: at k * HCA_TCP_SEG_MAX) */
@@ -500,6 +503,8 @@ typedef struct hca_tcp_qp {
     uint32_t         stripe_next[2]; /* [0]: the sibling's, [1]: ours */
     uint32_t         stripe_end;
     uint8_t          striping;    /* parts not sent yet */
+    uint8_t          stripe_reads; /* the open stripe is of READs: READs
+                                     may follow it, nothing else */
     _Atomic uint32_t stripe_open; /* not answered yet: the thread reads
                                      it when a path is lost */
 } hca_tcp_qp_t;
@@ -792,8 +797,10 @@ hca_exec_t hca_tcp_stripe_send(hca_tcp_dev_t *tcp, hca_qp_t *qp,
 /* its parts not sent yet go with a retransmission from the first
  * unanswered PSN, on the QP's path */
 void hca_tcp_stripe_cancel(hca_qp_t *qp, hca_wqe_t *wqe);
-/* a striped WRITE is not answered yet: later WQEs wait */
+/* a striped WRITE or READ is not answered yet: later WQEs wait */
 int  hca_tcp_stripe_waits(hca_qp_t *qp);
+/* ... this WQE waits (a READ after striped READs does not) */
+int  hca_tcp_stripe_blocks(hca_qp_t *qp, const hca_wqe_t *wqe);
 /* hca_tcp_path.c: an UP sibling of the QP's path on another path, that
  * may carry its requests (tq->stripe_conn, a qp_refs held); NULL if none
  * (tcp->lock not held) */

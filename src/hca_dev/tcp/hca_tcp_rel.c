@@ -93,8 +93,9 @@ int hca_tcp_sent_push(hca_qp_t *qp, hca_wqe_t *wqe)
     e->npsn     = hca_tcp_nframes(wqe);
     e->sq_idx   = (uint32_t)(wqe - qp->sq);
     e->stamp    = wqe->resp_stamp;
-    e->read_off = 0;
-    e->read_gap = 0;
+    e->read_off  = 0;
+    e->read_gap  = 0;
+    e->read_done = 0;
     memset(e->read_got, 0, sizeof(e->read_got));
     e->kind     = kind;
     e->striped  = 0;
@@ -371,7 +372,18 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp, const hca_tcp_hdr_t *hdr)
         }
         if ((uint32_t)d >= e->npsn) {
             /* executed before p: a plain WQE is done; a READ's data or
-             * an atomic's value did not come, it goes again */
+             * an atomic's value did not come, it goes again.  Except a
+             * READ whose answer is in already (it passed a striped one),
+             * and a striped READ's answer: its parts on the other path
+             * may come after this (only READs follow a striped READ, and
+             * their answers wait in their records: hca_tcp_stripe.c) */
+            if ((e->kind == HCA_TCP_SENT_READ) && e->read_done) {
+                hca_tcp_sent_resolve(tcp, qp, e, HCA_WC_SUCCESS, 0);
+                continue;
+            }
+            if ((e->kind == HCA_TCP_SENT_READ) && e->striped) {
+                return;
+            }
             if (e->kind != HCA_TCP_SENT_PLAIN) {
                 hca_tcp_rewind(tcp, qp, e->psn); /* a READ: from read_off */
                 return;
@@ -390,6 +402,17 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp, const hca_tcp_hdr_t *hdr)
         } else if (hdr->opcode == HCA_TCP_OP_READ_RESP) {
             if (e->kind == HCA_TCP_SENT_READ) {
                 hca_tcp_sent_resolve(tcp, qp, e, HCA_WC_SUCCESS, 0);
+                /* READs after it whose answers came first */
+                while (atomic_load_explicit(&tq->sent_tail,
+                                            memory_order_relaxed) != head) {
+                    hca_tcp_sent_t *n = &tq->sent[atomic_load_explicit(
+                            &tq->sent_tail, memory_order_relaxed) &
+                                                  tq->sent_mask];
+                    if ((n->kind != HCA_TCP_SENT_READ) || !n->read_done) {
+                        break;
+                    }
+                    hca_tcp_sent_resolve(tcp, qp, n, HCA_WC_SUCCESS, 0);
+                }
             }
         } else if (hdr->syndrome != HCA_WC_SUCCESS) {
             hca_tcp_sent_resolve(tcp, qp, e, (hca_wc_status_t)hdr->syndrome,

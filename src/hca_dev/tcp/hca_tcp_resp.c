@@ -813,6 +813,7 @@ void hca_tcp_rx_done(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                                    hdr->total - e->read_off : HCA_TCP_SEG_MAX;
                 }
                 if (e->read_off == hdr->total) {
+                    e->read_done = 1; /* its answer is in, whole */
                     hca_tcp_acked(tcp, qp, hdr);
                 } else if (!striped && (last || (hdr->offset > before)) &&
                            (e->read_gap != e->read_off + 1)) {

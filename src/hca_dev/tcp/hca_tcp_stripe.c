@@ -53,13 +53,27 @@ void hca_tcp_stripe_read(hca_qp_t *qp, hca_tcp_sent_t *e)
 {
     hca_tcp_qp_t *tq = hca_tcp_qp(qp);
 
-    /* the READ says its answer may be striped (HCA_TCP_F_STRIPED): an
-     * answer to a later request could pass the part on the other path,
-     * and be taken for the READ's answer lost, so nothing goes after it
-     * until it is answered */
-    e->striped     = 1;
-    tq->stripe_end = e->psn + 1;
+    /* the READ says its answer may be striped (HCA_TCP_F_STRIPED): the
+     * answer to a later request could pass the part on the other path.
+     * A later READ's answer waits in its record (hca_tcp_acked); nothing
+     * else goes after it until it is answered, whose ACK would be taken
+     * for the READ's answer lost */
+    e->striped       = 1;
+    tq->stripe_end   = e->psn + 1;
+    tq->stripe_reads = 1;
     atomic_store(&tq->stripe_open, 1);
+}
+
+int hca_tcp_stripe_blocks(hca_qp_t *qp, const hca_wqe_t *wqe)
+{
+    hca_tcp_qp_t *tq = hca_tcp_qp(qp);
+
+    /* after striped READs, further READs go: their answers wait in their
+     * records until those before them are in (hca_tcp_acked) */
+    if (tq->stripe_reads && (wqe->opcode == HCA_WR_RDMA_READ)) {
+        return 0;
+    }
+    return hca_tcp_stripe_waits(qp);
 }
 
 void hca_tcp_stripe_begin(hca_qp_t *qp, hca_wqe_t *wqe, hca_tcp_sent_t *e,
@@ -72,6 +86,7 @@ void hca_tcp_stripe_begin(hca_qp_t *qp, hca_wqe_t *wqe, hca_tcp_sent_t *e,
                                             hca_tcp_path_rate(tq->conn));
 
     e->striped         = 1;
+    tq->stripe_reads   = 0;
     tq->stripe_split   = split;
     tq->stripe_next[0] = 0;
     tq->stripe_next[1] = split;

@@ -241,6 +241,66 @@ TEST(TcpStripe, ReadAnswerFillsTheBuffer)
     }
 }
 
+/* READs posted at once may each be striped (their answers wait in their
+ * records for those before them), and a WRITE after them waits for all of
+ * them: the READ of the bytes it overwrites sees the old ones.  Everything
+ * completes in order. */
+TEST(TcpStripe, ReadsInARowThenAWrite)
+{
+    const int NR      = 6;
+    const size_t LEN  = (1u << 20) + 4096;
+    pair_env e;
+    ASSERT_TRUE(e.open(TWO_PATHS, nullptr));
+    uint8_t *back = e.a.alloc(MEM_MALLOC, LEN * NR);
+    uint8_t *nsrc = e.a.alloc(MEM_MALLOC, LEN);
+    uint8_t *src  = e.b.alloc(MEM_MALLOC, LEN * NR);
+    ASSERT_TRUE(back && nsrc && src);
+    hca_mr_t *mb = e.a.reg(e.p.pd1, back, LEN * NR, ACCESS_ALL);
+    hca_mr_t *mn = e.a.reg(e.p.pd1, nsrc, LEN, ACCESS_ALL);
+    hca_mr_t *ms = e.b.reg(e.p.pd2, src, LEN * NR, ACCESS_ALL);
+    ASSERT_TRUE(mb && mn && ms);
+    for (int i = 0; i < NR; ++i) {
+        fill_pattern(src + i * LEN, LEN, 200 + i);
+    }
+    fill_pattern(nsrc, LEN, 999);
+    memset(back, 0, LEN * NR);
+
+    uint64_t r0 = tcp_counter(e.b.dev, "striped_reads");
+    uint64_t t0 = tcp_counter(e.a.dev, "retransmits");
+    std::vector<hca_sge_t> sg(NR + 1);
+    for (int i = 0; i < NR; ++i) {
+        sg[i] = mk_sge(back + i * LEN, LEN, hca_mr_lkey(mb));
+        hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_READ, &sg[i], 1,
+                                 HCA_SEND_SIGNALED, (uint64_t)i,
+                                 (uint64_t)(uintptr_t)(src + i * LEN),
+                                 hca_mr_rkey(ms));
+        ASSERT_EQ(0, post_retry(e.p.q1, &wr));
+    }
+    /* over the bytes the first READ read */
+    sg[NR] = mk_sge(nsrc, LEN, hca_mr_lkey(mn));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg[NR], 1,
+                             HCA_SEND_SIGNALED, (uint64_t)NR,
+                             (uint64_t)(uintptr_t)src, hca_mr_rkey(ms));
+    ASSERT_EQ(0, post_retry(e.p.q1, &wr));
+    std::vector<hca_wc_t> wcs;
+    ASSERT_TRUE(wait_wcs(e.p.s1, NR + 1, &wcs));
+    for (int i = 0; i <= NR; ++i) {
+        EXPECT_EQ((uint64_t)i, wcs[i].wr_id) << "completion " << i;
+        EXPECT_EQ(HCA_WC_SUCCESS, wcs[i].status) << wc_str(wcs[i]);
+    }
+    for (int i = 0; i < NR; ++i) {
+        EXPECT_EQ(-1, check_pattern(back + i * LEN, LEN, 200 + i))
+                << "READ " << i;
+    }
+    EXPECT_EQ(-1, check_pattern(src, LEN, 999)) << "the WRITE";
+    uint64_t striped = tcp_counter(e.b.dev, "striped_reads") - r0;
+    printf("# %llu of %d READs striped\n", (unsigned long long)striped, NR);
+    EXPECT_GE(striped, 2u) << "READs in a row were not striped";
+    /* an answer that passed a striped READ's parts is no sign of a loss */
+    EXPECT_EQ(0u, tcp_counter(e.a.dev, "retransmits") - t0)
+            << "a READ was asked again";
+}
+
 /* Striped WRITEs and READs under a fault: N WRITEs of distinct patterns
  * into distinct slots, posted at once, then N READs of them back; every
  * one is exact, and the fault happened. */
