@@ -36,6 +36,30 @@ static uint32_t hca_tcp_timeout_ms(const hca_device_t *dev)
     return HCA_TCP_TIMEOUT_MS;
 }
 
+/* The size from which a WRITE or READ may stripe over two paths
+ * (HCA_TCP_STRIPE_MIN; the environment's HCA_TCP_STRIPE_MIN, in bytes:
+ * 0 never; it is raised to HCA_TCP_STRIPE_MIN at least). */
+static uint64_t hca_tcp_stripe_min(void)
+{
+    const char *env = getenv("HCA_TCP_STRIPE_MIN");
+    char *end;
+    unsigned long long v;
+
+    if ((env == NULL) || (*env == '\0')) {
+        return HCA_TCP_STRIPE_MIN;
+    }
+    v = strtoull(env, &end, 0);
+    if (*end != '\0') {
+        hca_log("HCA_TCP_STRIPE_MIN=%s: not a number of bytes, %u used",
+                env, HCA_TCP_STRIPE_MIN);
+        return HCA_TCP_STRIPE_MIN;
+    }
+    if (v == 0) {
+        return UINT64_MAX; /* never */
+    }
+    return (v < HCA_TCP_STRIPE_MIN) ? HCA_TCP_STRIPE_MIN : v;
+}
+
 static int hca_tcp_dev_open(hca_device_t *dev)
 {
     const char *setting = dev->open_attr.net_devices;
@@ -55,6 +79,7 @@ static int hca_tcp_dev_open(hca_device_t *dev)
     tcp->ready_epfd = -1;
     tcp->wake_fd    = -1;
     tcp->timeout_ms = hca_tcp_timeout_ms(dev);
+    tcp->stripe_min = hca_tcp_stripe_min();
     tcp->open_ns    = hca_now_ns();
     do {
         tcp->incarn = hca_tcp_nonce(); /* 0 says "cannot resume" */

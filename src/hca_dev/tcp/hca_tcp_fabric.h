@@ -415,6 +415,9 @@ typedef struct hca_tcp_dev {
     hca_tcp_conn_t      *conns;
     uint64_t             secret;
     uint32_t             timeout_ms; /* the retry timeout */
+    uint64_t             stripe_min; /* a WRITE or READ this large may
+                                        stripe (HCA_TCP_STRIPE_MIN, or the
+                                        environment's; UINT64_MAX never) */
     uint64_t             incarn;     /* this context's incarnation */
     uint64_t             open_ns;
     uint64_t             reset_ns;   /* injected periodic resets: the last */

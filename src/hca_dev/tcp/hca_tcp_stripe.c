@@ -45,7 +45,7 @@ int hca_tcp_stripe_fits(const hca_tcp_dev_t *tcp, const hca_wqe_t *wqe)
     return (tcp->n_paths > 1) &&
            ((wqe->opcode == HCA_WR_RDMA_WRITE) ||
             (wqe->opcode == HCA_WR_RDMA_READ)) &&
-           (wqe->length >= HCA_TCP_STRIPE_MIN) &&
+           (wqe->length >= tcp->stripe_min) &&
            (hca_tcp_stripe_parts(wqe) <= HCA_TCP_STRIPE_PARTS);
 }
 

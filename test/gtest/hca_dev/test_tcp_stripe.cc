@@ -66,11 +66,13 @@ struct pair_env {
     ctx     a, b;
     qp_pair p;
 
-    ::testing::AssertionResult open(const char *paths, const char *fault)
+    ::testing::AssertionResult open(const char *paths, const char *fault,
+                                    const char *stripe_min = nullptr)
     {
         env_scope env;
         env.set("HCA_NET_DEVICES", paths);
         env.set("HCA_FAULT", fault);
+        env.set("HCA_TCP_STRIPE_MIN", stripe_min);
         if (!a.open(0, HCA_FABRIC_TCP) || !b.open(0, HCA_FABRIC_TCP)) {
             return ::testing::AssertionFailure() << "contexts on " << paths;
         }
@@ -98,10 +100,10 @@ struct pair_env {
 /* One WRITE of BIG bytes of pattern `seed` into dst at PAD, which holds
  * SENTINEL around it; what dst holds afterwards. */
 void write_once(const char *paths, uint64_t seed, std::vector<uint8_t> *out,
-                uint64_t *striped)
+                uint64_t *striped, const char *stripe_min = nullptr)
 {
     pair_env e;
-    ASSERT_TRUE(e.open(paths, nullptr));
+    ASSERT_TRUE(e.open(paths, nullptr, stripe_min));
     const size_t dlen = BIG + 2 * PAD;
     uint8_t *src      = e.a.alloc(MEM_MALLOC, BIG);
     uint8_t *dst      = e.b.alloc(MEM_MALLOC, dlen);
@@ -140,6 +142,23 @@ TEST(TcpStripe, LandsAsOverOnePath)
     EXPECT_EQ(-1, check_pattern(two.data() + PAD, BIG, 31));
     EXPECT_EQ(-1, check_byte(two.data() + PAD + BIG, PAD, SENTINEL));
     EXPECT_TRUE(one == two) << "the striped WRITE landed otherwise";
+}
+
+/* HCA_TCP_STRIPE_MIN=0: two paths, and nothing stripes; a value above
+ * the WRITE's size: neither.  The WRITE lands all the same. */
+TEST(TcpStripe, SettingTurnsItOff)
+{
+    std::vector<uint8_t> out;
+    uint64_t striped = 0;
+    const std::string above = std::to_string(BIG + 1);
+
+    ASSERT_NO_FATAL_FAILURE(write_once(TWO_PATHS, 5, &out, &striped, "0"));
+    EXPECT_EQ(0u, striped) << "HCA_TCP_STRIPE_MIN=0 striped";
+    EXPECT_EQ(-1, check_pattern(out.data() + PAD, BIG, 5));
+    ASSERT_NO_FATAL_FAILURE(write_once(TWO_PATHS, 6, &out, &striped,
+                                       above.c_str()));
+    EXPECT_EQ(0u, striped) << "a WRITE below HCA_TCP_STRIPE_MIN striped";
+    EXPECT_EQ(-1, check_pattern(out.data() + PAD, BIG, 6));
 }
 
 /* Order around striped WRITEs, posted at once: WRITE A, WRITE B over the
