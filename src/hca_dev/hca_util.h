@@ -20,6 +20,11 @@
 
 /* Monotonic time in ns (hca_host.c). */
 uint64_t hca_now_ns(void);
+/* The same clock as of its last tick (CLOCK_MONOTONIC_COARSE: never ahead
+ * of hca_now_ns, behind by a tick at most, a few ns to read): for stamps
+ * that liveness and retry timers compare in milliseconds, taken per
+ * frame sent or received. */
+uint64_t hca_coarse_ns(void);
 
 static inline uint32_t hca_roundup_pow2(uint32_t v)
 {

@@ -358,7 +358,7 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp, const hca_tcp_hdr_t *hdr)
     int seq          = (hdr->opcode == HCA_TCP_OP_ACK) &&
                        (hdr->syndrome == HCA_TCP_SYN_PSN_SEQ);
 
-    atomic_store_explicit(&tq->answered_ns, hca_now_ns(),
+    atomic_store_explicit(&tq->answered_ns, hca_coarse_ns(),
                           memory_order_relaxed);
     while (atomic_load_explicit(&tq->sent_tail, memory_order_relaxed) !=
            head) {

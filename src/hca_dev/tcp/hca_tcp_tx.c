@@ -182,7 +182,7 @@ int hca_tcp_tx_flush(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                       tx->frames);
     }
     tx->frames = 0;
-    atomic_store_explicit(&conn->last_tx_ns, hca_now_ns(),
+    atomic_store_explicit(&conn->last_tx_ns, hca_coarse_ns(),
                           memory_order_relaxed);
     return 1;
 }
