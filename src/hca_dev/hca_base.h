@@ -1,8 +1,9 @@
 /*
  * hca_base.h - what the base layer (layer 0) offers the rest: POSIX shared-
  * memory objects and their names (hca_memobj.c), host and process identity
- * (hca_host.c), fault injection (hca_fault.c), wakeup sockets (hca_notify.c)
- * and the opcode table (hca_opcode.c).
+ * (hca_host.c), a ring consumer's reaper of dead claims (hca_ring_reap.c),
+ * fault injection (hca_fault.c), wakeup sockets (hca_notify.c) and the
+ * opcode table (hca_opcode.c).
  * Private to libhcadev (not installed).
  */
 #ifndef HCA_BASE_H
@@ -10,6 +11,7 @@
 
 #include "hca_dev.h"
 #include "hca_util.h"
+#include "hca_ring.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -41,6 +43,12 @@ void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
 int      hca_proc_start_time(uint32_t pid, uint64_t *start_p);
 /* 1 if the producer of a claim mark (hca_ring.h) is gone. */
 int      hca_claimer_gone(uint64_t mark);
+
+/* A ring consumer (hca_ring_reap.c), while nothing is published at its
+ * tail: frees the slot there if its producer can never publish it (gone,
+ * or claimed and never stamped for long; watch remembers since when).
+ * 1 if a slot was freed. */
+int      hca_ring_reap_dead_claim(hca_ring_t *ring, hca_ring_watch_t *watch);
 uint32_t hca_ns_inode(const char *kind);
 
 /* Fault injection (hca_fault.c): HCA_FAULT="map=P,reg=P,answer_delay_us=N,

@@ -57,6 +57,7 @@ struct hca_device {
     hca_qp_pub_t      *qp_pub;
     hca_notify_t      *notify;
     hca_ring_t         svc;
+    hca_ring_watch_t   svc_unstamped; /* an unstamped claim at its tail */
     uint32_t           mpt_next;   /* search hint */
     uint8_t           *mpt_tag;    /* next tag per entry */
     uint64_t           mpt_serial; /* the last registration's serial */
@@ -183,6 +184,7 @@ typedef struct hca_rq {
     uint32_t      ring_id;
     hca_memobj_t     obj;
     hca_ring_t    ring;
+    hca_ring_watch_t unstamped;   /* an unstamped claim at its tail */
     hca_rwqe_t   *wqes;
     uint32_t      mask;
     uint32_t      max_sge;

@@ -45,19 +45,15 @@ static void hca_cq_busy_del(hca_cq_t *cq, uint32_t i)
 
 /* Every 16384 polls, and at each arm that a claimed slot refuses: a slot
  * claimed by a producer that was killed before it published would stop
- * its ring for good (hca_ring_claim_at_tail).  A consumer that waits
+ * its ring for good (hca_ring_reap.c).  A consumer that waits
  * polls about once per arm, so 16384 polls alone could take it many
  * seconds (each refused arm sleeps 1 ms in hca_cq_wait). */
 static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
 {
     for (uint32_t i = 0; i < cq->n_rqs; ++i) {
         hca_rq_t *rq = cq->rqs[i];
-        uint64_t mark;
         while (hca_ring_empty(&rq->ring) &&
-               hca_ring_claim_at_tail(&rq->ring, &mark) &&
-               hca_claimer_gone(mark)) {
-            hca_ring_release(&rq->ring,
-                             atomic_load(&rq->ring.hdr->tail));
+               hca_ring_reap_dead_claim(&rq->ring, &rq->unstamped)) {
             __atomic_fetch_add(&cq->dev->svc_cnt->errors[HCA_WC_GENERAL_ERR],
                                1, __ATOMIC_RELAXED);
         }

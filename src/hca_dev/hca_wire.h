@@ -18,11 +18,13 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     9  /* 7: counters by fabric and opcode; 8: a
+#define HCA_WIRE_VERSION     10 /* 7: counters by fabric and opcode; 8: a
                                     QP's accepted source has its host
                                     (hca_qp_pub_t.dest_host); 9: an MPT
                                     entry has its registration's serial, a
-                                    QP table entry its generation */
+                                    QP table entry its generation; 10: a
+                                    ring has an owner word per slot after
+                                    its slots (hca_ring.h) */
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */

@@ -161,7 +161,7 @@ static void fz_message(fz_world_t *w, fz_in_t *in)
     size_t plen, off;
     uint64_t idx;
     uint8_t *slot;
-    int wake;
+    int wake = 0;
 
     memset(&hdr, 0, sizeof(hdr));
     hdr.op       = fz_u8(in);

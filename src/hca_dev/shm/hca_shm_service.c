@@ -131,11 +131,8 @@ static void *hca_svc_thread(void *arg)
                 /* a slot claimed before the arm and not yet published:
                  * its producer will not wake us, so look again soon;
                  * unless it was killed before it published */
-                uint64_t mark;
-                if (hca_ring_claim_at_tail(&dev->svc, &mark) &&
-                    hca_claimer_gone(mark)) {
-                    hca_ring_release(&dev->svc,
-                                     atomic_load(&dev->svc.hdr->tail));
+                if (hca_ring_reap_dead_claim(&dev->svc,
+                                             &dev->svc_unstamped)) {
                     continue;
                 }
                 (void)poll(&pfd, 1, 1);

@@ -157,6 +157,28 @@ int forge_claim(forge_t *f, int timeout_ms)
     return 0;
 }
 
+int forge_take_head(forge_t *f, uint64_t *idx_p)
+{
+    _Atomic uint64_t *head = &f->ring.hdr->head;
+    uint64_t h = atomic_load(head);
+
+    for (;;) {
+        uint64_t idx = h & ~HCA_RING_ARMED;
+        if (idx - atomic_load(&f->ring.hdr->tail) > f->ring.mask) {
+            return -EAGAIN;
+        }
+        if (atomic_compare_exchange_weak(head, &h, idx + 1)) {
+            *idx_p = idx;
+            return 0;
+        }
+    }
+}
+
+int forge_stamp(forge_t *f, uint64_t idx)
+{
+    return hca_ring_stamp_claim(&f->ring, idx);
+}
+
 void forge_close(forge_t *f)
 {
     if (f->base != NULL) {

@@ -30,6 +30,13 @@ int  forge_put(forge_t *f, const forge_msg_t *m, const void *payload,
 /* Claims one slot and never publishes it (as a producer killed while it
  * writes); 0, or -ETIMEDOUT. */
 int  forge_claim(forge_t *f, int timeout_ms);
+/* The first half of a claim: moves the ring's head past one slot and
+ * stamps nothing (as a producer stopped between its head CAS and its
+ * stamp); *idx_p is the slot.  0, or -EAGAIN when the ring is full. */
+int  forge_take_head(forge_t *f, uint64_t *idx_p);
+/* The second half (hca_ring_stamp_claim): 0 if the slot is still ours,
+ * -1 if its consumer reaped it meanwhile. */
+int  forge_stamp(forge_t *f, uint64_t idx);
 void forge_close(forge_t *f);
 
 #ifdef __cplusplus

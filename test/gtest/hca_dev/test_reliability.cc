@@ -744,6 +744,126 @@ TEST_F(hca_test, DeadClaimerDoesNotLeaveWaiterAsleep)
     kill_child(p); /* reaps it: it killed itself */
 }
 
+/* A producer stopped between its two CASes: it moved the ring's head past
+ * a slot and has not stamped it (a process killed there, or one not
+ * running).  Its consumer cannot name it, so it used to wait behind the
+ * slot for good, and every SEND of another process behind it with it
+ * (KilledProducerDoesNotBlockWaitingConsumer hit it in 1 run of 12).
+ * Now the consumer takes the slot after 50 ms: a SEND behind it arrives
+ * within a second, the slot is counted as dropped, and the stopped
+ * producer, when it goes on, finds the slot reaped and writes nothing
+ * into it (its stamp CAS fails); a SEND after that arrives too. */
+TEST_F(hca_test, UnstampedClaimDoesNotBlockRing)
+{
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64, false);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY)); /* any source */
+    uint8_t *rx = c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, rx);
+    hca_mr_t *mr = c.reg(pd, rx, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(0, post_recv1(qp, rx + i * 1024, 1024, hca_mr_lkey(mr),
+                                (uint64_t)i));
+    }
+    peer_info me;
+    memset(&me, 0, sizeof(me));
+    me.addr   = c.addr;
+    me.qpn[0] = hca_qp_num(qp);
+
+    /* token 1: takes the head of a slot (token 1 back); token 2: stamps
+     * it, and answers 3 if it found the slot reaped, 4 if it got it */
+    child_t *p = fork_child([me](int rfd, int wfd) {
+        forge_t *f = nullptr;
+        uint64_t idx;
+        ASSERT_EQ(0, forge_open(&me.addr, me.qpn[0], &f));
+        ASSERT_TRUE(send_token(wfd, 1));
+        ASSERT_TRUE(expect_token(rfd, 1));
+        ASSERT_EQ(0, forge_take_head(f, &idx));
+        ASSERT_TRUE(send_token(wfd, 1));
+        ASSERT_TRUE(expect_token(rfd, 2));
+        ASSERT_TRUE(send_token(wfd, (forge_stamp(f, idx) == 0) ? 4 : 3));
+        forge_close(f);
+    }, 60);
+    ASSERT_NE(nullptr, p);
+    /* on token k (1, 2): one SEND with immediate REAL_IMM + k; 0 ends */
+    child_t *s = fork_child([me](int rfd, int wfd) {
+        ctx sc;
+        ASSERT_TRUE(sc.open(0));
+        hca_pd_t *spd = sc.new_pd();
+        cqw *scq      = sc.new_cq(64);
+        ASSERT_NE(nullptr, scq);
+        hca_qp_t *sqp = sc.new_qp(spd, scq, scq);
+        ASSERT_NE(nullptr, sqp);
+        ASSERT_EQ(0, connect_qp(sqp, me.addr, me.qpn[0]));
+        ASSERT_TRUE(send_token(wfd, 1));
+        for (;;) {
+            uint32_t tok = 0;
+            if (!recv_msg(rfd, &tok, 60000) || (tok == 0)) {
+                return;
+            }
+            char msg[64]     = "real";
+            hca_sge_t sg     = mk_sge(msg, sizeof(msg), 0);
+            hca_send_wr_t wr = mk_wr(HCA_WR_SEND_WITH_IMM, &sg, 1,
+                                     HCA_SEND_SIGNALED | HCA_SEND_INLINE,
+                                     tok);
+            wr.imm_data      = REAL_IMM + tok;
+            ASSERT_EQ(0, post_retry(sqp, &wr));
+            EXPECT_TRUE(wait_status(scq, tok, HCA_WC_SUCCESS));
+        }
+    }, 60);
+    ASSERT_NE(nullptr, s);
+    ASSERT_TRUE(expect_token(p->rfd, 1));
+    ASSERT_TRUE(expect_token(s->rfd, 1));
+    hca_counters_t cnt0;
+    ASSERT_EQ(0, hca_device_counters(c.dev, &cnt0));
+
+    /* waits (as a sleeping consumer does) for the SEND with imm */
+    auto wait_send = [&](uint32_t imm, double *el_ms) {
+        const double t0 = now_ms();
+        hca_wc_t wc;
+        bool got = false;
+        while (!got && (now_ms() - t0 < 5000)) {
+            (void)hca_cq_wait(cq->cq, 3000);
+            cq->poll_once();
+            got = cq->pop(&wc);
+        }
+        *el_ms = now_ms() - t0;
+        ASSERT_TRUE(got) << "no SEND came past the unstamped claim";
+        EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+        EXPECT_EQ(imm, wc.imm_data);
+    };
+    ASSERT_TRUE(send_token(p->wfd, 1));
+    ASSERT_TRUE(expect_token(p->rfd, 1)); /* head taken, nothing stamped */
+    ASSERT_TRUE(send_token(s->wfd, 1));
+    double el1 = 0, el2 = 0;
+    wait_send(REAL_IMM + 1, &el1);
+    EXPECT_LT(el1, 1000.0) << "the SEND waited long behind the claim";
+
+    /* the stopped producer goes on: its slot is gone, it must not write */
+    ASSERT_TRUE(send_token(p->wfd, 2));
+    EXPECT_TRUE(expect_token(p->rfd, 3))
+            << "the producer still owned the slot its consumer freed";
+    EXPECT_TRUE(wait_child(p));
+    ASSERT_TRUE(send_token(s->wfd, 2));
+    wait_send(REAL_IMM + 2, &el2);
+    hca_counters_t cnt1;
+    ASSERT_EQ(0, hca_device_counters(c.dev, &cnt1));
+    EXPECT_EQ(1u, cnt1.errors[HCA_WC_GENERAL_ERR] -
+                          cnt0.errors[HCA_WC_GENERAL_ERR])
+            << "the reaped slot was not counted once";
+    printf("[ INFO ] the SEND behind the unstamped claim arrived after "
+           "%.0f ms; the next after %.1f ms\n", el1, el2);
+    ASSERT_TRUE(send_token(s->wfd, 0));
+    EXPECT_TRUE(wait_child(s));
+}
+
 /* ------------------------------------------------------------ answers */
 
 namespace {
