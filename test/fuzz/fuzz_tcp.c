@@ -534,10 +534,10 @@ static void fz_hdr_promises(const hca_tcp_hdr_t *h)
         [HCA_TCP_OP_SEND]      = HCA_TCP_F_FIRST | HCA_TCP_F_LAST |
                                  HCA_TCP_F_IMM | HCA_TCP_F_START,
         [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM |
-                                 HCA_TCP_F_START,
-        [HCA_TCP_OP_READ]      = HCA_TCP_F_START,
+                                 HCA_TCP_F_START | HCA_TCP_F_STRIPED,
+        [HCA_TCP_OP_READ]      = HCA_TCP_F_START | HCA_TCP_F_STRIPED,
         [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32 | HCA_TCP_F_START,
-        [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST,
+        [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST | HCA_TCP_F_STRIPED,
     };
     uint64_t end = (uint64_t)h->offset + h->length;
     int part     = (h->opcode == HCA_TCP_OP_SEND) ||
@@ -551,6 +551,12 @@ static void fz_hdr_promises(const hca_tcp_hdr_t *h)
         ((h->syndrome >= HCA_WC_STATUS_LAST) &&
          (h->syndrome != HCA_TCP_SYN_PSN_SEQ))) {
         fz_fail("hdr_check passed a bad version, opcode, flags or syndrome");
+    }
+    if ((h->opcode == HCA_TCP_OP_WRITE) && (h->flags & HCA_TCP_F_STRIPED) &&
+        ((h->flags & HCA_TCP_F_IMM) || (h->offset % HCA_TCP_SEG_MAX != 0))) {
+        /* a striped part is placed out of order: whole parts, no notice */
+        fz_fail("hdr_check passed a striped WRITE part with a notice or "
+                "cut mid-part");
     }
     if ((h->length > HCA_TCP_SEG_MAX) ||
         ((h->opcode == HCA_TCP_OP_SEND) && (h->length > HCA_TCP_SEND_MAX)) ||
@@ -619,10 +625,10 @@ static void fz_shape(hca_tcp_hdr_t *h, uint8_t sel, uint8_t sel2)
         [HCA_TCP_OP_SEND]      = HCA_TCP_F_FIRST | HCA_TCP_F_LAST |
                                  HCA_TCP_F_IMM | HCA_TCP_F_START,
         [HCA_TCP_OP_WRITE]     = HCA_TCP_F_LAST | HCA_TCP_F_IMM |
-                                 HCA_TCP_F_START,
-        [HCA_TCP_OP_READ]      = HCA_TCP_F_START,
+                                 HCA_TCP_F_START | HCA_TCP_F_STRIPED,
+        [HCA_TCP_OP_READ]      = HCA_TCP_F_START | HCA_TCP_F_STRIPED,
         [HCA_TCP_OP_ATOMIC]    = HCA_TCP_F_ATOMIC32 | HCA_TCP_F_START,
-        [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST,
+        [HCA_TCP_OP_READ_RESP] = HCA_TCP_F_LAST | HCA_TCP_F_STRIPED,
     };
     static const uint8_t atomics[] = {
         HCA_WR_ATOMIC_CMP_SWP, HCA_WR_ATOMIC_FETCH_ADD, HCA_WR_ATOMIC_ADD,
