@@ -31,7 +31,11 @@ typedef enum {
     HCA_EXEC_DONE = 0, /* finished with *status_p: the engine completes it */
     HCA_EXEC_ISSUED,   /* waiting for the peer's response */
     HCA_EXEC_PARTIAL,  /* some data moved, call again later */
-    HCA_EXEC_BUSY      /* no room at the peer, nothing done */
+    HCA_EXEC_BUSY,     /* no room at the peer, nothing done: a post hands
+                          the WQE back (-EAGAIN) */
+    HCA_EXEC_WAIT      /* nothing done: an order rule of the fabric holds
+                          it behind an issued WQE; it stays queued (a post
+                          takes it) and goes at a later progress */
 } hca_exec_t;
 
 typedef struct hca_fabric_ops {

@@ -68,8 +68,10 @@ static void hca_req_count(hca_qp_t *qp, const hca_wqe_t *wqe)
     }
 }
 
-/* One step of the WQE at the head of execution: its next state. */
-static hca_wqe_state_t hca_req_step(hca_qp_t *qp, hca_wqe_t *wqe)
+/* One step of the WQE at the head of execution: its next state; *res_p
+ * what the fabric said. */
+static hca_wqe_state_t hca_req_step(hca_qp_t *qp, hca_wqe_t *wqe,
+                                    hca_exec_t *res_p)
 {
     const hca_opcode_info_t *info = &hca_opcode[wqe->opcode];
     hca_wc_status_t status        = HCA_WC_SUCCESS;
@@ -85,7 +87,8 @@ static hca_wqe_state_t hca_req_step(hca_qp_t *qp, hca_wqe_t *wqe)
             return HCA_WQE_DONE;
         }
     }
-    res = qp->fabric->exec(qp, wqe, &status);
+    res    = qp->fabric->exec(qp, wqe, &status);
+    *res_p = res;
     switch (res) {
     case HCA_EXEC_DONE:
         if ((status == HCA_WC_SUCCESS) &&
@@ -102,6 +105,7 @@ static hca_wqe_state_t hca_req_step(hca_qp_t *qp, hca_wqe_t *wqe)
     case HCA_EXEC_PARTIAL:
         return HCA_WQE_PARTIAL;
     case HCA_EXEC_BUSY:
+    case HCA_EXEC_WAIT:
     default:
         return (hca_wqe_state_t)wqe->state; /* nothing done */
     }
@@ -118,12 +122,13 @@ int hca_req_progress(hca_qp_t *qp)
     while ((qp->sq_exec != qp->sq_head) && (qp->state == HCA_QPS_RTS)) {
         hca_wqe_t *wqe       = &qp->sq[qp->sq_exec & qp->sq_mask];
         hca_wqe_state_t from = (hca_wqe_state_t)wqe->state, to;
+        hca_exec_t res       = HCA_EXEC_DONE;
 
         if ((from == HCA_WQE_POSTED) && (wqe->flags & HCA_SEND_FENCE) &&
             (qp->n_issued != 0)) {
             break;
         }
-        to = hca_req_step(qp, wqe);
+        to = hca_req_step(qp, wqe, &res);
         if (HCA_UNLIKELY(qp->dev->trace)) {
             hca_req_trace(qp, wqe, from, to);
         }
@@ -134,7 +139,8 @@ int hca_req_progress(hca_qp_t *qp)
             wqe->state = HCA_WQE_PARTIAL;
             break;
         } else if (to != HCA_WQE_DONE) {
-            rc = -EAGAIN; /* BUSY */
+            /* BUSY: the caller may take it back; WAIT: it stays */
+            rc = (res == HCA_EXEC_WAIT) ? 0 : -EAGAIN;
             break;
         }
         if (qp->state != HCA_QPS_RTS) {

@@ -173,7 +173,7 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
     if (HCA_UNLIKELY(atomic_load_explicit(&tq->stripe_open,
                                           memory_order_relaxed))) {
         if ((wqe->state == HCA_WQE_POSTED) && hca_tcp_stripe_blocks(qp, wqe)) {
-            return HCA_EXEC_BUSY; /* after a striped WQE: its answer */
+            return HCA_EXEC_WAIT; /* after a striped WQE: its answer */
         }
         if (tq->striping) {
             if ((state == HCA_TCP_CONN_UP) && !hca_tcp_rtx_wanted(tcp, qp)) {
