@@ -168,7 +168,7 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
                                          memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&ring->cached_tail,
                                          memory_order_acquire);
-    unsigned reloads = 0;
+    unsigned reloads = 0, lost = 0;
     for (;;) {
         uint64_t h = head & ~HCA_RING_ARMED;
         if (h - tail > ring->mask) {
@@ -204,10 +204,15 @@ static inline int hca_ring_claim(hca_ring_t *ring, uint64_t *idx_p,
                 return 0;
             }
             /* reaped while we were away between the two CASes: that slot
-             * is its consumer's now, take the next */
+             * is its consumer's now, take the next.  A consumer reaps one
+             * slot per 50 ms at most (hca_ring_reap.c): more than a ring of
+             * lost slots in one call is an owner that marks them ahead
+             * (and moves tail on), which must not keep us here */
+            if (++lost > ring->mask) {
+                return -EAGAIN;
+            }
             head = atomic_load_explicit(&ring->hdr->head,
                                         memory_order_relaxed);
-            reloads = 0;
         }
     }
 }
