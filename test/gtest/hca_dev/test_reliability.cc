@@ -657,6 +657,38 @@ TEST_F(hca_test, KilledProducerDoesNotBlockWaitingConsumer)
            worst_ms);
 }
 
+namespace {
+
+/* A receiver in c: a QP that accepts SENDs from any source (with its own
+ * CQ, no event channel), n receives of len bytes posted (wr_id 0..n-1);
+ * *me says where to send. */
+void any_source_receiver(ctx *c, int n, uint32_t len, cqw **cq_p,
+                         peer_info *me)
+{
+    ASSERT_TRUE(c->open(0));
+    hca_pd_t *pd = c->new_pd();
+    cqw *cq      = c->new_cq(64, false);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c->new_qp(pd, cq, cq);
+    ASSERT_NE(nullptr, qp);
+    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(qp, c->addr, HCA_QPN_ANY)); /* any source */
+    uint8_t *rx = c->alloc(MEM_MALLOC, (size_t)n * len);
+    ASSERT_NE(nullptr, rx);
+    hca_mr_t *mr = c->reg(pd, rx, (size_t)n * len, ACCESS_ALL);
+    ASSERT_NE(nullptr, mr);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(0, post_recv1(qp, rx + (size_t)i * len, len,
+                                hca_mr_lkey(mr), (uint64_t)i));
+    }
+    memset(me, 0, sizeof(*me));
+    me->addr   = c->addr;
+    me->qpn[0] = hca_qp_num(qp);
+    *cq_p      = cq;
+}
+
+} // namespace
+
 /* A consumer asleep in hca_cq_wait (armed); a producer's claim clears
  * the ring's armed bit, and the producer dies before it publishes and
  * wakes anyone.  A SEND of another process comes behind it: its claim
@@ -666,23 +698,9 @@ TEST_F(hca_test, KilledProducerDoesNotBlockWaitingConsumer)
 TEST_F(hca_test, DeadClaimerDoesNotLeaveWaiterAsleep)
 {
     ctx c;
-    ASSERT_TRUE(c.open(0));
-    hca_pd_t *pd = c.new_pd();
-    cqw *cq      = c.new_cq(64, false);
-    ASSERT_NE(nullptr, cq);
-    hca_qp_t *qp = c.new_qp(pd, cq, cq);
-    ASSERT_NE(nullptr, qp);
-    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
-    ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY)); /* any source */
-    uint8_t *rx = c.alloc(MEM_MALLOC, 4096);
-    ASSERT_NE(nullptr, rx);
-    hca_mr_t *mr = c.reg(pd, rx, 4096, ACCESS_ALL);
-    ASSERT_NE(nullptr, mr);
-    ASSERT_EQ(0, post_recv1(qp, rx, 4096, hca_mr_lkey(mr), 1));
+    cqw *cq = nullptr;
     peer_info me;
-    memset(&me, 0, sizeof(me));
-    me.addr   = c.addr;
-    me.qpn[0] = hca_qp_num(qp);
+    ASSERT_NO_FATAL_FAILURE(any_source_receiver(&c, 1, 4096, &cq, &me));
 
     /* 100 ms after its token: claims a slot and dies (SIGKILL) */
     child_t *p = fork_child([me](int rfd, int wfd) {
@@ -756,26 +774,9 @@ TEST_F(hca_test, DeadClaimerDoesNotLeaveWaiterAsleep)
 TEST_F(hca_test, UnstampedClaimDoesNotBlockRing)
 {
     ctx c;
-    ASSERT_TRUE(c.open(0));
-    hca_pd_t *pd = c.new_pd();
-    cqw *cq      = c.new_cq(64, false);
-    ASSERT_NE(nullptr, cq);
-    hca_qp_t *qp = c.new_qp(pd, cq, cq);
-    ASSERT_NE(nullptr, qp);
-    ASSERT_EQ(0, qp_to_init(qp, REMOTE_ALL));
-    ASSERT_EQ(0, qp_to_rtr(qp, c.addr, HCA_QPN_ANY)); /* any source */
-    uint8_t *rx = c.alloc(MEM_MALLOC, 4096);
-    ASSERT_NE(nullptr, rx);
-    hca_mr_t *mr = c.reg(pd, rx, 4096, ACCESS_ALL);
-    ASSERT_NE(nullptr, mr);
-    for (int i = 0; i < 4; ++i) {
-        ASSERT_EQ(0, post_recv1(qp, rx + i * 1024, 1024, hca_mr_lkey(mr),
-                                (uint64_t)i));
-    }
+    cqw *cq = nullptr;
     peer_info me;
-    memset(&me, 0, sizeof(me));
-    me.addr   = c.addr;
-    me.qpn[0] = hca_qp_num(qp);
+    ASSERT_NO_FATAL_FAILURE(any_source_receiver(&c, 4, 1024, &cq, &me));
 
     /* token 1: takes the head of a slot (token 1 back); token 2: stamps
      * it, and answers 3 if it found the slot reaped, 4 if it got it */
