@@ -293,7 +293,7 @@ def perftest_tables(outdir, rows, results, machine, skipped, summary,
             notes += cn
         for lv, what, why in skipped:
             if lv == level:
-                notes.append("not run: %s (%s)" % (what, why))
+                notes.append("FAIL not run: %s (%s)" % (what, why))
         ml = machine_line(machine, level)
         if ml:
             notes.insert(0, ml)
@@ -576,7 +576,7 @@ def ab_tables(outdir, info, rows, results, machine, skipped):
                                  "%d/%d" % (nslow, len(reps)), res]) + "\n")
         for lv, what, why in skipped:
             if lv == level:
-                notes.append("not run: %s (%s)" % (what, why))
+                notes.append("FAIL not run: %s (%s)" % (what, why))
         ml = machine_line(machine, level)
         if ml:
             notes.insert(0, ml)
@@ -935,6 +935,7 @@ def main():
         npass = sum(1 for s in targets if s[5] == "PASS")
         print("  %d of %d target rows PASS (informational)\n" % (
             npass, len(targets)))
+    not_run_lines(skipped)
     if "end" in machine:
         print("machine state at the end: cache-line ping-pong raw_shm %s ns"
               % machine["end"][0])
@@ -944,6 +945,18 @@ def main():
         print("elapsed: %s s, failed runs: %s" % (
             info["elapsed"], info.get("failed_runs", "?")))
     return 0
+
+
+def not_run_lines(skipped):
+    """The rows the matrix lists that did not run, at the end, where a
+    reader of the log looks: each one a FAIL (hca-bench.sh counts them as
+    failed runs and exits non-zero)."""
+    if not skipped:
+        return
+    print("Rows not run (FAIL)")
+    for lv, what, why in skipped:
+        print("  FAIL %-7s %s: %s" % (lv, what, why))
+    print()
 
 
 def ab_main(outdir, info, rows, results, machine, skipped):
@@ -969,6 +982,7 @@ def ab_main(outdir, info, rows, results, machine, skipped):
     print("pairs = repetitions where the new run was slower than the old "
           "run next to it\n")
     ab_tables(outdir, info, rows, results, machine, skipped)
+    not_run_lines(skipped)
     if "end" in machine:
         print("machine state at the end: cache-line ping-pong raw_shm %s ns"
               % machine["end"][0])

@@ -449,37 +449,10 @@ machine_state() {
 }
 
 # ------------------------------------------------------------ capabilities
-# caps[tl:op] = largest size of operation op (am_short, put_zcopy,
-# atomic_fadd, ...) on transport tl, from `ucx_info -d`.
-# read_caps TL DEV ENVWORDS... ; read_caps_as KEY TL DEV ENVWORDS... stores
-# them as caps[KEY:op] (A/B mode: the old build's hca is hca_old).
-declare -A caps
-caps_pre=()        # command prefix of ucx_info (level hosts: ip netns exec NS)
-read_caps() { read_caps_as "$1" "$@"; }
-read_caps_as() {
-    local key=$1 tl=$2 dev=$3 op max
-    shift 3
-    while read -r op max; do
-        caps[$key:$op]=$max
-    done < <("${caps_pre[@]}" env "$@" ucx_info -d -t "$tl" 2>/dev/null | awk -v dev="$dev" '
-        function bytes(s,   n, u) {
-            n = s; u = s; sub(/[^0-9]+$/, "", n); sub(/^[0-9]+/, "", u)
-            if (u == "K") n *= 1024; else if (u == "M") n *= 1048576
-            else if (u == "G") n *= 1073741824
-            # as "unlimited" beyond 2^62 (tcp: <= 2^64 - 26): bash integers
-            n += 0
-            if (n > 4611686018427387904) n = 4611686018427387904
-            return n
-        }
-        /Device:/ { indev = ($3 == dev) }
-        indev && /^# +[a-z_]+: / {
-            op = $2; sub(/:$/, "", op); sub(/,$/, "", $3)
-            if ($3 == "unlimited") print op, "4611686018427387904"
-            else if ($3 == "<=") {
-                v = $4; sub(/,$/, "", v); printf "%s %.0f\n", op, bytes(v)
-            } else if ($NF == "bit") print op, 8
-        }')
-}
+# caps[KEY:op] / caps_min[KEY:op]: read_caps, read_caps_as and size_fits
+# (contrib/bench/ucx-caps.sh; self-test: contrib/bench/test-ucx-caps.sh)
+# shellcheck source=contrib/bench/ucx-caps.sh
+. "$benchdir/ucx-caps.sh"
 
 # op name of a UCT test + layout
 uct_op() {
@@ -727,8 +700,15 @@ run_row_ab() {
 
 is_in() { local x=$1; shift; for y in "$@"; do [ "$x" = "$y" ] && return 0; done; return 1; }
 
+# Rows of the matrix that did not run, with why (level, row, reason):
+# each is a FAIL line of the summary and counts as a failed run.
 skipped=$outdir/skipped.tsv
 : >"$skipped"
+not_run() {
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$skipped"
+    log "[$1] not run: $2 ($3)"
+    nfail=$((nfail + 1))
+}
 
 # uct_rows LEVEL TEST LAYOUT METRIC OUTSTANDING ALLOC TARGET TARGETSIZES -- SIZES
 #   ALLOC: "" (iface default) or "heap" (UCX_HCA_ALLOC=heap and, for the
@@ -743,14 +723,12 @@ uct_rows() {
     [ "$metric" = lat ] && [ "$test" = get ] && label="$label lat"
     [ -n "$alloc" ] && label="$label [$alloc]"
     for size in "$@"; do
-        if [ "${caps[hca:$op]:-0}" -lt "$size" ]; then
-            printf '%s\t%s\t%s\n' "$level" "$label $(fmt_size "$size")" \
-                "hca $op max ${caps[hca:$op]:-unsupported}" >>"$skipped"
+        if ! size_fits hca "$op" "$size"; then
+            not_run "$level" "$label $(fmt_size "$size")" "hca: $fit_why"
             continue
         fi
-        if [ -n "$ab_old" ] && [ "${caps[hca_old:$op]:-0}" -lt "$size" ]; then
-            printf '%s\t%s\t%s\n' "$level" "$label $(fmt_size "$size")" \
-                "old build: hca $op max ${caps[hca_old:$op]:-unsupported}" >>"$skipped"
+        if [ -n "$ab_old" ] && ! size_fits hca_old "$op" "$size"; then
+            not_run "$level" "$label $(fmt_size "$size")" "old build: hca: $fit_why"
             continue
         fi
         tgt=
@@ -774,7 +752,9 @@ uct_rows() {
         row_builtins=(); row_builtin_env=(); row_builtin_args=()
         for ((i = 0; i < ${#uct_builtins[@]}; i++)); do
             tl=${uct_builtins[$i]} dev=${uct_builtin_devs[$i]}
-            if [ "${caps[$tl:$op]:-0}" -ge "$size" ]; then
+            # a built-in without the operation at this size: the row has
+            # no ratio against it (the summary's 'none'), not a failure
+            if size_fits "$tl" "$op" "$size"; then
                 row_builtins+=("$tl")
                 row_builtin_env+=("${alloc:+UCX_${tl^^}_ALLOC=$alloc}")
                 row_builtin_args+=("-t $test -x $tl -d $dev -D $layout -s $size -n $n -w $w ${extra[*]}")
@@ -964,7 +944,7 @@ hosts_setup() {
     # cannot be made here (not root, no ip netns, a container)
     if ! out=$(. "$topdir/contrib/hca-netns.sh" && netns_check "hca-bench: hosts"); then
         echo "${out:-hca-bench: hosts: SKIPPED: network namespaces unavailable}"
-        printf 'hosts\tall rows\t%s\n' "SKIPPED: ${out#*SKIPPED: }" >>"$skipped"
+        not_run hosts "all rows" "SKIPPED: ${out#*SKIPPED: }"
         return 1
     fi
     if [ ! -x "$hca_run" ]; then
@@ -1178,7 +1158,7 @@ hosts_level() {
     read_caps_as hosts_tcp tcp "$hosts_if"
     caps_pre=()
     tcp_put=zcopy
-    [ "${caps[hosts_tcp:put_zcopy]:-0}" -ge "$MiB" ] || tcp_put=bcopy
+    size_fits hosts_tcp put_zcopy "$MiB" || tcp_put=bcopy
     echo "hosts_tcp_put	$tcp_put" >>"$outdir/info.tsv"
     # the ceiling: iperf3 between the same hosts, pinned the same way (not
     # in A/B mode: its ucx_perftest rows only, old build against new)
@@ -1189,15 +1169,13 @@ hosts_level() {
             hosts_iperf "$r"
         done
     else
-        log "[hosts] iperf3 not found: no TCP ceiling"
-        printf 'hosts\tiperf3 TCP ceiling\tiperf3 not installed\n' >>"$skipped"
+        not_run hosts "iperf3 TCP ceiling" "iperf3 not installed (apt-get install iperf3)"
     fi
     # the rows whose CPU time is measured (GNU time: /usr/bin/time)
     [ -n "$ab_old" ] ||
         while IFS='|' read -r v _; do cpu_rows[$v]=1; done < <(matrix_records hosts-cpu)
     if [ ${#cpu_rows[@]} -gt 0 ] && [ ! -x /usr/bin/time ]; then
-        log "[hosts] /usr/bin/time not found (package time): no CPU rows"
-        printf 'hosts\tCPU/GB rows\t/usr/bin/time not installed\n' >>"$skipped"
+        not_run hosts "CPU/GB rows" "/usr/bin/time not installed (apt-get install time)"
         cpu_rows=()
     fi
     # both links: a two-path row's bytes take either
@@ -1214,8 +1192,7 @@ hosts_level() {
             die "$matrix: hosts record: $rec"
         [ "${f[3]}" = - ] && f[3]=
         if [ -z "$hosts_if2" ] && [[ $rec == *'{if2}'* ]]; then
-            log "[hosts] ${f[0]}: no second link"
-            printf 'hosts\t%s\tno second link\n' "${f[0]}" >>"$skipped"
+            not_run hosts "${f[0]}" "no second link"
             continue
         fi
         bytes_of "${f[1]}"; f[1]=$bytes
