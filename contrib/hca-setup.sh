@@ -82,7 +82,7 @@ ucx_prefix=""
 # Debian packages needed to build, test and run hca.
 packages=(
     build-essential autoconf automake libtool pkg-config dpkg-dev patch xz-utils
-    libucx-dev ucx-utils libnuma-dev googletest libgtest-dev
+    libucx-dev ucx-utils libnuma-dev libsodium-dev googletest libgtest-dev
     openmpi-bin libopenmpi-dev valgrind iproute2 procps
     clang libclang-rt-14-dev util-linux
     python3

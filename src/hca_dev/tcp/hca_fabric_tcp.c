@@ -11,7 +11,6 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -81,20 +80,22 @@ static int hca_tcp_dev_open(hca_device_t *dev)
     tcp->timeout_ms = hca_tcp_timeout_ms(dev);
     tcp->stripe_min = hca_tcp_stripe_min();
     tcp->open_ns    = hca_now_ns();
+    pthread_mutex_init(&tcp->lock, NULL);
+    if (hca_tcp_auth_init() != 0) {
+        rc = -EIO; /* no libsodium: no handshake, no nonce */
+        goto err;
+    }
     do {
         tcp->incarn = hca_tcp_nonce(); /* 0 says "cannot resume" */
     } while (tcp->incarn == 0);
-    pthread_mutex_init(&tcp->lock, NULL);
     tcp->scratch = malloc(HCA_TCP_SEG_MAX);
     if (tcp->scratch == NULL) {
         rc = -ENOMEM;
         goto err;
     }
-    if (getrandom(&tcp->secret, sizeof(tcp->secret), 0) !=
-        (ssize_t)sizeof(tcp->secret)) {
-        rc = -EIO; /* no secret, no listener that only invited peers use */
-        goto err;
-    }
+    do {
+        tcp->secret = hca_tcp_nonce(); /* the listener's: in its address */
+    } while (tcp->secret == 0);
     rc = hca_tcp_netif_pick(setting, tcp->paths, HCA_NET_MAX_PATHS);
     if (rc > 0) {
         tcp->n_paths = rc;

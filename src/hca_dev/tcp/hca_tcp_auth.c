@@ -1,121 +1,142 @@
 /*
- * hca_tcp_auth.c - SipHash-2-4 (Aumasson and Bernstein, 2012), written
- * here from the paper's definition and checked against its published
- * test vector (test_tcp.cc, TcpAuth), and the handshake's MACs built on
- * it.
+ * hca_tcp_auth.c - the handshake's MACs, key exchange and randomness over
+ * libsodium (see hca_tcp_auth.h).  The encodings below are the wire
+ * contract: docs/TCP-WIRE.md, "The MACs", lays them out byte by byte.
  */
 #include "hca_tcp_auth.h"
 
-#include <errno.h>
+#include <sodium.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
-static inline uint64_t hca_sip_rotl(uint64_t x, int b)
+/* the second half of a secret-keyed MAC's key: BLAKE2b takes keys of 16
+ * bytes or more, and a listener secret is 8 */
+static const uint8_t hca_tcp_mac_salt[8] = {'h', 'c', 'a', '-',
+                                            't', 'c', 'p', '5'};
+/* the session key's domain: it is never another protocol's hash */
+static const char hca_tcp_key_label[] = "hca tcp session key, wire 5";
+
+#define HCA_TCP_TRANSCRIPT_LEN (8 * 2 + 16 * 2 + 8 * 2 + 2 * HCA_TCP_KX_LEN)
+
+int hca_tcp_auth_init(void)
 {
-    return (x << b) | (x >> (64 - b));
+    return (sodium_init() < 0) ? -1 : 0; /* 1: initialised before */
 }
 
-static inline uint64_t hca_sip_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; --i) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
-
-#define HCA_SIPROUND(v0, v1, v2, v3) \
-    do { \
-        v0 += v1; v1 = hca_sip_rotl(v1, 13); v1 ^= v0; \
-        v0 = hca_sip_rotl(v0, 32); \
-        v2 += v3; v3 = hca_sip_rotl(v3, 16); v3 ^= v2; \
-        v0 += v3; v3 = hca_sip_rotl(v3, 21); v3 ^= v0; \
-        v2 += v1; v1 = hca_sip_rotl(v1, 17); v1 ^= v2; \
-        v2 = hca_sip_rotl(v2, 32); \
-    } while (0)
-
-uint64_t hca_siphash24(const uint8_t k[16], const void *msg, size_t len)
-{
-    const uint8_t *in = msg;
-    uint64_t k0 = hca_sip_le64(k), k1 = hca_sip_le64(k + 8);
-    uint64_t v0 = 0x736f6d6570736575ull ^ k0;
-    uint64_t v1 = 0x646f72616e646f6dull ^ k1;
-    uint64_t v2 = 0x6c7967656e657261ull ^ k0;
-    uint64_t v3 = 0x7465646279746573ull ^ k1;
-    uint64_t b  = (uint64_t)len << 56, m;
-    size_t left = len & 7;
-    const uint8_t *end = in + (len - left);
-
-    for (; in != end; in += 8) {
-        m   = hca_sip_le64(in);
-        v3 ^= m;
-        HCA_SIPROUND(v0, v1, v2, v3);
-        HCA_SIPROUND(v0, v1, v2, v3);
-        v0 ^= m;
-    }
-    for (size_t i = 0; i < left; ++i) {
-        b |= (uint64_t)in[i] << (8 * i);
-    }
-    v3 ^= b;
-    HCA_SIPROUND(v0, v1, v2, v3);
-    HCA_SIPROUND(v0, v1, v2, v3);
-    v0 ^= b;
-    v2 ^= 0xff;
-    for (int i = 0; i < 4; ++i) {
-        HCA_SIPROUND(v0, v1, v2, v3);
-    }
-    return v0 ^ v1 ^ v2 ^ v3;
-}
-
-static void hca_tcp_put64(uint8_t *p, uint64_t v)
+static uint8_t *hca_tcp_put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; ++i) {
-        p[i] = (uint8_t)(v >> (8 * i));
+        *p++ = (uint8_t)(v >> (8 * i));
     }
+    return p;
 }
 
-uint64_t hca_tcp_mac(uint64_t secret, hca_tcp_mac_kind_t kind,
-                     const hca_tcp_transcript_t *t)
+static uint8_t *hca_tcp_put32(uint8_t *p, uint32_t v)
 {
-    uint8_t key[16], msg[72];
+    for (int i = 0; i < 4; ++i) {
+        *p++ = (uint8_t)(v >> (8 * i));
+    }
+    return p;
+}
 
-    /* the key: the secret and a fixed word (the secret is all the key's
-     * entropy: 64 bits, as the address carries) */
+/* kind (1 byte), then the transcript's fields in order, little endian:
+ * the same bytes on every host, whatever the struct's padding */
+static size_t hca_tcp_transcript_encode(uint8_t *out, hca_tcp_mac_kind_t kind,
+                                        const hca_tcp_transcript_t *t)
+{
+    uint8_t *p = out;
+
+    *p++ = (uint8_t)kind;
+    p = hca_tcp_put64(p, t->nonce_c);
+    p = hca_tcp_put64(p, t->nonce_a);
+    p = hca_tcp_put64(p, t->conn_host);
+    p = hca_tcp_put32(p, t->conn_pid);
+    p = hca_tcp_put32(p, t->conn_ctx);
+    p = hca_tcp_put64(p, t->acc_host);
+    p = hca_tcp_put32(p, t->acc_pid);
+    p = hca_tcp_put32(p, t->acc_ctx);
+    p = hca_tcp_put64(p, t->conn_incarn);
+    p = hca_tcp_put64(p, t->acc_incarn);
+    memcpy(p, t->kx_c, HCA_TCP_KX_LEN);
+    p += HCA_TCP_KX_LEN;
+    memcpy(p, t->kx_a, HCA_TCP_KX_LEN);
+    p += HCA_TCP_KX_LEN;
+    return (size_t)(p - out);
+}
+
+static void hca_tcp_keyed(uint8_t out[HCA_TCP_MAC_LEN], const uint8_t *key,
+                          size_t key_len, hca_tcp_mac_kind_t kind,
+                          const hca_tcp_transcript_t *t)
+{
+    uint8_t msg[1 + HCA_TCP_TRANSCRIPT_LEN];
+    size_t len = hca_tcp_transcript_encode(msg, kind, t);
+
+    (void)crypto_generichash(out, HCA_TCP_MAC_LEN, msg, len, key, key_len);
+}
+
+void hca_tcp_mac(uint8_t out[HCA_TCP_MAC_LEN], uint64_t secret,
+                 hca_tcp_mac_kind_t kind, const hca_tcp_transcript_t *t)
+{
+    uint8_t key[16];
+
     hca_tcp_put64(key, secret);
-    hca_tcp_put64(key + 8, 0x6863612d74637032ull); /* "hca-tcp2" */
-    hca_tcp_put64(msg, (uint64_t)kind);
-    hca_tcp_put64(msg + 8, t->nonce_c);
-    hca_tcp_put64(msg + 16, t->nonce_a);
-    hca_tcp_put64(msg + 24, t->conn_host);
-    hca_tcp_put64(msg + 32, ((uint64_t)t->conn_ctx << 32) | t->conn_pid);
-    hca_tcp_put64(msg + 40, t->acc_host);
-    hca_tcp_put64(msg + 48, ((uint64_t)t->acc_ctx << 32) | t->acc_pid);
-    hca_tcp_put64(msg + 56, t->conn_incarn);
-    hca_tcp_put64(msg + 64, t->acc_incarn);
-    return hca_siphash24(key, msg, sizeof(msg));
+    memcpy(key + 8, hca_tcp_mac_salt, sizeof(hca_tcp_mac_salt));
+    hca_tcp_keyed(out, key, sizeof(key), kind, t);
+    sodium_memzero(key, sizeof(key));
 }
 
-int hca_tcp_mac_equal(uint64_t a, uint64_t b)
+void hca_tcp_key_mac(uint8_t out[HCA_TCP_MAC_LEN],
+                     const uint8_t key[HCA_TCP_KEY_LEN],
+                     hca_tcp_mac_kind_t kind, const hca_tcp_transcript_t *t)
 {
-    volatile uint64_t d = a ^ b;
+    hca_tcp_keyed(out, key, HCA_TCP_KEY_LEN, kind, t);
+}
 
-    return ((d | (0 - d)) >> 63) == 0;
+int hca_tcp_mac_equal(const uint8_t a[HCA_TCP_MAC_LEN],
+                      const uint8_t b[HCA_TCP_MAC_LEN])
+{
+    return crypto_verify_16(a, b) == 0;
+}
+
+void hca_tcp_kx_new(uint8_t pk[HCA_TCP_KX_LEN], uint8_t sk[HCA_TCP_KX_LEN])
+{
+    randombytes_buf(sk, HCA_TCP_KX_LEN);
+    (void)crypto_scalarmult_base(pk, sk);
+}
+
+int hca_tcp_session_key(uint8_t key[HCA_TCP_KEY_LEN],
+                        const uint8_t sk[HCA_TCP_KX_LEN],
+                        const uint8_t peer_pk[HCA_TCP_KX_LEN],
+                        const hca_tcp_transcript_t *t)
+{
+    uint8_t shared[crypto_scalarmult_BYTES];
+    uint8_t msg[1 + HCA_TCP_TRANSCRIPT_LEN];
+    crypto_generichash_state st;
+    size_t len;
+
+    if (crypto_scalarmult(shared, sk, peer_pk) != 0) {
+        return -1; /* an all-zero result: a low-order point */
+    }
+    len = hca_tcp_transcript_encode(msg, 0, t);
+    (void)crypto_generichash_init(&st, NULL, 0, HCA_TCP_KEY_LEN);
+    (void)crypto_generichash_update(&st, (const uint8_t*)hca_tcp_key_label,
+                                    sizeof(hca_tcp_key_label) - 1);
+    (void)crypto_generichash_update(&st, shared, sizeof(shared));
+    (void)crypto_generichash_update(&st, msg, len);
+    (void)crypto_generichash_final(&st, key, HCA_TCP_KEY_LEN);
+    sodium_memzero(shared, sizeof(shared));
+    sodium_memzero(&st, sizeof(st));
+    return 0;
+}
+
+void hca_tcp_wipe(void *p, size_t len)
+{
+    sodium_memzero(p, len);
 }
 
 uint64_t hca_tcp_nonce(void)
 {
-    uint64_t v = 0;
-    struct timespec ts;
+    uint64_t n;
 
-    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v)) {
-        return v;
-    }
-    /* no entropy yet (early boot): unpredictable enough to be fresh, and
-     * freshness is all a nonce must give (the secrets keep the MACs) */
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
-        (uint64_t)(uintptr_t)&v;
-    return v;
+    randombytes_buf(&n, sizeof(n));
+    return n;
 }

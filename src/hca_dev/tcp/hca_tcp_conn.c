@@ -124,6 +124,11 @@ void hca_tcp_conn_free(hca_tcp_conn_t *conn)
         conn->rq_lead->lead_refs--;
     }
     hca_tcp_rqps_free(conn);
+    /* the session's keys die with it */
+    hca_tcp_wipe(conn->kx_sk, sizeof(conn->kx_sk));
+    hca_tcp_wipe(conn->hs_key, sizeof(conn->hs_key));
+    hca_tcp_wipe(conn->key, sizeof(conn->key));
+    hca_tcp_wipe(conn->key_prev, sizeof(conn->key_prev));
     pthread_mutex_destroy(&conn->tx_lock);
     pthread_mutex_destroy(&conn->rx_lock);
     free(conn->rx.stage);
@@ -351,7 +356,7 @@ static int hca_tcp_send_all(int fd, const void *buf, size_t len)
             if ((n < 0) && (errno == EINTR)) {
                 continue;
             }
-            return -1; /* a fresh socket takes 64 bytes, or is broken */
+            return -1; /* a fresh socket takes a hello, or is broken */
         }
         p   += n;
         len -= (size_t)n;
@@ -425,12 +430,16 @@ void hca_tcp_connected(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     conn->hs.acc_host  = conn->peer.host;
     conn->hs.acc_pid   = conn->peer.pid;
     conn->hs.acc_ctx   = conn->peer.ctx_id;
+    /* a new ephemeral key for every handshake, a redial's too: what an
+     * earlier one's key protected stays out of reach */
+    hca_tcp_kx_new(conn->hs.kx_c, conn->kx_sk);
     hca_tcp_hello_fill(tcp, &h, HCA_TCP_STEP_HELLO, 0);
     h.dst_host = conn->peer.host;
     h.dst_pid  = conn->peer.pid;
     h.dst_ctx  = conn->peer.ctx_id;
     h.nonce    = conn->hs.nonce_c;
     h.incarn   = tcp->incarn;
+    memcpy(h.kx, conn->hs.kx_c, sizeof(h.kx));
     if (hca_tcp_send_all(conn->fd, &h, sizeof(h)) != 0) {
         if (tcp->dev->trace) {
             hca_log("tcp fabric: hello to pid %u ctx %u: %s",
@@ -455,6 +464,8 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                                    const hca_tcp_hello_t *in)
 {
     hca_tcp_hello_t out;
+    uint8_t mac[HCA_TCP_MAC_LEN];
+    const uint8_t *join_key;
     int ok = hca_tcp_hello_check(in) && (in->step == conn->hs_step + 1);
 
     if (!ok || (in->status != HCA_TCP_HELLO_OK)) {
@@ -467,17 +478,29 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         return -1;
     }
     if (in->step == HCA_TCP_STEP_VERDICT) {
+        if (conn->cont == HCA_TCP_CONT_RESUME) {
+            /* only the acceptor of our session can answer a RESUME: one
+             * that merely holds its address (a relay) cannot */
+            hca_tcp_key_mac(mac, conn->key, HCA_TCP_MAC_RESUMED, &conn->hs);
+            if (!hca_tcp_mac_equal(in->mac, mac)) {
+                hca_tcp_refusal(tcp, "pid %u ctx %u took our resume without "
+                                "proving the session: dialling again",
+                                conn->peer.pid, conn->peer.ctx_id);
+                HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
+                hca_tcp_conn_drop(tcp, conn);
+                return -1;
+            }
+        }
         atomic_store(&conn->proven, 1); /* it proved it in its CHALLENGE */
         return 0;
     }
     /* the CHALLENGE: the context we wanted, and it knows its secret */
     conn->hs.nonce_a    = in->nonce;
     conn->hs.acc_incarn = in->incarn;
+    memcpy(conn->hs.kx_a, in->kx, sizeof(conn->hs.kx_a));
+    hca_tcp_mac(mac, conn->peer.secret, HCA_TCP_MAC_ACCEPTOR, &conn->hs);
     if ((in->src_host != conn->peer.host) || (in->src_pid != conn->peer.pid) ||
-        (in->src_ctx != conn->peer.ctx_id) ||
-        !hca_tcp_mac_equal(in->mac, hca_tcp_mac(conn->peer.secret,
-                                                HCA_TCP_MAC_ACCEPTOR,
-                                                &conn->hs))) {
+        (in->src_ctx != conn->peer.ctx_id) || !hca_tcp_mac_equal(in->mac, mac)) {
         hca_tcp_refusal(tcp, "the listener of pid %u ctx %u did not prove "
                         "it is that context: connection closed",
                         conn->peer.pid, conn->peer.ctx_id);
@@ -493,16 +516,32 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         hca_tcp_conn_kill(tcp, conn, HCA_WC_RETRY_EXC_ERR);
         return -1;
     }
+    ok = hca_tcp_session_key(conn->hs_key, conn->kx_sk, conn->hs.kx_a,
+                             &conn->hs) == 0;
+    hca_tcp_wipe(conn->kx_sk, sizeof(conn->kx_sk));
+    if (!ok) {
+        hca_tcp_refusal(tcp, "the listener of pid %u ctx %u sent a "
+                        "low-order key: connection closed", conn->peer.pid,
+                        conn->peer.ctx_id);
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+        return -1;
+    }
     conn->peer_incarn = in->incarn;
     hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_PROOF, 0);
-    out.mac   = hca_tcp_mac(conn->peer.secret, HCA_TCP_MAC_CONNECTOR,
-                            &conn->hs);
-    out.proof = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_IDENTITY, &conn->hs);
+    hca_tcp_mac(out.mac, conn->peer.secret, HCA_TCP_MAC_CONNECTOR, &conn->hs);
+    hca_tcp_mac(out.proof, tcp->secret, HCA_TCP_MAC_IDENTITY, &conn->hs);
     if (conn->was_up) {
-        /* the same connection back: proven over the last handshake */
-        out.nonce = hca_tcp_mac(conn->peer.secret, HCA_TCP_MAC_RESUME,
-                                &conn->hs_done);
+        /* the same connection back: it knows the session's key */
+        out.cont = HCA_TCP_CONT_RESUME;
+        hca_tcp_key_mac(out.cont_mac, conn->key, HCA_TCP_MAC_RESUME,
+                        &conn->hs);
+    } else if ((join_key = hca_tcp_join_key(tcp, conn)) != NULL) {
+        /* another path of a session that is UP: its records are ours */
+        out.cont = HCA_TCP_CONT_JOIN;
+        hca_tcp_key_mac(out.cont_mac, join_key, HCA_TCP_MAC_JOIN, &conn->hs);
     }
+    conn->cont = out.cont;
     if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
         hca_tcp_conn_drop(tcp, conn);
         return -1;
@@ -512,26 +551,32 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 }
 
 /* The connection from the same connector (identity and incarnation) that
- * lost its socket: NULL if there is none, or the resume MAC is over
- * neither its last handshake nor the one before. */
+ * lost its socket, whose session key (the last one, or the one before)
+ * conn's RESUME MAC proves, into *key; NULL if there is none. */
 static hca_tcp_conn_t *hca_tcp_resumed(hca_tcp_dev_t *tcp,
                                        const hca_tcp_conn_t *conn,
-                                       uint64_t resume_mac)
+                                       const uint8_t **key)
 {
+    uint8_t mac[HCA_TCP_MAC_LEN];
+
     for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
         int state = atomic_load(&c->state);
-        if ((c != conn) && !c->outbound && c->was_up &&
-            ((state == HCA_TCP_CONN_UP) || (state == HCA_TCP_CONN_LINKING)) &&
-            (c->peer.host == conn->peer.host) &&
-            (c->peer.pid == conn->peer.pid) &&
-            (c->peer.ctx_id == conn->peer.ctx_id) &&
-            (c->peer_incarn == conn->peer_incarn) &&
-            (hca_tcp_mac_equal(resume_mac,
-                               hca_tcp_mac(tcp->secret, HCA_TCP_MAC_RESUME,
-                                           &c->hs_done)) ||
-             hca_tcp_mac_equal(resume_mac,
-                               hca_tcp_mac(tcp->secret, HCA_TCP_MAC_RESUME,
-                                           &c->hs_prev)))) {
+        if ((c == conn) || c->outbound || !c->was_up || !c->has_key ||
+            ((state != HCA_TCP_CONN_UP) && (state != HCA_TCP_CONN_LINKING)) ||
+            (c->peer.host != conn->peer.host) ||
+            (c->peer.pid != conn->peer.pid) ||
+            (c->peer.ctx_id != conn->peer.ctx_id) ||
+            (c->peer_incarn != conn->peer_incarn)) {
+            continue;
+        }
+        hca_tcp_key_mac(mac, c->key, HCA_TCP_MAC_RESUME, &conn->hs);
+        if (hca_tcp_mac_equal(conn->cont_mac, mac)) {
+            *key = c->key;
+            return c;
+        }
+        hca_tcp_key_mac(mac, c->key_prev, HCA_TCP_MAC_RESUME, &conn->hs);
+        if (hca_tcp_mac_equal(conn->cont_mac, mac)) {
+            *key = c->key_prev;
             return c;
         }
     }
@@ -544,13 +589,31 @@ static hca_tcp_conn_t *hca_tcp_resumed(hca_tcp_dev_t *tcp,
  * conn is dead (refused, or the old one is busy: the connector dials
  * again). */
 static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
-                          uint64_t resume_mac, hca_tcp_hello_t *verdict)
+                          hca_tcp_hello_t *verdict)
 {
-    hca_tcp_conn_t *old = hca_tcp_resumed(tcp, conn, resume_mac);
+    const uint8_t *key  = NULL;
+    hca_tcp_conn_t *old = hca_tcp_resumed(tcp, conn, &key);
     struct epoll_event ready_ev = {.events = EPOLLIN};
+    uint8_t mac[HCA_TCP_MAC_LEN];
     uint8_t *buf;
     int was;
 
+    if ((old != NULL) && atomic_load(&old->proven)) {
+        /* a connection proven to be its peer stays proven only by a
+         * proof of that peer over this handshake too */
+        hca_tcp_mac(mac, old->proven_by, HCA_TCP_MAC_IDENTITY, &conn->hs);
+        if (!hca_tcp_mac_equal(conn->proof, mac)) {
+            hca_tcp_hello_fill(tcp, verdict, HCA_TCP_STEP_VERDICT, 1);
+            verdict->status = HCA_TCP_HELLO_BAD_SECRET;
+            (void)hca_tcp_send_all(conn->fd, verdict, sizeof(*verdict));
+            hca_tcp_refusal(tcp, "pid %u ctx %u asked to resume a proven "
+                            "connection without proving its identity",
+                            conn->peer.pid, conn->peer.ctx_id);
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
+            hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+            return -1;
+        }
+    }
     if (old == NULL) {
         /* nothing to resume (it timed out here, or never was): its QPs
          * must fail, as the peer's state is gone */
@@ -599,9 +662,13 @@ static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     conn->rx.buf       = buf;
     conn->rx.buf_head  = conn->rx.buf_tail = 0;
     old->hs            = conn->hs;
-    old->hs_prev       = old->hs_done;
-    old->hs_done       = conn->hs;
-    old->proof         = conn->proof;
+    /* the connector knows the key it proved (it may be the one before
+     * ours: our last VERDICT lost) and, once it reads this VERDICT, the
+     * new one */
+    hca_tcp_key_mac(verdict->mac, key, HCA_TCP_MAC_RESUMED, &conn->hs);
+    memcpy(old->key_prev, key, sizeof(old->key_prev));
+    memcpy(old->key, conn->hs_key, sizeof(old->key));
+    memcpy(old->proof, conn->proof, sizeof(old->proof));
     old->start_ns      = hca_now_ns();
     atomic_store(&old->last_rx_ns, old->start_ns);
     if (hca_tcp_send_all(old->fd, verdict, sizeof(*verdict)) != 0) {
@@ -641,8 +708,12 @@ static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
 {
     hca_device_t *dev = tcp->dev;
     hca_tcp_hello_t out;
+    uint8_t mac[HCA_TCP_MAC_LEN];
     int status        = HCA_TCP_HELLO_OK;
 
+    if (hca_tcp_hello_check(in) && (in->step == HCA_TCP_STEP_PROOF)) {
+        hca_tcp_mac(mac, tcp->secret, HCA_TCP_MAC_CONNECTOR, &conn->hs);
+    }
     if (!hca_tcp_hello_check(in) || (in->step != conn->hs_step + 1)) {
         status = HCA_TCP_HELLO_BAD_VERSION;
     } else if (in->step == HCA_TCP_STEP_HELLO) {
@@ -652,10 +723,29 @@ static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                    (in->dst_ctx != dev->ctx_id)) {
             status = HCA_TCP_HELLO_NO_CONTEXT;
         }
-    } else if (!hca_tcp_mac_equal(in->mac, hca_tcp_mac(tcp->secret,
-                                                       HCA_TCP_MAC_CONNECTOR,
-                                                       &conn->hs))) {
+    } else if (!hca_tcp_mac_equal(in->mac, mac)) {
         status = HCA_TCP_HELLO_BAD_SECRET; /* not given our address */
+    }
+    if ((status == HCA_TCP_HELLO_OK) && (in->step == HCA_TCP_STEP_HELLO)) {
+        /* our ephemeral key and the session key, before the CHALLENGE
+         * commits to them */
+        conn->hs.nonce_c     = in->nonce;
+        conn->hs.nonce_a     = hca_tcp_nonce();
+        conn->hs.conn_host   = in->src_host;
+        conn->hs.conn_pid    = in->src_pid;
+        conn->hs.conn_ctx    = in->src_ctx;
+        conn->hs.acc_host    = dev->host_key;
+        conn->hs.acc_pid     = dev->pid;
+        conn->hs.acc_ctx     = dev->ctx_id;
+        conn->hs.conn_incarn = in->incarn;
+        conn->hs.acc_incarn  = tcp->incarn;
+        memcpy(conn->hs.kx_c, in->kx, sizeof(conn->hs.kx_c));
+        hca_tcp_kx_new(conn->hs.kx_a, conn->kx_sk);
+        if (hca_tcp_session_key(conn->hs_key, conn->kx_sk, conn->hs.kx_c,
+                                &conn->hs) != 0) {
+            status = HCA_TCP_HELLO_BAD_KEY;
+        }
+        hca_tcp_wipe(conn->kx_sk, sizeof(conn->kx_sk));
     }
     if (status != HCA_TCP_HELLO_OK) {
         /* names nobody: whoever asked learns no identity of ours */
@@ -670,32 +760,26 @@ static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         return -1;
     }
     if (in->step == HCA_TCP_STEP_HELLO) {
-        /* who it claims to be: proven only by in->proof, later */
+        /* who it claims to be: proven only by in->proof, later, or
+         * (its records) by a JOIN */
         conn->peer_incarn  = in->incarn;
-        conn->hs.conn_incarn = in->incarn;
-        conn->hs.acc_incarn  = tcp->incarn;
         conn->peer.host    = in->src_host;
         conn->peer.pid     = in->src_pid;
         conn->peer.ctx_id  = in->src_ctx;
-        conn->hs.nonce_c   = in->nonce;
-        conn->hs.nonce_a   = hca_tcp_nonce();
-        conn->hs.conn_host = in->src_host;
-        conn->hs.conn_pid  = in->src_pid;
-        conn->hs.conn_ctx  = in->src_ctx;
-        conn->hs.acc_host  = dev->host_key;
-        conn->hs.acc_pid   = dev->pid;
-        conn->hs.acc_ctx   = dev->ctx_id;
         hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_CHALLENGE, 0);
         out.nonce  = conn->hs.nonce_a;
         out.incarn = tcp->incarn;
-        out.mac   = hca_tcp_mac(tcp->secret, HCA_TCP_MAC_ACCEPTOR, &conn->hs);
+        memcpy(out.kx, conn->hs.kx_a, sizeof(out.kx));
+        hca_tcp_mac(out.mac, tcp->secret, HCA_TCP_MAC_ACCEPTOR, &conn->hs);
         conn->hs_step = HCA_TCP_STEP_CHALLENGE;
     } else {
-        conn->proof = in->proof;
+        memcpy(conn->proof, in->proof, sizeof(conn->proof));
+        conn->cont = in->cont;
+        memcpy(conn->cont_mac, in->cont_mac, sizeof(conn->cont_mac));
         hca_tcp_hello_fill(tcp, &out, HCA_TCP_STEP_VERDICT, 0);
         conn->hs_step = HCA_TCP_STEP_VERDICT;
-        if (in->nonce != 0) {
-            return hca_tcp_resume(tcp, conn, in->nonce, &out);
+        if (conn->cont == HCA_TCP_CONT_RESUME) {
+            return hca_tcp_resume(tcp, conn, &out);
         }
     }
     if (hca_tcp_send_all(conn->fd, &out, sizeof(out)) != 0) {
@@ -720,9 +804,13 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
     conn->rx.got   = 0;
     conn->rx.want  = sizeof(hca_tcp_hdr_t);
-    /* (at the first handshake both are it: never a zero transcript) */
-    conn->hs_prev  = conn->was_up ? conn->hs_done : conn->hs;
-    conn->hs_done  = conn->hs;
+    /* the session's key from now on (at the first handshake both are it:
+     * never a zero key) */
+    memcpy(conn->key_prev, conn->was_up ? conn->key : conn->hs_key,
+           sizeof(conn->key_prev));
+    memcpy(conn->key, conn->hs_key, sizeof(conn->key));
+    hca_tcp_wipe(conn->hs_key, sizeof(conn->hs_key));
+    conn->has_key = 1;
     if (conn->was_up) {
         /* back on a new socket (we dialled): our QPs send again what is
          * unanswered, before they see it UP */
@@ -747,24 +835,60 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (conn->rq_lead == NULL) {
         /* UP first: an inbound one proves its identity only then */
         hca_tcp_conn_lead(tcp, conn);
+        if (conn->outbound) {
+            /* the session is UP: its other paths now, which JOIN it */
+            hca_tcp_paths_dial(tcp, &conn->peer);
+        }
     }
     hca_tcp_path_up(tcp, conn);
 }
 
-/* A new QP's home path: the pair's connection with the fewest QPs; each
- * path is dialled if it is not yet (hca_tcp_path.c). */
+/* The pair has a session: a connection UP (or resuming) with a key, that
+ * is the peer's (we dialled it, or it proves the peer's secret). */
+static int hca_tcp_pair_has_session(hca_tcp_dev_t *tcp,
+                                    const hca_port_addr_t *peer)
+{
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        int state = atomic_load(&c->state);
+        if (c->has_key &&
+            ((state == HCA_TCP_CONN_UP) || (state == HCA_TCP_CONN_LINKING)) &&
+            (c->peer.host == peer->host) && (c->peer.pid == peer->pid) &&
+            (c->peer.ctx_id == peer->ctx_id) &&
+            (c->outbound ? (c->peer.secret == peer->secret) :
+                           hca_tcp_conn_proves(c, peer->secret))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void hca_tcp_paths_dial(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
+{
+    int n = hca_tcp_pair_paths(tcp, peer);
+
+    for (int p = 0; p < n; ++p) {
+        (void)hca_tcp_conn_get(tcp, peer, p);
+    }
+}
+
+/* A new QP's home path: the pair's connection with the fewest QPs.  With
+ * a session UP every path is dialled if it is not yet (hca_tcp_path.c);
+ * before it, only the first path that can be dialled: the others follow
+ * once it is UP, so that their handshakes JOIN its session
+ * (docs/TCP-WIRE.md, "Who continues a session"). */
 hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
                                   const hca_port_addr_t *peer)
 {
     int n = hca_tcp_pair_paths(tcp, peer);
+    int session = hca_tcp_pair_has_session(tcp, peer);
     hca_tcp_conn_t *best = NULL, *first = NULL;
 
     /* among the paths that are UP, the one with the fewest QPs; none UP
      * yet (the pair's first QP): the first path that is not dead, whose
-     * handshake its first post waits for (a QP is never given a path
-     * still connecting while another is UP: if that connect failed, its
-     * first post would fail with it) */
-    for (int p = 0; p < n; ++p) {
+     * handshake its first post's WQE waits for (a QP is never given a
+     * path still connecting while another is UP: if that connect failed,
+     * its first post would fail with it) */
+    for (int p = 0; (p < n) && (session || (first == NULL)); ++p) {
         hca_tcp_conn_t *c = hca_tcp_conn_get(tcp, peer, p);
         int state;
         if (c == NULL) {

@@ -171,7 +171,8 @@ typedef struct hca_tcp_rx {
     union {
         hca_tcp_hdr_t   hdr;
         hca_tcp_hello_t hello;
-        uint8_t         bytes[sizeof(hca_tcp_hdr_t)];
+        uint8_t         bytes[sizeof(hca_tcp_hello_t) > sizeof(hca_tcp_hdr_t) ?
+                              sizeof(hca_tcp_hello_t) : sizeof(hca_tcp_hdr_t)];
     } in;
     size_t           got;       /* bytes of `in` read */
     size_t           want;      /* bytes of `in` expected */
@@ -272,14 +273,23 @@ typedef struct hca_tcp_conn {
                                        the identity its hello claimed */
     /* the handshake (the thread; read-only once UP) */
     int                  hs_step;   /* the last message sent (0: none) */
-    hca_tcp_transcript_t hs;        /* its nonces and identities */
-    uint64_t             proof;     /* inbound: MAC(the claimed peer's
-                                       secret; IDENTITY, hs) */
+    hca_tcp_transcript_t hs;        /* its nonces, identities, keys */
+    uint8_t              kx_sk[HCA_TCP_KX_LEN]; /* our ephemeral secret
+                                       (wiped once the key is derived) */
+    uint8_t              hs_key[HCA_TCP_KEY_LEN]; /* the session key of hs
+                                       (the handshake under way) */
+    uint8_t              proof[HCA_TCP_MAC_LEN]; /* inbound: MAC(the
+                                       claimed peer's secret; IDENTITY, hs) */
+    uint8_t              cont;      /* inbound: what its PROOF continues
+                                       (hca_tcp_cont_t) ... */
+    uint8_t              cont_mac[HCA_TCP_MAC_LEN]; /* ... and proved */
     _Atomic int          proven;    /* the peer is who conn->peer says: we
                                        dialled its listener with its secret
                                        and it proved it knows it; or
                                        (inbound) its proof verified with the
                                        secret of that peer's address */
+    uint64_t             proven_by; /* inbound, proven: that secret (a
+                                       resume proves it again) */
     uint8_t              src_ip[16]; /* inbound: where from (IPv4 mapped) */
     uint32_t             qp_refs;   /* our QPs connected through it
                                        (tcp->lock) */
@@ -287,11 +297,14 @@ typedef struct hca_tcp_conn {
                                          (its hello): 0 if it cannot resume */
     int                  was_up;    /* it was UP once: a lost socket sends
                                        it to LINKING, not DEAD */
-    hca_tcp_transcript_t hs_done;   /* the last completed handshake: what
-                                       a resume proves it knew */
-    hca_tcp_transcript_t hs_prev;   /* acceptor: the one before (a VERDICT
-                                       lost with its socket leaves the
-                                       connector one handshake behind) */
+    int                  has_key;   /* key is set: it was UP once */
+    uint8_t              key[HCA_TCP_KEY_LEN]; /* the session key of the
+                                       last completed handshake: what a
+                                       RESUME or a JOIN proves it knows */
+    uint8_t              key_prev[HCA_TCP_KEY_LEN]; /* acceptor: the one
+                                       before (a VERDICT lost with its
+                                       socket leaves the connector one
+                                       handshake behind) */
     uint64_t             redial_ns; /* LINKING, dialler: the next attempt */
     uint32_t             redial_ms; /* its backoff */
     uint64_t             start_ns;  /* connect began */
@@ -651,6 +664,8 @@ void hca_tcp_rqps_forget(hca_tcp_conn_t *conn);
  * (NULL: out of resources, or the peer has no such path). */
 hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp,
                                  const hca_port_addr_t *peer, int path);
+/* every path of the pair is dialled that is not yet (tcp->lock) */
+void hca_tcp_paths_dial(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
 /* the paths a pair of contexts uses: as many as both have */
 int  hca_tcp_pair_paths(const hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
 
@@ -658,6 +673,9 @@ int  hca_tcp_pair_paths(const hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
  * connection UP takes the responder records of its siblings (tcp->lock
  * held). */
 void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* the key a new outbound connection's JOIN proves: a session UP with the
+ * same peer (tcp->lock), NULL if none */
+const uint8_t *hca_tcp_join_key(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 void hca_tcp_paths_close(hca_tcp_dev_t *tcp);
 /* a socket for the peer's path, bound to our path's address: its fd and
  * the address to dial, or -1 */

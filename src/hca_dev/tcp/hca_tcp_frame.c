@@ -7,6 +7,7 @@
 #include "hca_tcp_wire.h"
 
 #include <stddef.h>
+#include <string.h>
 
 _Static_assert(HCA_MAX_MSG <= UINT32_MAX, "total and offset are 32 bits");
 
@@ -168,5 +169,10 @@ int hca_tcp_hello_check(const hca_tcp_hello_t *hello)
            (hello->version == HCA_TCP_VERSION) &&
            (hello->status < HCA_TCP_HELLO_LAST) &&
            (hello->step >= HCA_TCP_STEP_HELLO) &&
-           (hello->step < HCA_TCP_STEP_LAST);
+           (hello->step < HCA_TCP_STEP_LAST) &&
+           (hello->cont < HCA_TCP_CONT_LAST) &&
+           ((hello->cont == HCA_TCP_CONT_NONE) ||
+            (hello->step == HCA_TCP_STEP_PROOF)) &&
+           (memcmp(hello->reserved, "\0\0\0\0\0\0\0",
+                   sizeof(hello->reserved)) == 0);
 }

@@ -98,11 +98,11 @@ static int hca_tcp_same_claim(const hca_tcp_conn_t *c,
            (c->peer.ctx_id == conn->peer.ctx_id);
 }
 
-/* c may share records with conn: an inbound connection's identity is only
- * its claim, unless it proves it with the secret of the peer's address
- * (known here once we dialled that peer): then it must. */
-static int hca_tcp_may_join(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *c,
-                            hca_tcp_conn_t *conn)
+/* c and conn both prove they are the peer whose secret we hold (we
+ * dialled that peer: an outbound connection with the same claim gives its
+ * secret): then they are the same peer's, whoever dialled them. */
+static int hca_tcp_both_proven(hca_tcp_dev_t *tcp, hca_tcp_conn_t *c,
+                               hca_tcp_conn_t *conn)
 {
     const uint64_t *secret = NULL;
 
@@ -114,23 +114,69 @@ static int hca_tcp_may_join(hca_tcp_dev_t *tcp, const hca_tcp_conn_t *c,
         }
     }
     if (secret == NULL) {
-        return 1; /* two connections the peer dialled: claims alone */
+        return 0; /* a claim alone joins nothing */
     }
     return (c->outbound ? (c->peer.secret == *secret) :
-                          hca_tcp_conn_proves((hca_tcp_conn_t*)c, *secret)) &&
+                          hca_tcp_conn_proves(c, *secret)) &&
            (conn->outbound ? (conn->peer.secret == *secret) :
                              hca_tcp_conn_proves(conn, *secret));
 }
 
+/* The connection whose session key conn's JOIN proves (inbound: its
+ * PROOF carried cont_mac = MAC(key; JOIN, conn->hs)), NULL if none. */
+static hca_tcp_conn_t *hca_tcp_joined(hca_tcp_dev_t *tcp,
+                                      const hca_tcp_conn_t *conn)
+{
+    uint8_t mac[HCA_TCP_MAC_LEN];
+
+    if (conn->outbound || (conn->cont != HCA_TCP_CONT_JOIN)) {
+        return NULL;
+    }
+    for (hca_tcp_conn_t *m = tcp->conns; m != NULL; m = m->next) {
+        if ((m == conn) || !m->has_key || (m->rq_lead == NULL) ||
+            !hca_tcp_same_claim(m, conn)) {
+            continue;
+        }
+        hca_tcp_key_mac(mac, m->key, HCA_TCP_MAC_JOIN, &conn->hs);
+        if (hca_tcp_mac_equal(conn->cont_mac, mac)) {
+            return m;
+        }
+        /* its connector may be one handshake behind (our last VERDICT
+         * to it lost) */
+        hca_tcp_key_mac(mac, m->key_prev, HCA_TCP_MAC_JOIN, &conn->hs);
+        if (hca_tcp_mac_equal(conn->cont_mac, mac)) {
+            return m;
+        }
+    }
+    return NULL;
+}
+
+/* The session rule (docs/TCP-WIRE.md, "Who continues a session"): a new
+ * connection shares the responder records of an existing one only if it
+ * proves that session's key (a JOIN), or both prove, by the secret of an
+ * address we hold, that they are that peer.  A connection that proves
+ * neither has records of its own: what it claims never reaches a proven
+ * peer's PSNs, replay table or errors. */
 void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
+    hca_tcp_conn_t *m;
+
     conn->rq_lead = conn;
     if (conn->peer_incarn == 0) {
         return; /* not a context of ours that could have siblings */
     }
+    if ((m = hca_tcp_joined(tcp, conn)) != NULL) {
+        conn->rq_lead = m->rq_lead;
+        conn->rq_lead->lead_refs++;
+        return;
+    }
+    if ((conn->cont == HCA_TCP_CONT_JOIN) && HCA_UNLIKELY(conn->trace)) {
+        hca_log("tcp fabric: a JOIN from pid %u ctx %u proves no session "
+                "here: records of its own", conn->peer.pid, conn->peer.ctx_id);
+    }
     for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
         if ((c != conn) && (c->rq_lead == c) && hca_tcp_same_claim(c, conn) &&
-            hca_tcp_may_join(tcp, c, conn)) {
+            hca_tcp_both_proven(tcp, c, conn)) {
             conn->rq_lead = c;
             c->lead_refs++;
             return;
@@ -138,19 +184,45 @@ void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     }
 }
 
+/* The connector of conn (outbound, its CHALLENGE verified): the key of
+ * a session UP with the same peer context, which its PROOF's JOIN then
+ * proves, NULL if there is none. */
+const uint8_t *hca_tcp_join_key(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    for (hca_tcp_conn_t *s = tcp->conns; s != NULL; s = s->next) {
+        int state = atomic_load(&s->state);
+        if ((s == conn) || !s->has_key ||
+            ((state != HCA_TCP_CONN_UP) && (state != HCA_TCP_CONN_LINKING)) ||
+            (s->peer.host != conn->peer.host) ||
+            (s->peer.pid != conn->peer.pid) ||
+            (s->peer.ctx_id != conn->peer.ctx_id) ||
+            (s->peer_incarn != conn->peer_incarn) ||
+            !(s->outbound ? (s->peer.secret == conn->peer.secret) :
+                            hca_tcp_conn_proves(s, conn->peer.secret))) {
+            continue;
+        }
+        return s->key;
+    }
+    return NULL;
+}
+
 /* The identity rule (docs/TCP-WIRE.md, hca_tcp_fabric.h). */
 int hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret)
 {
+    uint8_t mac[HCA_TCP_MAC_LEN];
+
     if (atomic_load(&conn->proven)) {
         return 1;
     }
     if (conn->outbound ||
-        (atomic_load(&conn->state) != HCA_TCP_CONN_UP) ||
-        !hca_tcp_mac_equal(conn->proof, hca_tcp_mac(secret,
-                                                     HCA_TCP_MAC_IDENTITY,
-                                                     &conn->hs))) {
+        (atomic_load(&conn->state) != HCA_TCP_CONN_UP)) {
         return 0;
     }
+    hca_tcp_mac(mac, secret, HCA_TCP_MAC_IDENTITY, &conn->hs);
+    if (!hca_tcp_mac_equal(conn->proof, mac)) {
+        return 0;
+    }
+    conn->proven_by = secret; /* what a resume of it must prove again */
     atomic_store(&conn->proven, 1);
     return 1;
 }

@@ -7,7 +7,8 @@
  * their QPs.  First the four messages of the handshake, each a
  * hca_tcp_hello_t (connector, acceptor, connector, acceptor: a
  * challenge-response that proves both sides' secrets without sending
- * them); then frames follow, each a hca_tcp_hdr_t and `length` bytes of
+ * them, and an X25519 exchange that gives the session a key only its two
+ * ends know); then frames follow, each a hca_tcp_hdr_t and `length` bytes of
  * payload.  Fields are little
  * endian (the fabric is built for little-endian hosts only: see the
  * assertion below).
@@ -25,11 +26,14 @@
 #endif
 
 #define HCA_TCP_MAGIC    0x50544348u       /* "HCTP" */
-#define HCA_TCP_VERSION  4                 /* 2: the challenge-response
+#define HCA_TCP_VERSION  5                 /* 2: the challenge-response
                                               handshake; 3: sequence
                                               numbers checked, duplicates,
                                               resume after a reconnect; 4:
-                                              WRITEs striped over paths */
+                                              WRITEs striped over paths; 5:
+                                              an X25519 session key in
+                                              every handshake, RESUME and
+                                              JOIN prove it */
 #define HCA_TCP_SEG_MAX  (64u * 1024)      /* payload of a WRITE or
                                               READ_RESP frame: a large
                                               transfer is cut into these,
@@ -43,28 +47,46 @@ typedef enum {
     HCA_TCP_HELLO_OK = 0,
     HCA_TCP_HELLO_BAD_VERSION,   /* not our protocol version */
     HCA_TCP_HELLO_WRONG_HOST,    /* the connector wanted another host */
-    HCA_TCP_HELLO_NO_CONTEXT,    /* no such context here (pid, ctx) */
+    HCA_TCP_HELLO_NO_CONTEXT,    /* no such context here (pid, ctx), or
+                                    no session to resume */
     HCA_TCP_HELLO_BAD_SECRET,    /* it did not get our address from the
                                     application */
+    HCA_TCP_HELLO_BAD_KEY,       /* its ephemeral key is a low-order point */
     HCA_TCP_HELLO_LAST
 } hca_tcp_hello_status_t;
 
 /* The handshake's messages, in order (hca_tcp_hello_t.step). */
 typedef enum {
-    HCA_TCP_STEP_HELLO = 1, /* connector: who it is, who it wants, nonce_c */
-    HCA_TCP_STEP_CHALLENGE, /* acceptor: status; if OK its identity, nonce_a
-                               and mac = MAC(its secret; ACCEPTOR) */
+    HCA_TCP_STEP_HELLO = 1, /* connector: who it is, who it wants, nonce_c,
+                               its ephemeral key kx_c */
+    HCA_TCP_STEP_CHALLENGE, /* acceptor: status; if OK its identity,
+                               nonce_a, kx_a and mac = MAC(its secret;
+                               ACCEPTOR) */
     HCA_TCP_STEP_PROOF,     /* connector: mac = MAC(acceptor's secret;
                                CONNECTOR), proof = MAC(its own secret;
-                               IDENTITY) */
-    HCA_TCP_STEP_VERDICT,   /* acceptor: status OK or BAD_SECRET */
+                               IDENTITY), and for a continuation cont_mac =
+                               MAC(the session's key; RESUME or JOIN) */
+    HCA_TCP_STEP_VERDICT,   /* acceptor: status OK or a refusal; to a
+                               RESUME, mac = MAC(the session's key;
+                               RESUMED) */
     HCA_TCP_STEP_LAST
 } hca_tcp_step_t;
 
+/* What a PROOF continues (hca_tcp_hello_t.cont). */
+typedef enum {
+    HCA_TCP_CONT_NONE = 0, /* a session of its own */
+    HCA_TCP_CONT_RESUME,   /* the connection whose socket was lost: the
+                              same connection object goes on */
+    HCA_TCP_CONT_JOIN,     /* another path of a session that is UP: it
+                              shares that session's responder records */
+    HCA_TCP_CONT_LAST
+} hca_tcp_cont_t;
+
 /* Every handshake message (docs/TCP-WIRE.md, "Connection set-up").  A
  * refusal carries the status only: no identity of the refuser, all other
- * fields 0.  No secret is ever sent: only MACs keyed by one
- * (hca_tcp_auth.h) over both nonces and both identities. */
+ * fields 0.  No secret and no key is ever sent: only MACs keyed by them
+ * (hca_tcp_auth.h) over the whole transcript, and the public halves of
+ * the ephemeral keys. */
 typedef struct hca_tcp_hello {
     uint32_t magic;
     uint16_t version;
@@ -77,15 +99,19 @@ typedef struct hca_tcp_hello {
                              address); else 0 */
     uint32_t dst_pid;
     uint32_t dst_ctx;
-    uint64_t nonce;       /* HELLO: nonce_c; CHALLENGE: nonce_a; PROOF:
-                             the resume MAC (0: a new connection) */
-    uint64_t mac;         /* CHALLENGE: mac_a; PROOF: mac_c */
-    union {
-        uint64_t proof;   /* PROOF: proof of the connector's identity */
-        uint64_t incarn;  /* HELLO, CHALLENGE: the sender's incarnation
-                             (random per device open, never 0): a peer
-                             that restarted is never fed a replay */
-    };
+    uint64_t nonce;       /* HELLO: nonce_c; CHALLENGE: nonce_a */
+    uint64_t incarn;      /* HELLO, CHALLENGE: the sender's incarnation
+                             (random per device open; 0: a peer that
+                             cannot resume): a peer that restarted is
+                             never fed a replay */
+    uint8_t  cont;        /* PROOF: hca_tcp_cont_t */
+    uint8_t  reserved[7]; /* 0 */
+    uint8_t  kx[32];      /* HELLO, CHALLENGE: the sender's ephemeral
+                             X25519 public key */
+    uint8_t  mac[16];     /* CHALLENGE: mac_a; PROOF: mac_c; VERDICT of a
+                             RESUME: MAC(key; RESUMED) */
+    uint8_t  proof[16];   /* PROOF: proof of the connector's identity */
+    uint8_t  cont_mac[16];/* PROOF with cont: MAC(key; RESUME or JOIN) */
 } hca_tcp_hello_t;
 
 /* ------------------------------------------------------------ frames */
@@ -160,11 +186,16 @@ typedef struct hca_tcp_hdr {
     uint64_t swap;        /* ATOMIC CMP_SWP: the new value */
 } hca_tcp_hdr_t;
 
-_Static_assert(sizeof(hca_tcp_hello_t) == 64, "tcp hello layout");
+_Static_assert(sizeof(hca_tcp_hello_t) == 144, "tcp hello layout");
 _Static_assert(__builtin_offsetof(hca_tcp_hello_t, src_host) == 8 &&
                __builtin_offsetof(hca_tcp_hello_t, dst_host) == 24 &&
                __builtin_offsetof(hca_tcp_hello_t, nonce) == 40 &&
-               __builtin_offsetof(hca_tcp_hello_t, proof) == 56,
+               __builtin_offsetof(hca_tcp_hello_t, incarn) == 48 &&
+               __builtin_offsetof(hca_tcp_hello_t, cont) == 56 &&
+               __builtin_offsetof(hca_tcp_hello_t, kx) == 64 &&
+               __builtin_offsetof(hca_tcp_hello_t, mac) == 96 &&
+               __builtin_offsetof(hca_tcp_hello_t, proof) == 112 &&
+               __builtin_offsetof(hca_tcp_hello_t, cont_mac) == 128,
                "tcp hello layout");
 _Static_assert(sizeof(hca_tcp_hdr_t) == 72, "tcp frame header layout");
 

@@ -16,7 +16,10 @@ extern "C" {
 #endif
 
 enum {
-    TCPF_HELLO_LEN = 64,
+    TCPF_HELLO_LEN = 144,
+    TCPF_MAC_LEN   = 16,  /* a MAC on the wire */
+    TCPF_KX_LEN    = 32,  /* an X25519 key */
+    TCPF_KEY_LEN   = 32,  /* a session key */
     TCPF_HDR_LEN   = 72,
 
     TCPF_HELLO_OK = 0,
@@ -24,6 +27,7 @@ enum {
     TCPF_HELLO_WRONG_HOST,
     TCPF_HELLO_NO_CONTEXT,
     TCPF_HELLO_BAD_SECRET,
+    TCPF_HELLO_BAD_KEY,
 
     TCPF_STEP_HELLO = 1,   /* the handshake's messages */
     TCPF_STEP_CHALLENGE,
@@ -33,6 +37,13 @@ enum {
     TCPF_MAC_ACCEPTOR = 1, /* what a MAC proves (hca_tcp_auth.h) */
     TCPF_MAC_CONNECTOR,
     TCPF_MAC_IDENTITY,
+    TCPF_MAC_RESUME,
+    TCPF_MAC_JOIN,
+    TCPF_MAC_RESUMED,
+
+    TCPF_CONT_NONE = 0,    /* what a PROOF continues (hca_tcp_cont_t) */
+    TCPF_CONT_RESUME,
+    TCPF_CONT_JOIN,
 
     TCPF_OP_SEND = 1,
     TCPF_OP_WRITE,
@@ -66,7 +77,15 @@ typedef struct tcpf_hello {
     uint32_t src_pid, src_ctx;
     uint64_t dst_host;
     uint32_t dst_pid, dst_ctx;
-    uint64_t nonce, mac, proof;
+    uint64_t nonce;
+    uint64_t incarn;  /* HELLO, CHALLENGE */
+    uint8_t  cont;    /* PROOF: TCPF_CONT_* */
+    uint8_t  kx[TCPF_KX_LEN];    /* HELLO, CHALLENGE: ephemeral public key */
+    uint8_t  mac[TCPF_MAC_LEN];
+    uint8_t  proof[TCPF_MAC_LEN];
+    uint8_t  cont_mac[TCPF_MAC_LEN];
+    /* not on the wire: the sender's ephemeral secret (tcpf_kx_new) */
+    uint8_t  kx_sk[TCPF_KX_LEN];
 } tcpf_hello_t;
 
 /* hca_tcp_transcript_t's fields */
@@ -76,24 +95,55 @@ typedef struct tcpf_transcript {
     uint32_t conn_pid, conn_ctx;
     uint64_t acc_host;
     uint32_t acc_pid, acc_ctx;
-    uint64_t conn_incarn, acc_incarn; /* the HELLO's and the CHALLENGE's
-                                         `proof` field (its incarnation) */
+    uint64_t conn_incarn, acc_incarn;
+    uint8_t  kx_c[TCPF_KX_LEN], kx_a[TCPF_KX_LEN];
 } tcpf_transcript_t;
 
-/* hca_tcp_mac and hca_siphash24 (the library's own code) */
-uint64_t tcpf_mac(uint64_t secret, int kind, const tcpf_transcript_t *t);
-uint64_t tcpf_siphash24(const uint8_t k[16], const void *msg, size_t len);
+/* A handshake as one of its ends knows it: the transcript and the
+ * session key (what a RESUME or JOIN of that session proves). */
+typedef struct tcpf_session {
+    tcpf_transcript_t t;
+    uint8_t           key[TCPF_KEY_LEN];
+} tcpf_session_t;
 
-/* The connector's next step after its HELLO h got the CHALLENGE ch from
- * the context at (acc_host, acc_pid, acc_ctx) whose secret is acc_secret:
- * 1 and the PROOF in *proof if ch is an OK challenge from that context
- * and proves its secret, else 0.  The PROOF's MAC is keyed by mac_secret
- * (acc_secret, or a wrong one to be refused), its identity proof by
- * own_secret. */
+/* hca_tcp_mac, hca_tcp_key_mac (the library's own code, on the test's
+ * transcript) */
+void tcpf_mac(uint8_t out[TCPF_MAC_LEN], uint64_t secret, int kind,
+              const tcpf_transcript_t *t);
+void tcpf_key_mac(uint8_t out[TCPF_MAC_LEN], const uint8_t key[TCPF_KEY_LEN],
+                  int kind, const tcpf_transcript_t *t);
+/* n bytes at p are all 0 */
+int tcpf_zero(const void *p, size_t n);
+
+/* A new ephemeral key pair in h (kx and kx_sk): what a HELLO or a
+ * CHALLENGE sends. */
+void tcpf_kx_new(tcpf_hello_t *h);
+
+/* The connector's next step after its HELLO h (with its key from
+ * tcpf_kx_new) got the CHALLENGE ch from the context at (acc_host,
+ * acc_pid, acc_ctx) whose secret is acc_secret: 1 and the PROOF in *proof
+ * if ch is an OK challenge from that context and proves its secret, else
+ * 0.  The PROOF's MAC is keyed by mac_secret (acc_secret, or a wrong one
+ * to be refused), its identity proof by own_secret; it continues nothing
+ * (tcpf_continue makes it a RESUME or JOIN).  *s (if not NULL): the
+ * session, its key derived from h's secret and ch's key. */
 int tcpf_prove(const tcpf_hello_t *h, const tcpf_hello_t *ch,
                uint64_t acc_host, uint32_t acc_pid, uint32_t acc_ctx,
                uint64_t acc_secret, uint64_t mac_secret, uint64_t own_secret,
-               tcpf_hello_t *proof);
+               tcpf_hello_t *proof, tcpf_session_t *s);
+
+/* The PROOF of session s continues (cont: TCPF_CONT_RESUME or JOIN) the
+ * session whose key is key: cont_mac = MAC(key; RESUME or JOIN, s->t). */
+void tcpf_continue(tcpf_hello_t *proof, const tcpf_session_t *s, int cont,
+                   const uint8_t key[TCPF_KEY_LEN]);
+
+/* The acceptor's side: the CHALLENGE *ch to HELLO h from the context at
+ * (acc_host, acc_pid, acc_ctx) whose secret is acc_secret, with nonce_a
+ * and incarnation incarn, and the session *s.  0, or -1 if h's key is a
+ * low-order point. */
+int tcpf_challenge(const tcpf_hello_t *h, uint64_t acc_host, uint32_t acc_pid,
+                   uint32_t acc_ctx, uint64_t acc_secret, uint64_t nonce_a,
+                   uint64_t incarn, tcpf_hello_t *ch, tcpf_session_t *s);
 
 /* hca_tcp_hdr_t's fields */
 typedef struct tcpf_hdr {

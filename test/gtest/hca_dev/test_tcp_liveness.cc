@@ -80,6 +80,7 @@ public:
         h.dst_pid  = a.pid;
         h.dst_ctx  = a.ctx_id;
         h.nonce    = 0x1e1e000000000000ull ^ (uint64_t)now_ms();
+        tcpf_kx_new(&h);
         tcpf_hello_encode(&h, raw);
         if (!send_all(raw, sizeof(raw)) ||
             (recv_exact(raw, sizeof(raw), TIMEOUT_MS) != 1)) {
@@ -88,7 +89,7 @@ public:
         tcpf_hello_decode(raw, &ans);
         tcpf_hello_t proof;
         if (!tcpf_prove(&h, &ans, a.host, a.pid, a.ctx_id, a.secret,
-                        a.secret, 0x5ec2e75ec2e7ull, &proof)) {
+                        a.secret, 0x5ec2e75ec2e7ull, &proof, nullptr)) {
             return ::testing::AssertionFailure()
                    << "challenge refused or unproven: status "
                    << (int)ans.status;

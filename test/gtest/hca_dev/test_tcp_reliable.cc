@@ -1573,6 +1573,8 @@ class raw_peer {
 public:
     hca_port_addr_t addr;      /* what our QP is connected to */
     int             lfd = -1;
+    tcpf_session_t  pending{}; /* the handshake under way ... */
+    tcpf_session_t  last{};    /* ... and the last one completed */
 
     explicit raw_peer(const hca_port_addr_t &like)
     {
@@ -1632,17 +1634,11 @@ public:
         if (hello->step != TCPF_STEP_HELLO) {
             return ::testing::AssertionFailure() << "not a HELLO";
         }
-        memset(&ch, 0, sizeof(ch));
-        ch.step     = TCPF_STEP_CHALLENGE;
-        ch.src_host = addr.host;
-        ch.src_pid  = addr.pid;
-        ch.src_ctx  = addr.ctx_id;
-        ch.nonce    = 0xa11ce00000000000ull ^ incarn;
-        ch.proof    = incarn; /* the incarnation field */
-        tcpf_transcript_t t = {hello->nonce, ch.nonce, hello->src_host,
-                               hello->src_pid, hello->src_ctx, addr.host,
-                               addr.pid, addr.ctx_id, hello->proof, incarn};
-        ch.mac = tcpf_mac(addr.secret, TCPF_MAC_ACCEPTOR, &t);
+        if (tcpf_challenge(hello, addr.host, addr.pid, addr.ctx_id,
+                           addr.secret, 0xa11ce00000000000ull ^ incarn, incarn,
+                           &ch, &pending) != 0) {
+            return ::testing::AssertionFailure() << "a low-order key";
+        }
         tcpf_hello_encode(&ch, raw);
         if (!s.send_all(raw, sizeof(raw))) {
             return ::testing::AssertionFailure() << "CHALLENGE not sent";
@@ -1650,22 +1646,33 @@ public:
         return ::testing::AssertionSuccess();
     }
 
-    /* The PROOF (not checked: we play a peer that takes anyone), then an
-     * OK VERDICT. */
+    /* The PROOF (its identity not checked: we play a peer that takes
+     * anyone; a RESUME must prove the last session's key, as our own
+     * acceptor requires), then an OK VERDICT (to a RESUME: proving that
+     * key too). */
     ::testing::AssertionResult verdict(tcp_raw_socket &s)
     {
-        uint8_t raw[TCPF_HELLO_LEN];
-        tcpf_hello_t h;
+        uint8_t raw[TCPF_HELLO_LEN], mac[TCPF_MAC_LEN];
+        tcpf_hello_t h, p;
 
         if (s.recv_exact(raw, sizeof(raw), TIMEOUT_MS) != 1) {
             return ::testing::AssertionFailure() << "no PROOF";
         }
-        tcpf_hello_decode(raw, &h);
+        tcpf_hello_decode(raw, &p);
         memset(&h, 0, sizeof(h));
         h.step     = TCPF_STEP_VERDICT;
         h.src_host = addr.host;
         h.src_pid  = addr.pid;
         h.src_ctx  = addr.ctx_id;
+        if (p.cont == TCPF_CONT_RESUME) {
+            tcpf_key_mac(mac, last.key, TCPF_MAC_RESUME, &pending.t);
+            if (memcmp(mac, p.cont_mac, sizeof(mac)) != 0) {
+                return ::testing::AssertionFailure()
+                       << "a RESUME that does not prove the session's key";
+            }
+            tcpf_key_mac(h.mac, last.key, TCPF_MAC_RESUMED, &pending.t);
+        }
+        last = pending;
         tcpf_hello_encode(&h, raw);
         return s.send_all(raw, sizeof(raw)) ?
                ::testing::AssertionSuccess() :
