@@ -74,7 +74,7 @@ done
 status=0
 for h in $harnesses; do
     "$cc" $cflags -fsanitize=fuzzer,address,undefined "$here/$h.c" \
-        "$build/obj/fuzz_common.o" $objs -lnuma -lpthread -lrt \
+        "$build/obj/fuzz_common.o" $objs -lnuma -lsodium -lpthread -lrt \
         -o "$build/$h" || exit 2
 
     # the inputs that once broke it (crashes/<ring|svc|tcp>-*) first: each

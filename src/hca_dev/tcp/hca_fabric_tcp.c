@@ -221,7 +221,7 @@ static void hca_tcp_port_query(hca_device_t *dev, hca_port_attr_t *attr)
 static int hca_tcp_connect(hca_qp_t *qp)
 {
     hca_tcp_dev_t *tcp = hca_tcp_dev(qp->dev);
-    hca_tcp_conn_t *conn;
+    hca_tcp_conn_t *conn, *home = NULL;
 
     hca_tcp_qp_t *tq = hca_tcp_qp(qp);
     hca_tcp_sent_t *sent;
@@ -233,9 +233,10 @@ static int hca_tcp_connect(hca_qp_t *qp)
         return -ENOMEM;
     }
     pthread_mutex_lock(&tcp->lock);
-    conn = hca_tcp_home_pick(tcp, &qp->dest);
+    conn = hca_tcp_home_pick(tcp, &qp->dest, &home);
     if (conn != NULL) {
-        conn->qp_refs += 2; /* its home, and the path it sends on */
+        conn->qp_refs++; /* the path it sends on ... */
+        home->qp_refs++; /* ... and its home */
     }
     pthread_mutex_unlock(&tcp->lock);
     if (conn == NULL) {
@@ -252,7 +253,7 @@ static int hca_tcp_connect(hca_qp_t *qp)
     tq->next_psn   = psn;
     tq->rtx_psn    = psn;
     atomic_store(&tq->answered_ns, hca_now_ns());
-    tq->home       = conn;
+    tq->home       = home;
     tq->conn       = conn; /* last: the thread reads the QP by it */
     return 0;
 }

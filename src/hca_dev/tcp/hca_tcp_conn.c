@@ -871,23 +871,24 @@ void hca_tcp_paths_dial(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
     }
 }
 
-/* A new QP's home path: the pair's connection with the fewest QPs.  With
- * a session UP every path is dialled if it is not yet (hca_tcp_path.c);
- * before it, only the first path that can be dialled: the others follow
- * once it is UP, so that their handshakes JOIN its session
- * (docs/TCP-WIRE.md, "Who continues a session"). */
+/* A new QP's home path (*home) and the connection it sends on first (the
+ * return value): the pair's connection with the fewest QPs, and, while
+ * that one is still connecting, the UP one with the fewest QPs (the QP
+ * goes home once home is UP and nothing of it is unanswered:
+ * hca_tcp_path_return).  With a session UP every path is dialled if it
+ * is not yet (hca_tcp_path.c); before it, only the first path that can be
+ * dialled: the others follow once it is UP, so that their handshakes JOIN
+ * its session (docs/TCP-WIRE.md, "Who continues a session"). */
 hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
-                                  const hca_port_addr_t *peer)
+                                  const hca_port_addr_t *peer,
+                                  hca_tcp_conn_t **home)
 {
     int n = hca_tcp_pair_paths(tcp, peer);
     int session = hca_tcp_pair_has_session(tcp, peer);
-    hca_tcp_conn_t *best = NULL, *first = NULL;
+    hca_tcp_conn_t *best = NULL, *first = NULL, *least = NULL;
 
-    /* among the paths that are UP, the one with the fewest QPs; none UP
-     * yet (the pair's first QP): the first path that is not dead, whose
-     * handshake its first post's WQE waits for (a QP is never given a
-     * path still connecting while another is UP: if that connect failed,
-     * its first post would fail with it) */
+    /* the pair's first QP: the first path that is not dead, whose
+     * handshake its first post's WQE waits for */
     for (int p = 0; (p < n) && (session || (first == NULL)); ++p) {
         hca_tcp_conn_t *c = hca_tcp_conn_get(tcp, peer, p);
         int state;
@@ -895,17 +896,27 @@ hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
             continue;
         }
         state = atomic_load(&c->state);
-        if ((first == NULL) && (state != HCA_TCP_CONN_DEAD)) {
+        if (state == HCA_TCP_CONN_DEAD) {
+            continue;
+        }
+        if (first == NULL) {
             first = c;
+        }
+        if ((least == NULL) || (c->qp_refs < least->qp_refs)) {
+            least = c;
         }
         if ((state == HCA_TCP_CONN_UP) &&
             ((best == NULL) || (c->qp_refs < best->qp_refs))) {
             best = c;
         }
     }
-    if (best == NULL) {
-        best = (first != NULL) ? first :
-               hca_tcp_conn_get(tcp, peer, 0); /* dead: fails at its post */
+    if (least == NULL) {
+        least = hca_tcp_conn_get(tcp, peer, 0); /* dead: fails at its post */
     }
-    return best;
+    *home = least;
+    if ((least == NULL) ||
+        (atomic_load(&least->state) == HCA_TCP_CONN_UP) || (best == NULL)) {
+        return least;
+    }
+    return best; /* a path UP now, not one still connecting */
 }

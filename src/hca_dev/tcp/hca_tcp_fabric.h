@@ -682,10 +682,12 @@ void hca_tcp_paths_close(hca_tcp_dev_t *tcp);
 int  hca_tcp_path_socket(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer,
                          int path, struct sockaddr_storage *ss,
                          uint32_t *len);
-/* a new QP's home: the pair's connection with the fewest QPs, each path
- * dialled if it is not yet (tcp->lock held) */
+/* a new QP's home (*home: the pair's connection with the fewest QPs) and
+ * the connection it sends on first (home, or one UP while home connects);
+ * the pair's paths dialled as its session allows (tcp->lock held) */
 hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
-                                  const hca_port_addr_t *peer);
+                                  const hca_port_addr_t *peer,
+                                  hca_tcp_conn_t **home);
 /* a QP on a connection in this state may move to a sibling */
 int  hca_tcp_failover_ok(const hca_tcp_conn_t *conn, int state);
 /* the owner: the QP moves to a sibling that is UP and sends again what is

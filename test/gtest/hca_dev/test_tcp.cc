@@ -567,6 +567,37 @@ TEST(TcpAuth, SessionKeyOnlyTheEndsKnow)
     EXPECT_EQ(-1, tcpf_challenge(&h, 6, 7, 8, 0x5ec7e7, 9, 10, &ch, &acc));
 }
 
+/* A reconnect storm: 1,000 complete handshakes (each an X25519 exchange
+ * on both sides, since wire version 5), from 8 client threads at once,
+ * against one context, all accepted.  How long they take is printed for
+ * docs/RELIABILITY.md, not judged: the figure to read against "well under
+ * a second" (issue 37). */
+TEST_F(TcpWire, HandshakeStorm)
+{
+    const int THREADS = 8, EACH = 125;
+    std::atomic<int> ok(0);
+    std::vector<std::thread> ts;
+    double t0 = now_ms();
+    for (int i = 0; i < THREADS; ++i) {
+        ts.emplace_back([&]() {
+            for (int j = 0; j < EACH; ++j) {
+                raw_client cl;
+                if (handshake(cl)) {
+                    ok++;
+                }
+            }
+        });
+    }
+    for (auto &t : ts) {
+        t.join();
+    }
+    double took = now_ms() - t0;
+    EXPECT_EQ(THREADS * EACH, ok.load());
+    printf("# %d handshakes in %.0f ms (%.1f us each, both ends' work on "
+           "%d CPUs)\n", THREADS * EACH, took,
+           1000.0 * took / (THREADS * EACH), (int)sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 /* ------------------------------------------------------------ refusals */
 
 TEST_F(TcpWire, WriteBadRkeyNak)
