@@ -59,6 +59,27 @@ static uint64_t hca_tcp_stripe_min(void)
     return (v < HCA_TCP_STRIPE_MIN) ? HCA_TCP_STRIPE_MIN : v;
 }
 
+/* A cap on established inbound connections (HCA_TCP_CONN_SRC,
+ * HCA_TCP_CONN_MAX): the environment's variable of that name, a count of
+ * 1 or more, else dflt. */
+static uint32_t hca_tcp_conn_cap(const char *name, uint32_t dflt)
+{
+    const char *env = getenv(name);
+    char *end;
+    unsigned long long v;
+
+    if ((env == NULL) || (*env == '\0')) {
+        return dflt;
+    }
+    v = strtoull(env, &end, 0);
+    if ((*end != '\0') || (v == 0) || (v > UINT32_MAX)) {
+        hca_log("%s=%s: not a count of connections, %u used", name, env,
+                dflt);
+        return dflt;
+    }
+    return (uint32_t)v;
+}
+
 static int hca_tcp_dev_open(hca_device_t *dev)
 {
     const char *setting = dev->open_attr.net_devices;
@@ -79,6 +100,10 @@ static int hca_tcp_dev_open(hca_device_t *dev)
     tcp->wake_fd    = -1;
     tcp->timeout_ms = hca_tcp_timeout_ms(dev);
     tcp->stripe_min = hca_tcp_stripe_min();
+    tcp->conn_src_max = hca_tcp_conn_cap("HCA_TCP_CONN_SRC",
+                                         HCA_TCP_CONN_SRC);
+    tcp->conn_max     = hca_tcp_conn_cap("HCA_TCP_CONN_MAX",
+                                         HCA_TCP_CONN_MAX);
     tcp->open_ns    = hca_now_ns();
     pthread_mutex_init(&tcp->lock, NULL);
     if (hca_tcp_auth_init() != 0) {
@@ -401,6 +426,7 @@ static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
     [HCA_TCP_CNT_FAILOVERS]    = "failovers",
     [HCA_TCP_CNT_STRIPED]      = "striped_writes",
     [HCA_TCP_CNT_STRIPED_READS] = "striped_reads",
+    [HCA_TCP_CNT_RECORDS]      = "responder_records",
 #define HCA_TCP_PATH_NAMES(_p) \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_FRAMES_TX)]   = "path" #_p "_frames_tx", \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_BYTES_TX)]    = "path" #_p "_bytes_tx", \

@@ -79,6 +79,9 @@ void hca_tcp_conn_io_reset(hca_tcp_conn_t *conn, hca_tcp_rx_state_t rx_state)
     conn->hs_step     = 0;
     conn->want_out    = 0;
     conn->reading     = 1;
+    /* what the old socket carried of READs' answers is not the new one's */
+    memset(conn->answered, 0, sizeof(conn->answered));
+    conn->answered_next = 0;
 }
 
 hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound)
@@ -800,6 +803,11 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     conn->rx.got = 0;
     if (rc != 0) {
         return; /* dead, or the next message of the handshake to read */
+    }
+    if (!conn->outbound && !conn->was_up && !hca_tcp_conn_admit(tcp, conn)) {
+        /* at a cap of established connections, all of them proven */
+        hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);
+        return;
     }
     hca_tcp_rx_to(conn, HCA_TCP_RX_HDR);
     conn->rx.got   = 0;

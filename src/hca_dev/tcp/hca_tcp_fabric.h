@@ -47,6 +47,10 @@
 #include <sys/uio.h>
 
 #define HCA_TCP_JOBS          256     /* answers queued per connection */
+#define HCA_TCP_READS         16      /* READ answers a connection's socket
+                                         remembers it carried: a READ asked
+                                         again there gets only what it did
+                                         not carry (hca_tcp_resp.c) */
 #define HCA_TCP_TIMEOUT_MS    10000   /* default retry timeout: nothing
                                          received from a peer for this
                                          long fails its QPs */
@@ -60,6 +64,16 @@
                                          two paths, when two are UP */
 #define HCA_TCP_RQP_BUCKETS   64      /* responder records' hash, per
                                          connection */
+#define HCA_TCP_RQP_ANY       128     /* responder records a peer context
+                                         may hold per QP of ours that
+                                         accepts any source (and one per QP
+                                         of ours connected to it): one per
+                                         requester QP of its that addresses
+                                         us; a source past them is refused */
+#define HCA_TCP_RQP_SWEEP_NS  1000000ull /* records at the limit: those whose
+                                         target no longer accepts their
+                                         source are looked for at most this
+                                         often */
 #define HCA_TCP_RTO_NS        20000000ull /* injected loss only: a QP with
                                          frames unanswered this long sends
                                          them again (a live TCP stream
@@ -72,6 +86,15 @@
                                          the rest is headroom for the
                                          connections that completed it) */
 #define HCA_TCP_HALF_OPEN_SRC 64      /* ... of them from one address */
+#define HCA_TCP_CONN_SRC      1024    /* established inbound connections
+                                         (UP or LINKING) from one source
+                                         address: a host's contexts, one
+                                         per path each (the environment's
+                                         HCA_TCP_CONN_SRC) */
+#define HCA_TCP_CONN_MAX      16384   /* ... in all (HCA_TCP_CONN_MAX), and
+                                         at most half of RLIMIT_NOFILE;
+                                         over a cap the oldest unproven one
+                                         closes (hca_tcp_conn_admit) */
 #define HCA_TCP_LOG_NS        1000000000ull /* refusals: a log line at most
                                          this often */
 #define HCA_TCP_POLL_MAX      64      /* connections a user poll reads; with
@@ -142,10 +165,23 @@ typedef struct hca_tcp_job {
                                    a striped answer's share) */
     int              striped;   /* READ: its parts say HCA_TCP_F_STRIPED */
     uint64_t         addr;      /* READ: start in our memory */
-    int              stale;     /* READ: asked again from an offset, its
-                                   later parts go to waste: it ends at the
-                                   next part boundary */
+    int              stale;     /* READ: its answer started over (asked
+                                   again under injected loss), its later
+                                   parts go to waste: it ends at the next
+                                   part boundary */
 } hca_tcp_job_t;
+
+/* What of a READ's answer the connection's socket carried, or has queued
+ * (tx_lock; forgotten with the socket): a live TCP stream loses nothing,
+ * so the same READ asked again on it is answered only with the rest. */
+typedef struct hca_tcp_answered {
+    uint32_t qpn;       /* the requester QP */
+    uint32_t psn;       /* the READ's */
+    uint64_t addr;      /* ... its start in our memory */
+    uint32_t total;     /* ... its length */
+    uint32_t lo, hi;    /* [lo, hi): the bytes of its answer carried */
+    uint64_t ns;        /* injected loss: its answer last started over */
+} hca_tcp_answered_t;
 
 /* The receiver's state machine (hca_tcp_state.c): the frame being read
  * (under rx_lock). */
@@ -207,7 +243,9 @@ typedef struct hca_tcp_atom {
 
 /* The responder's record of one requester QP (InfiniBand's responder
  * state of an RC QP): what it expects next, and the atomics it answered.
- * Kept per connection, which outlives its sockets. */
+ * Kept per connection, which outlives its sockets; made only for a
+ * requester QP whose first frame its target QP accepted, as many for a
+ * peer context as it may have QPs that address ours (hca_tcp_rel.c). */
 typedef struct hca_tcp_rqp {
     struct hca_tcp_rqp *next;       /* hash chain */
     uint32_t        src_qpn;
@@ -219,6 +257,9 @@ typedef struct hca_tcp_rqp {
     uint8_t         err_status;
     uint8_t         atom_next;
     uint32_t        err_psn;
+    uint32_t        dst_qpn;        /* our QP its connect's first frame
+                                       went to: the record lives while that
+                                       QP accepts it (hca_tcp_rqps_sweep) */
     hca_tcp_atom_t  atom[HCA_TCP_RD_ATOM]; /* the replay table: a ring */
     /* a striped WRITE (HCA_TCP_F_STRIPED): its parts may land ahead of
      * epsn, from the other path.  Bit k of `ahead`: the part at
@@ -319,6 +360,9 @@ typedef struct hca_tcp_conn {
                                          within the peer timeout */
     hca_tcp_job_t        jobs[HCA_TCP_JOBS];
     uint32_t             jobs_head, jobs_tail;
+    hca_tcp_answered_t   answered[HCA_TCP_READS]; /* the last READs
+                                       answered on its socket: a ring */
+    uint32_t             answered_next;
     int                  want_out;  /* EPOLLOUT armed */
     /* receiving: the thread, or a user thread polling the device
      * (hca_tcp_poll), under rx_lock.  Lock order: rx_lock, then tcp->lock;
@@ -328,6 +372,11 @@ typedef struct hca_tcp_conn {
     hca_tcp_rqp_t       *rqps[HCA_TCP_RQP_BUCKETS]; /* responder records
                                        (tcp->lock): the rq_lead's are used */
     uint32_t             n_rqps;
+    uint32_t             rqp_limit; /* of n_rqps, computed last (our QPs
+                                       change: computed again when it is
+                                       reached, hca_tcp_rqp_limit) */
+    uint64_t             rqp_swept_ns; /* the last look for records whose
+                                       target is gone (hca_tcp_rqps_sweep) */
     uint64_t             rx_frames; /* headers read (rx_lock) */
     uint64_t             rx_judged_frames; /* the timer pass's last look */
     uint64_t             rx_judged_ns;     /* at a payload (rx_lock) */
@@ -351,7 +400,9 @@ typedef enum {
     HCA_TCP_CNT_CONNS,        /* connections established */
     HCA_TCP_CNT_CONNS_LOST,   /* closed: reset, timeout, bad frame, refusal */
     HCA_TCP_CNT_BAD_FRAMES,   /* connections closed for a malformed frame */
-    HCA_TCP_CNT_REFUSED,      /* hellos refused (secret, context, version) */
+    HCA_TCP_CNT_REFUSED,      /* hellos refused (secret, context, version);
+                                 connections closed at a cap (half-open,
+                                 established: HCA_TCP_CONN_SRC, _MAX) */
     HCA_TCP_CNT_RETRANSMITS,  /* request frames sent again */
     HCA_TCP_CNT_DUP_REQUESTS, /* request frames received again (not
                                  executed again) */
@@ -365,6 +416,9 @@ typedef enum {
     HCA_TCP_CNT_STRIPED,      /* WRITEs sent over two paths (begun: a
                                  path lost sends one again on one) */
     HCA_TCP_CNT_STRIPED_READS, /* READs answered over two paths */
+    HCA_TCP_CNT_RECORDS,      /* responder records held now (a gauge:
+                                 made less freed; a requester QP refused
+                                 for want of room is a nak_rem_op_err) */
     HCA_TCP_CNT_NAKS,         /* requests refused, + the syndrome */
     HCA_TCP_CNT_PATHS = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST, /* per path
                                  (HCA_TCP_CNT_PATH) */
@@ -457,6 +511,11 @@ typedef struct hca_tcp_dev {
                                           watch (HCA_TCP_WATCH_MS) */
     uint32_t             half_open_max; /* HCA_TCP_HALF_OPEN_MAX, or less
                                            under a low RLIMIT_NOFILE */
+    uint32_t             conn_src_max; /* HCA_TCP_CONN_SRC, or the
+                                          environment's */
+    uint32_t             conn_max;   /* HCA_TCP_CONN_MAX, or the
+                                        environment's; at most half of
+                                        RLIMIT_NOFILE */
     uint64_t             log_ns;     /* the last refusal logged (thread) */
     uint32_t             log_held;   /* refusals not logged since */
 } hca_tcp_dev_t;
@@ -630,12 +689,25 @@ typedef enum {
     HCA_TCP_PSN_BUSY,     /* the frame expected, whose copy on another
                              path is being read right now: drop it, NAK
                              PSN_SEQ with the expected (it comes again) */
-    HCA_TCP_PSN_UNKNOWN   /* a striped WRITE's first part, of a QP this
+    HCA_TCP_PSN_UNKNOWN,  /* a striped WRITE's first part, of a QP this
                              path has no record of: drop it, NAK PSN_SEQ
                              with its PSN (it comes again, on the QP's
                              path) */
+    HCA_TCP_PSN_NO_RECORD, /* a requester QP with no record: its target is
+                             checked (a refusal NAKed, no record made),
+                             then hca_tcp_psn_first */
+    HCA_TCP_PSN_FULL      /* ... whose peer context has as many records as
+                             it may (one per QP of ours connected to it,
+                             HCA_TCP_RQP_ANY per any-source QP of ours):
+                             NAK it (REM_OP_ERR), no record */
 } hca_tcp_psn_verdict_t;
 hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
+                                        hca_tcp_conn_t *conn,
+                                        const hca_tcp_hdr_t *hdr);
+/* the frame of a requester QP with no record, whose target QP accepts it:
+ * its record is made if it is the QP's first frame (F_START) and the peer
+ * context has room, then it is checked as any */
+hca_tcp_psn_verdict_t hca_tcp_psn_first(hca_tcp_dev_t *tcp,
                                         hca_tcp_conn_t *conn,
                                         const hca_tcp_hdr_t *hdr);
 /* the request in conn->rx was executed / refused */
@@ -801,6 +873,10 @@ int  hca_tcp_rx_target_ok(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 int  hca_tcp_poll(hca_device_t *dev);
 /* A CQ was armed: the thread takes the reading back at once. */
 void hca_tcp_armed(hca_device_t *dev);
+/* an inbound connection completed its first handshake (tcp->lock held):
+ * 1 it may go UP (the oldest unproven one closed if a cap was reached),
+ * 0 it is refused (at a cap, every other one proven) */
+int  hca_tcp_conn_admit(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 int  hca_tcp_thread_start(hca_tcp_dev_t *tcp);
 void hca_tcp_thread_stop(hca_tcp_dev_t *tcp);
 

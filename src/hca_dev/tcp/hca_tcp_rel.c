@@ -436,6 +436,14 @@ static hca_tcp_conn_t *hca_tcp_rq_table(hca_tcp_conn_t *conn)
     return (conn->rq_lead != NULL) ? conn->rq_lead : conn;
 }
 
+/* The records' hash: by the requester QPN's index, so that a QPN of
+ * another generation of the same index finds its predecessor's record
+ * (hca_tcp_rqp_new). */
+static inline uint32_t hca_tcp_rqp_bucket(uint32_t qpn)
+{
+    return HCA_QPN_INDEX(qpn) % HCA_TCP_RQP_BUCKETS;
+}
+
 static hca_tcp_rqp_t *hca_tcp_rqp_find(hca_tcp_conn_t *conn, uint32_t qpn)
 {
     hca_tcp_rqp_t *r = conn->rx.rqp;
@@ -443,7 +451,7 @@ static hca_tcp_rqp_t *hca_tcp_rqp_find(hca_tcp_conn_t *conn, uint32_t qpn)
     if ((r != NULL) && (r->src_qpn == qpn)) {
         return r; /* the one before: one compare per frame */
     }
-    for (r = hca_tcp_rq_table(conn)->rqps[qpn % HCA_TCP_RQP_BUCKETS];
+    for (r = hca_tcp_rq_table(conn)->rqps[hca_tcp_rqp_bucket(qpn)];
          r != NULL; r = r->next) {
         if (r->src_qpn == qpn) {
             return r;
@@ -490,8 +498,11 @@ static int hca_tcp_rqp_take(hca_tcp_rqp_t *r)
     return taken;
 }
 
-static void hca_tcp_rqp_start(hca_tcp_rqp_t *r, uint32_t psn)
+static void hca_tcp_rqp_start(hca_tcp_rqp_t *r, const hca_tcp_hdr_t *hdr)
 {
+    uint32_t psn = hdr->psn;
+
+    r->dst_qpn   = hdr->dst_qpn;
     r->start_psn = psn;
     r->epsn      = psn;
     r->nak_sent  = 0;
@@ -579,47 +590,188 @@ int hca_tcp_psn_landed(hca_tcp_conn_t *conn, const hca_tcp_hdr_t *hdr,
     return 0;
 }
 
+/* How many records the peer context whose records lead holds may have:
+ * as many as there are of its QPs that may address ours - one per QP of
+ * ours connected to it (that QP's one source), HCA_TCP_RQP_ANY per QP of
+ * ours that accepts any source (UCX's iface: an endpoint of each of the
+ * peer's workers, per lane, addresses it); our QPs in RTR or RTS, and
+ * HCA_MAX_QP at most (a peer has no more).  Memory in proportion to what
+ * exists here, not to the QPN space.  (tcp->lock held; a look at our QPs'
+ * public entries, up to the highest index used: only when a record is
+ * about to pass the limit computed last.) */
+static uint32_t hca_tcp_rqp_limit(const hca_tcp_dev_t *tcp,
+                                  const hca_tcp_conn_t *lead)
+{
+    hca_device_t *dev = tcp->dev;
+    uint32_t hwm      = atomic_load_explicit(&dev->hdr->qp_hwm,
+                                             memory_order_relaxed);
+    uint32_t n        = 0;
+
+    for (uint32_t i = 1; (i <= hwm) && (i < HCA_MAX_QP) && (n < HCA_MAX_QP);
+         ++i) {
+        const hca_qp_pub_t *pub = &dev->qp_pub[i];
+        uint32_t state = atomic_load_explicit(&pub->state,
+                                              memory_order_relaxed);
+        uint32_t dq;
+        if ((state != HCA_QPS_RTR) && (state != HCA_QPS_RTS)) {
+            continue;
+        }
+        dq = atomic_load_explicit(&pub->dest_qpn, memory_order_relaxed);
+        if (dq == HCA_QPN_ANY) {
+            n += HCA_TCP_RQP_ANY;
+        } else if ((atomic_load(&pub->dest_host) == lead->peer.host) &&
+                   (atomic_load(&pub->dest_pid) == lead->peer.pid) &&
+                   (atomic_load(&pub->dest_ctx) == lead->peer.ctx_id)) {
+            n += 1;
+        }
+    }
+    return (n < HCA_MAX_QP) ? n : HCA_MAX_QP;
+}
+
+/* The record is freed (tcp->lock held): no connection of the peer context
+ * keeps it as the one it checked last. */
+static void hca_tcp_rqp_free(hca_tcp_dev_t *tcp, hca_tcp_conn_t *lead,
+                             hca_tcp_rqp_t *r)
+{
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if (c->rx.rqp == r) {
+            c->rx.rqp = NULL;
+        }
+    }
+    lead->n_rqps--;
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RECORDS, -1);
+    free(r);
+}
+
+/* The records of sources that can no longer address us are freed: the QP
+ * of ours each one's frames went to is gone, or no longer accepts that
+ * source (reset, connected again to another).  Any later frame of theirs
+ * is refused by the target check before it needs a record (tcp->lock
+ * held; at most once per HCA_TCP_RQP_SWEEP_NS, as a flood at the limit
+ * would make it run for each of its frames). */
+static void hca_tcp_rqps_sweep(hca_tcp_dev_t *tcp, hca_tcp_conn_t *lead)
+{
+    hca_device_t *dev = tcp->dev;
+    uint64_t now      = hca_coarse_ns();
+
+    if (now - lead->rqp_swept_ns < HCA_TCP_RQP_SWEEP_NS) {
+        return;
+    }
+    lead->rqp_swept_ns = now;
+    for (int b = 0; b < HCA_TCP_RQP_BUCKETS; ++b) {
+        for (hca_tcp_rqp_t **pp = &lead->rqps[b]; *pp != NULL;) {
+            hca_tcp_rqp_t *r = *pp;
+            uint32_t idx     = HCA_QPN_INDEX(r->dst_qpn);
+            if ((idx != 0) && (idx < HCA_MAX_QP) &&
+                (hca_qp_pub_check(&dev->qp_pub[idx], r->dst_qpn,
+                                  lead->peer.host, lead->peer.pid,
+                                  lead->peer.ctx_id, r->src_qpn) ==
+                 HCA_WC_SUCCESS)) {
+                pp = &r->next;
+                continue;
+            }
+            *pp = r->next;
+            hca_tcp_rqp_free(tcp, lead, r);
+        }
+    }
+}
+
+/* A record for the frame's requester QP, whose first frame it is (its
+ * target accepted it; tcp->lock held): NULL if the peer context holds as
+ * many as it may (hca_tcp_rqp_limit).  A record of the same QP index, of
+ * another generation, becomes this one's: a context has one QP per index,
+ * so its owner is gone (a peer that makes and destroys QPs for good keeps
+ * as many records as it has QPs at once).  A frame of the old QP still
+ * being read on another path is taken from it as any copy on a failover
+ * is (busy, hca_tcp_rqp_take). */
+static hca_tcp_rqp_t *hca_tcp_rqp_new(hca_tcp_dev_t *tcp,
+                                      hca_tcp_conn_t *conn,
+                                      const hca_tcp_hdr_t *hdr)
+{
+    hca_tcp_conn_t *lead = hca_tcp_rq_table(conn);
+    uint32_t b           = hca_tcp_rqp_bucket(hdr->src_qpn);
+    hca_tcp_rqp_t *r;
+
+    for (r = lead->rqps[b]; r != NULL; r = r->next) {
+        if (HCA_QPN_INDEX(r->src_qpn) == HCA_QPN_INDEX(hdr->src_qpn)) {
+            /* the old QP's later frames on another path find no record:
+             * dropped (src_qpn is no longer theirs) */
+            r->src_qpn = hdr->src_qpn;
+            hca_tcp_rqp_start(r, hdr);
+            return r;
+        }
+    }
+    if (lead->n_rqps >= lead->rqp_limit) {
+        /* the limit again, our QPs as they are now; the records of
+         * sources that cannot address us any more go */
+        lead->rqp_limit = hca_tcp_rqp_limit(tcp, lead);
+        if (lead->n_rqps >= lead->rqp_limit) {
+            hca_tcp_rqps_sweep(tcp, lead);
+        }
+        if (lead->n_rqps >= lead->rqp_limit) {
+            hca_tcp_refusal(tcp, "pid %u ctx %u: no room for the record of "
+                            "its QP 0x%x (%u records for the %u of its QPs "
+                            "that may address ours): refused",
+                            lead->peer.pid, lead->peer.ctx_id, hdr->src_qpn,
+                            lead->n_rqps, lead->rqp_limit);
+            return NULL;
+        }
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return NULL;
+    }
+    r->src_qpn    = hdr->src_qpn;
+    r->next       = lead->rqps[b];
+    lead->rqps[b] = r;
+    lead->n_rqps++;
+    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RECORDS, 1);
+    hca_tcp_rqp_start(r, hdr);
+    return r;
+}
+
+hca_tcp_psn_verdict_t hca_tcp_psn_first(hca_tcp_dev_t *tcp,
+                                        hca_tcp_conn_t *conn,
+                                        const hca_tcp_hdr_t *hdr)
+{
+    if (!(hdr->flags & HCA_TCP_F_START)) {
+        /* not its first frame, so an earlier one was lost (injected
+         * loss): dropped, and its requester sends again from its start,
+         * which carries F_START */
+        if ((hdr->flags & HCA_TCP_F_STRIPED) && (hdr->offset == 0) &&
+            (hdr->opcode == HCA_TCP_OP_WRITE)) {
+            /* a striped WRITE whose first part came on a path that does
+             * not share its QP's record (the paths' records are joined by
+             * proven identity): it is asked again, whole, on the QP's own
+             * path */
+            return HCA_TCP_PSN_UNKNOWN;
+        }
+        return HCA_TCP_PSN_DROP;
+    }
+    if (hca_tcp_rqp_new(tcp, conn, hdr) == NULL) {
+        return HCA_TCP_PSN_FULL;
+    }
+    return hca_tcp_psn_check(tcp, conn, hdr);
+}
+
 hca_tcp_psn_verdict_t hca_tcp_psn_check(hca_tcp_dev_t *tcp,
                                         hca_tcp_conn_t *conn,
                                         const hca_tcp_hdr_t *hdr)
 {
-    hca_tcp_rqp_t *r     = hca_tcp_rqp_find(conn, hdr->src_qpn);
-    hca_tcp_conn_t *lead = hca_tcp_rq_table(conn);
+    hca_tcp_rqp_t *r = hca_tcp_rqp_find(conn, hdr->src_qpn);
     int32_t d;
 
     conn->rx.dup = 0;
     if (r == NULL) {
-        if (!(hdr->flags & HCA_TCP_F_START) ||
-            (lead->n_rqps >= HCA_MAX_QP)) {
-            /* not its first frame, so an earlier one was lost (injected
-             * loss): dropped, and its requester sends again from its
-             * start, which carries F_START.  Or more QPs than a context
-             * has. */
-            conn->rx.rqp = NULL;
-            if ((hdr->flags & HCA_TCP_F_STRIPED) && (hdr->offset == 0) &&
-                (hdr->opcode == HCA_TCP_OP_WRITE)) {
-                /* a striped WRITE whose first part came on a path that
-                 * does not share its QP's record (the paths' records
-                 * are joined by proven identity): it is asked again,
-                 * whole, on the QP's own path */
-                return HCA_TCP_PSN_UNKNOWN;
-            }
-            return HCA_TCP_PSN_DROP;
-        }
-        r = calloc(1, sizeof(*r));
-        if (r == NULL) {
-            conn->rx.rqp = NULL;
-            return HCA_TCP_PSN_DROP;
-        }
-        r->src_qpn = hdr->src_qpn;
-        r->next    = lead->rqps[hdr->src_qpn % HCA_TCP_RQP_BUCKETS];
-        lead->rqps[hdr->src_qpn % HCA_TCP_RQP_BUCKETS] = r;
-        lead->n_rqps++;
-        hca_tcp_rqp_start(r, hdr->psn);
-    } else if ((hdr->flags & HCA_TCP_F_START) && (hdr->psn != r->start_psn)) {
+        /* its target is checked before a record is made for it
+         * (hca_tcp_psn_first) */
+        conn->rx.rqp = NULL;
+        return HCA_TCP_PSN_NO_RECORD;
+    }
+    if ((hdr->flags & HCA_TCP_F_START) && (hdr->psn != r->start_psn)) {
         /* the requester QP was connected again (a new incarnation of the
          * QPN): it starts afresh, an earlier refusal forgotten, as on IB */
-        hca_tcp_rqp_start(r, hdr->psn);
+        hca_tcp_rqp_start(r, hdr);
     }
     conn->rx.rqp = r;
     if (r->err) {
@@ -747,6 +899,9 @@ void hca_tcp_rqps_forget(hca_tcp_conn_t *conn)
 
 void hca_tcp_rqps_free(hca_tcp_conn_t *conn)
 {
+    if (conn->n_rqps > 0) {
+        HCA_TCP_COUNT(conn->tcp, HCA_TCP_CNT_RECORDS, -(int64_t)conn->n_rqps);
+    }
     for (int b = 0; b < HCA_TCP_RQP_BUCKETS; ++b) {
         while (conn->rqps[b] != NULL) {
             hca_tcp_rqp_t *r = conn->rqps[b];

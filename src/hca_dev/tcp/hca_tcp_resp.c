@@ -134,6 +134,21 @@ static hca_wc_status_t hca_tcp_target(hca_tcp_dev_t *tcp,
     return HCA_WC_SUCCESS;
 }
 
+/* The right a request needs of its target QP (a SEND: none). */
+static unsigned hca_tcp_req_access(const hca_tcp_hdr_t *hdr)
+{
+    switch ((hca_tcp_op_t)hdr->opcode) {
+    case HCA_TCP_OP_WRITE:
+        return HCA_ACCESS_REMOTE_WRITE;
+    case HCA_TCP_OP_READ:
+        return HCA_ACCESS_REMOTE_READ;
+    case HCA_TCP_OP_ATOMIC:
+        return HCA_ACCESS_REMOTE_ATOMIC;
+    default:
+        return 0;
+    }
+}
+
 /* Our QP qpn (tcp->lock held: destroy waits for it): NULL if gone. */
 static hca_qp_t *hca_tcp_our_qp(hca_tcp_dev_t *tcp, uint32_t qpn)
 {
@@ -345,6 +360,107 @@ static void hca_tcp_rx_write(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_tcp_rx_payload(conn, HCA_TCP_RXK_REGION);
 }
 
+/* ---------------------------------------------------------------- READs */
+
+/* The socket of conn carries job's part of a READ's answer (tx_lock held):
+ * remembered, the oldest of HCA_TCP_READS forgotten. */
+static void hca_tcp_answered_add(hca_tcp_conn_t *conn, const hca_tcp_job_t *job)
+{
+    hca_tcp_answered_t *a = &conn->answered[conn->answered_next++ %
+                                            HCA_TCP_READS];
+
+    a->qpn   = job->hdr.dst_qpn;
+    a->psn   = job->hdr.psn;
+    a->addr  = job->addr;
+    a->total = job->hdr.total;
+    a->lo    = job->hdr.offset;
+    a->hi    = job->end;
+    a->ns    = 0;
+}
+
+/* What conn's socket carried of the READ at (qpn, psn), the newest first;
+ * NULL if nothing (it was answered on another path or socket, or more
+ * than HCA_TCP_READS READs ago). */
+static hca_tcp_answered_t *hca_tcp_answered_find(hca_tcp_conn_t *conn,
+                                                 uint32_t qpn, uint32_t psn)
+{
+    for (uint32_t i = 1; i <= HCA_TCP_READS; ++i) {
+        hca_tcp_answered_t *a = &conn->answered[(conn->answered_next - i) %
+                                                HCA_TCP_READS];
+        if ((a->qpn == qpn) && (a->psn == psn) && (a->hi != 0)) {
+            return a;
+        }
+    }
+    return NULL;
+}
+
+/* The answers of the READ still queued stop at their next part (tx_lock
+ * held): another starts over. */
+static void hca_tcp_read_stale(hca_tcp_conn_t *conn, uint32_t qpn,
+                               uint32_t psn)
+{
+    for (uint32_t i = conn->jobs_tail; i != conn->jobs_head; ++i) {
+        hca_tcp_job_t *old = &conn->jobs[i % HCA_TCP_JOBS];
+        if ((old->hdr.opcode == HCA_TCP_OP_READ_RESP) &&
+            (old->hdr.dst_qpn == qpn) && (old->hdr.psn == psn)) {
+            old->stale = 1;
+        }
+    }
+}
+
+/* The READ in conn->rx, a duplicate (tx_lock held): what of its answer
+ * from its offset goes out again, in *job (from job->hdr.offset to
+ * job->end); 0 if nothing.  Its requester asks again when it takes parts
+ * for lost: a path or socket lost (the question then comes on another,
+ * which answers it from its offset), an answer it saw pass the READ.  On
+ * one live socket nothing is lost: what it carried of this READ, or has
+ * queued, is not sent again; only the bytes outside that go (a striped
+ * READ's share that was the other path's, asked here after that path was
+ * lost).  So a READ asked again, from any offsets and however often,
+ * costs its answer once per socket.  Except under injected loss (HCA_FAULT
+ * tcp_loss), which drops frames the socket delivered: there the answer
+ * starts over from the offset asked, at most once per retransmission
+ * interval (HCA_TCP_RTO_NS, the requester's own timer). */
+static int hca_tcp_read_again(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                              const hca_tcp_hdr_t *hdr, hca_tcp_job_t *job)
+{
+    hca_tcp_answered_t *a = hca_tcp_answered_find(conn, hdr->src_qpn,
+                                                  hdr->psn);
+    hca_device_t *dev     = tcp->dev;
+
+    if (a == NULL) {
+        hca_tcp_read_stale(conn, hdr->src_qpn, hdr->psn);
+        hca_tcp_answered_add(conn, job);
+        return 1;
+    }
+    if ((a->addr != hdr->remote_addr) || (a->total != hdr->total)) {
+        return 0; /* not the READ answered at that PSN: an honest requester
+                     asks again for the same */
+    }
+    if (HCA_UNLIKELY(dev->fault.enabled) &&
+        (dev->fault.prob[HCA_FAULT_TCP_LOSS] != 0)) {
+        uint64_t now = hca_coarse_ns();
+        if ((a->ns == 0) || (now - a->ns >= HCA_TCP_RTO_NS)) {
+            hca_tcp_read_stale(conn, hdr->src_qpn, hdr->psn);
+            a->lo = (hdr->offset < a->lo) ? hdr->offset : a->lo;
+            a->hi = hdr->total;
+            a->ns = now;
+            return 1;
+        }
+    }
+    if (hdr->offset < a->lo) {
+        job->end = a->lo;
+        a->lo    = hdr->offset;
+        return 1;
+    }
+    if (a->hi < hdr->total) {
+        job->hdr.offset = (hdr->offset > a->hi) ? hdr->offset : a->hi;
+        a->hi           = hdr->total;
+        return 1;
+    }
+    return 0;
+}
+
 /* A large READ's answer over two paths: its first parts go on a sibling
  * of conn, from a job of their own (the region pinned once more), the
  * rest stay in *job, for conn; every part says HCA_TCP_F_STRIPED, and the
@@ -380,6 +496,7 @@ static void hca_tcp_read_stripe(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         (atomic_load(&sib->state) == HCA_TCP_CONN_UP)) {
         hca_mpt_hold(part.entry); /* each job releases its own */
         (void)hca_tcp_job_push(sib, &part);
+        hca_tcp_answered_add(sib, &part);
         hca_tcp_jobs_pump(tcp, sib);
         job->hdr.offset = part.end;
         job->striped    = 1;
@@ -429,20 +546,16 @@ static void hca_tcp_rx_read(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         hca_tcp_read_stripe(tcp, conn, &job);
     }
     pthread_mutex_lock(&conn->tx_lock);
-    if (conn->rx.dup) {
-        /* asked again (a part was lost): the answer still queued for the
-         * same READ would send on to its end, parts its requester drops
-         * while it waits for the one missing: it stops at its next part,
-         * and this one starts there (a loss then costs the parts in
-         * flight, not the rest of the READ each time) */
-        for (uint32_t i = conn->jobs_tail; i != conn->jobs_head; ++i) {
-            hca_tcp_job_t *old = &conn->jobs[i % HCA_TCP_JOBS];
-            if ((old->hdr.opcode == HCA_TCP_OP_READ_RESP) &&
-                (old->hdr.dst_qpn == hdr->src_qpn) &&
-                (old->hdr.psn == hdr->psn)) {
-                old->stale = 1;
-            }
+    if (!conn->rx.dup) {
+        hca_tcp_answered_add(conn, &job);
+    } else if (!hca_tcp_read_again(tcp, conn, hdr, &job)) {
+        /* its socket carried all it asks for */
+        pthread_mutex_unlock(&conn->tx_lock);
+        if (entry != NULL) {
+            hca_mpt_release(entry);
         }
+        hca_tcp_rx_next(conn);
+        return;
     }
     if (hca_tcp_job_push(conn, &job) != 0) {
         /* cannot happen: room was checked before reading the header */
@@ -541,13 +654,7 @@ static void hca_tcp_rx_dup(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     /* answered as it was only if it is still a request this connection
      * may make of that QP (the same checks as a new one: a duplicate
      * vouches for nothing) */
-    status = hca_tcp_target(tcp, conn, hdr,
-                            (hdr->opcode == HCA_TCP_OP_WRITE) ?
-                            HCA_ACCESS_REMOTE_WRITE :
-                            (hdr->opcode == HCA_TCP_OP_ATOMIC) ?
-                            HCA_ACCESS_REMOTE_ATOMIC :
-                            (hdr->opcode == HCA_TCP_OP_READ) ?
-                            HCA_ACCESS_REMOTE_READ : 0, &pub);
+    status = hca_tcp_target(tcp, conn, hdr, hca_tcp_req_access(hdr), &pub);
     if (status != HCA_WC_SUCCESS) {
         hca_tcp_answer(tcp, conn, hdr, status, 0);
         hca_tcp_rx_discard(conn);
@@ -630,6 +737,21 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     case HCA_TCP_OP_READ:
     case HCA_TCP_OP_ATOMIC:
         verdict = hca_tcp_psn_check(tcp, conn, hdr);
+        if (HCA_UNLIKELY(verdict == HCA_TCP_PSN_NO_RECORD)) {
+            /* a requester QP we have no record of: a record is made only
+             * for one that may address the QP it names (a stranger's
+             * flood of new QPNs costs a NAK each, not a record each) */
+            hca_qp_pub_t *pub;
+            hca_wc_status_t status = hca_tcp_target(tcp, conn, hdr,
+                                                    hca_tcp_req_access(hdr),
+                                                    &pub);
+            if (status != HCA_WC_SUCCESS) {
+                hca_tcp_answer(tcp, conn, hdr, status, 0);
+                hca_tcp_rx_discard(conn);
+                return;
+            }
+            verdict = hca_tcp_psn_first(tcp, conn, hdr);
+        }
         if (HCA_UNLIKELY(tcp->dev->trace) && (verdict != HCA_TCP_PSN_NEW) &&
             (verdict != HCA_TCP_PSN_DUP)) {
             hca_log("tcp fabric: path %d: qp 0x%x psn %u (flags 0x%x) "
@@ -638,6 +760,7 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                     (verdict == HCA_TCP_PSN_GAP) ? "gap" :
                     (verdict == HCA_TCP_PSN_BUSY) ? "busy" :
                     (verdict == HCA_TCP_PSN_UNKNOWN) ? "no record" :
+                    (verdict == HCA_TCP_PSN_FULL) ? "no room for its record" :
                     "dropped",
                     (conn->rx.rqp != NULL) ? conn->rx.rqp->epsn : 0);
         }
@@ -654,6 +777,12 @@ void hca_tcp_rx_frame(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             return;
         case HCA_TCP_PSN_UNKNOWN:
             hca_tcp_seq_nak(tcp, conn, hdr, hdr->psn);
+            hca_tcp_rx_discard(conn);
+            return;
+        case HCA_TCP_PSN_FULL:
+            /* refused, as a responder out of resources: its requester QP
+             * fails rather than wait for an answer that never comes */
+            hca_tcp_answer(tcp, conn, hdr, HCA_WC_REM_OP_ERR, 0);
             hca_tcp_rx_discard(conn);
             return;
         case HCA_TCP_PSN_DROP:

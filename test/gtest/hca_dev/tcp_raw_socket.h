@@ -20,6 +20,9 @@ namespace hcat {
 class tcp_raw_socket {
 public:
     int fd = -1;
+    const char *from = nullptr; /* the IPv4 address to connect from (NULL:
+                                   the kernel's choice): another address of
+                                   127.0.0.0/8 is another source host */
 
     tcp_raw_socket() = default;
     tcp_raw_socket(const tcp_raw_socket&) = delete;
@@ -69,6 +72,17 @@ public:
         }
         int one = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if ((from != nullptr) && (ss.ss_family == AF_INET)) {
+            struct sockaddr_in src;
+            memset(&src, 0, sizeof(src));
+            src.sin_family = AF_INET;
+            if ((inet_pton(AF_INET, from, &src.sin_addr) != 1) ||
+                (bind(fd, (struct sockaddr*)&src, sizeof(src)) != 0)) {
+                return ::testing::AssertionFailure() << "bind to " << from
+                                                     << ": "
+                                                     << strerror(errno);
+            }
+        }
         if ((connect(fd, (struct sockaddr*)&ss, len) != 0) &&
             (errno != EINPROGRESS)) {
             return ::testing::AssertionFailure() << "connect: "

@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <memory>
 #include <set>
 #include <thread>
 #include <arpa/inet.h>
@@ -42,6 +44,21 @@ const int      SHORT_MS  = 2000;       /* a frame expected now */
 const uint64_t CLIENT_SECRET = 0x0123456789abcdefull; /* the raw client's
                                           own listener secret: what proves
                                           it is CLIENT_CTX */
+
+/* The process's resident set, in bytes. */
+uint64_t rss_bytes()
+{
+    long size = 0, resident = 0;
+    FILE *f   = fopen("/proc/self/statm", "r");
+
+    if (f != nullptr) {
+        if (fscanf(f, "%ld %ld", &size, &resident) != 2) {
+            resident = 0;
+        }
+        fclose(f);
+    }
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
 
 /* A raw TCP client of a context's listener. */
 class raw_client : public tcp_raw_socket {
@@ -300,6 +317,27 @@ protected:
     uint64_t addr_of(size_t off) const
     {
         return (uint64_t)(uintptr_t)(mem + off);
+    }
+
+    /* The first frame (F_START) of requester QP src to our QP dst: a
+     * zero-length WRITE, which checks no key and is answered at once. */
+    tcpf_hdr_t start_hdr(uint32_t src, uint32_t dst) const
+    {
+        tcpf_hdr_t h = request(TCPF_OP_WRITE, src);
+        h.dst_qpn    = dst;
+        h.flags     |= TCPF_F_LAST;
+        return h;
+    }
+
+    /* cl is served: a new requester QP's zero-length WRITE to our QP dst
+     * (0: the any-source one) is acknowledged. */
+    ::testing::AssertionResult served(raw_client &cl, uint32_t dst = 0)
+    {
+        tcpf_hdr_t h = start_hdr(next_src++, (dst != 0) ? dst : qpn);
+        if (!cl.send_frame(h)) {
+            return ::testing::AssertionFailure() << "cannot send";
+        }
+        return expect_ack(cl, h, HCA_WC_SUCCESS);
     }
 
     /* The answer to request req: an ACK that names it, with syndrome
@@ -709,13 +747,16 @@ TEST_F(TcpWire, ReadBadRkeyNak)
     EXPECT_TRUE(untouched());
 }
 
-/* A READ asked again from an offset (a part of its answer was lost): the
- * answer still queued for it stops at its next part and the new one starts
- * there.  Before, the old answer went on to its end, so each lost part cost
- * the rest of the READ once more (a 256 MiB get under 1 % loss took more
- * than 30 s).  32 MiB is far more than the socket buffers hold while the
- * client reads nothing, so most of the old answer is still queued when the
- * READ comes again. */
+/* A READ asked again from an offset on the socket that is answering it:
+ * one answer reaches its end, not two.  Before, the old answer went on to
+ * its end and another started from the offset, so each lost part cost the
+ * rest of the READ once more (a 256 MiB get under 1 % loss took more than
+ * 30 s).  On a live socket nothing is lost: the answer still queued
+ * carries what is asked for, and nothing is added (issue 37); under
+ * injected loss the queued answer stops at its next part and the new one
+ * starts from the offset.  32 MiB is far more than the socket buffers hold
+ * while the client reads nothing, so most of the old answer is still
+ * queued when the READ comes again. */
 TEST_F(TcpWire, ReadAskedAgainStopsTheOldAnswer)
 {
     const uint32_t big = 32u << 20, from = 1u << 20;
@@ -765,6 +806,166 @@ TEST_F(TcpWire, ReadAskedAgainStopsTheOldAnswer)
             << "bytes received in all: " << bytes;
     printf("# %llu bytes for a READ of %u asked again from %u\n",
            (unsigned long long)bytes, big, from);
+}
+
+/* Issue 37, defect 3: one READ asked again 200 times, from offsets all
+ * over it, by a client that reads what comes between its asks (the
+ * attack: 5.27 MB answered for 14.5 KB of asks).  Each ask was answered
+ * from its offset to the READ's end once more: the answer still queued
+ * stopped at its next part, but the socket had taken the parts of every
+ * earlier ask by then.  A byte of a READ's answer goes into one socket
+ * once (a live TCP stream loses nothing): what comes back stays within the
+ * READ's length and one part. */
+TEST_F(TcpWire, ReadAskedAgainFromManyOffsetsAnsweredOnce)
+{
+    const uint32_t total = MR_LEN; /* two parts */
+    const int      ASKS  = 200;
+    std::vector<bool> landed(total, false);
+    uint64_t bytes = 0, asked = 0;
+    int lasts = 0;
+
+    fill_pattern(mem, MR_LEN, 12);
+    raw_client cl;
+    ASSERT_TRUE(handshake(cl));
+    tcpf_hdr_t h  = request(TCPF_OP_READ, next_src++);
+    h.rkey        = rkey;
+    h.remote_addr = addr_of(0);
+    h.total       = total;
+    /* what comes until the connection is quiet for quiet_ms: READ_RESP
+     * parts of the READ, each with the region's bytes at its offset */
+    auto take = [&](int quiet_ms) {
+        tcpf_hdr_t ans;
+        std::vector<uint8_t> payload;
+        while (cl.next_frame(&ans, &payload, quiet_ms) == 1) {
+            ASSERT_EQ(TCPF_OP_READ_RESP, ans.opcode);
+            ASSERT_EQ(h.src_qpn, ans.dst_qpn);
+            ASSERT_EQ(total, ans.total);
+            ASSERT_LE((uint64_t)ans.offset + ans.length, (uint64_t)total);
+            ASSERT_EQ(0, memcmp(payload.data(), mem + ans.offset, ans.length))
+                    << "part at " << ans.offset;
+            std::fill(landed.begin() + ans.offset,
+                      landed.begin() + ans.offset + ans.length, true);
+            bytes += ans.length;
+            lasts += (ans.flags & TCPF_F_LAST) ? 1 : 0;
+        }
+    };
+    ASSERT_TRUE(cl.send_frame(h));
+    asked += TCPF_HDR_LEN;
+    ASSERT_NO_FATAL_FAILURE(take(50));
+    for (int k = 0; k < ASKS; ++k) {
+        tcpf_hdr_t again = h; /* the same PSN: a duplicate */
+        again.offset     = (uint32_t)(((uint64_t)k * 7919u) % total);
+        ASSERT_TRUE(cl.send_frame(again));
+        asked += TCPF_HDR_LEN;
+        ASSERT_NO_FATAL_FAILURE(take(2));
+    }
+    ASSERT_NO_FATAL_FAILURE(take(500));
+    printf("[ figures  ] %llu bytes answered for a READ of %u bytes asked "
+           "%d times more (%llu bytes of asks)\n", (unsigned long long)bytes,
+           total, ASKS, (unsigned long long)asked);
+    EXPECT_EQ(landed.end(), std::find(landed.begin(), landed.end(), false))
+            << "the READ was not answered whole";
+    EXPECT_GE(lasts, 1);
+    EXPECT_LE(bytes, (uint64_t)total + tcpf_seg_max);
+    EXPECT_TRUE(served(cl)); /* the connection goes on */
+}
+
+/* Issue 37, defect 3: F_START frames from 4,095 requester QPNs.  Each new
+ * QPN made a responder record (416 bytes) before anything looked at the
+ * frame's target, up to HCA_MAX_QP of them per connection: F_START frames
+ * from 4,095 QPNs on each of 10 connections took the attacked process's
+ * RSS from 12.3 to 25.1 MB.  A record is made only for a source whose
+ * target QP accepts it (a refusal is NAKed without one), and a peer
+ * context has at most as many as it may have QPs that address ours: one
+ * per QP connected to it, HCA_TCP_RQP_ANY per any-source QP; a source past
+ * them is refused with REM_OP_ERR. */
+TEST_F(TcpWire, StartFloodRecordsBoundedByQps)
+{
+    const int      CONNS      = 10, SOURCES = 4095, BATCH = 128;
+    const uint32_t RQP_ANY    = 128; /* HCA_TCP_RQP_ANY; our only QP accepts
+                                        any source */
+    const uint32_t NO_QP      = 77;  /* a QPN that names no QP of ours */
+    const uint32_t SRC0       = 0x20000; /* the flood's first requester QPN
+                                            (then indices 0 to 4094) */
+    const int held_i  = hca_fabric_counter_find(HCA_FABRIC_TCP,
+                                                "responder_records");
+    /* the records the context holds now (-1: not counted) */
+    auto records = [&]() -> int64_t {
+        hca_counters_t cnt;
+        memset(&cnt, 0, sizeof(cnt));
+        EXPECT_EQ(0, hca_device_counters(c.dev, &cnt));
+        return (held_i < 0) ? -1 :
+               (int64_t)cnt.fabric_own[HCA_FABRIC_TCP][held_i];
+    };
+    /* SOURCES requester QPs' first frames to our QP dst on cl, BATCH at a
+     * time with their answers read in between: the answers by syndrome */
+    auto flood = [&](raw_client &cl, uint32_t dst, std::map<int, int> *by) {
+        std::vector<uint8_t> raw(BATCH * TCPF_HDR_LEN);
+        for (int i = 0; i < SOURCES; i += BATCH) {
+            int n = std::min(BATCH, SOURCES - i);
+            for (int k = 0; k < n; ++k) {
+                tcpf_hdr_t h = start_hdr(SRC0 + (uint32_t)(i + k), dst);
+                tcpf_hdr_encode(&h, raw.data() + k * TCPF_HDR_LEN);
+            }
+            ASSERT_TRUE(cl.send_all(raw.data(), (size_t)n * TCPF_HDR_LEN));
+            for (int k = 0; k < n; ++k) {
+                tcpf_hdr_t ans;
+                std::vector<uint8_t> payload;
+                ASSERT_EQ(1, cl.next_frame(&ans, &payload, TIMEOUT_MS))
+                        << "no answer to source " << (i + k);
+                ASSERT_EQ(TCPF_OP_ACK, ans.opcode);
+                ASSERT_EQ(SRC0 + (uint32_t)(i + k), ans.dst_qpn);
+                (*by)[ans.syndrome]++;
+            }
+        }
+    };
+    EXPECT_GE(held_i, 0) << "no counter responder_records";
+
+    std::vector<std::unique_ptr<raw_client>> cls;
+    for (int k = 0; k <= CONNS; ++k) {
+        cls.emplace_back(new raw_client);
+        ASSERT_TRUE(handshake(*cls.back()));
+    }
+    int64_t held0 = records();
+    uint64_t rss0 = rss_bytes();
+
+    /* to a QP we do not have: every frame NAKed, no record made */
+    std::map<int, int> none;
+    ASSERT_NO_FATAL_FAILURE(flood(*cls[CONNS], NO_QP, &none));
+    EXPECT_EQ(0, none[HCA_WC_SUCCESS]);
+    EXPECT_EQ(held0, records()) << "records made for a QP we do not have";
+
+    /* to our any-source QP, which accepts every source: at most
+     * RQP_ANY of each connection's sources get a record */
+    for (int k = 0; k < CONNS; ++k) {
+        std::map<int, int> by;
+        ASSERT_NO_FATAL_FAILURE(flood(*cls[k], qpn, &by));
+        EXPECT_GE(by[HCA_WC_SUCCESS], 1) << "connection " << k;
+        EXPECT_LE((uint32_t)by[HCA_WC_SUCCESS], RQP_ANY)
+                << "connection " << k;
+        EXPECT_EQ(SOURCES - by[HCA_WC_SUCCESS], by[HCA_WC_REM_OP_ERR])
+                << "connection " << k;
+    }
+    uint64_t rss1 = rss_bytes();
+    int64_t held1 = records();
+    printf("[ figures  ] %d x %d F_START sources: RSS %.1f -> %.1f MB, "
+           "records held %lld -> %lld\n", CONNS + 1, SOURCES, rss0 / 1e6,
+           rss1 / 1e6, (long long)held0, (long long)held1);
+    EXPECT_LE(held1 - held0, (int64_t)(CONNS * RQP_ANY));
+    EXPECT_LT(rss1, rss0 + (2u << 20)) << "the flood's records cost MBs";
+
+    /* every connection is still served: the sources that have a record
+     * (the first one's next frame), and new ones where there is room */
+    for (int k = 0; k < CONNS; ++k) {
+        tcpf_hdr_t h = start_hdr(SRC0, qpn);
+        h.psn++;
+        h.flags = TCPF_F_LAST;
+        ASSERT_TRUE(cls[k]->send_frame(h));
+        EXPECT_TRUE(expect_ack(*cls[k], h, HCA_WC_SUCCESS)) << "connection "
+                                                            << k;
+    }
+    EXPECT_TRUE(served(*cls[CONNS]));
+    ASSERT_NO_FATAL_FAILURE(good_write(0, 64, 13));
 }
 
 TEST_F(TcpWire, FramesDroppedAfterNak)
@@ -1743,6 +1944,217 @@ TEST(TcpAdmission, HalfOpenFloodUnderFdLimit)
 TEST(TcpAdmission, HalfOpenFloodOutOfFds)
 {
     half_open_flood(16);
+}
+
+/* Issue 37, defect 3: connections that completed the handshake were capped
+ * only by the fd limit, whoever held them.  A context opened with small
+ * caps (HCA_TCP_CONN_SRC per source address, HCA_TCP_CONN_MAX in all, read
+ * at open) on established inbound connections: over a cap the oldest one
+ * that never proved its identity closes; a proven one is never closed for
+ * an unproven newcomer, which is closed instead.  Source addresses are
+ * 127.0.0.1, .2 and .3 (all of 127.0.0.0/8 is local). */
+class TcpConnCaps : public TcpWire {
+protected:
+    enum { SRC_CAP = 6, ALL_CAP = 10 };
+
+    /* the settings the context is opened with; the environment's own
+     * are given back after the open */
+    const char *const names[3] = {"HCA_TCP_CONN_SRC", "HCA_TCP_CONN_MAX",
+                                  "HCA_TCP_RETRY_TIMEOUT_MS"};
+    std::vector<std::pair<bool, std::string>> saved;
+
+    void SetUp() override
+    {
+        /* (the raw clients send no keepalives: none is silent for the
+         * retry timeout, however long a check waits for a close) */
+        const std::string values[3] = {std::to_string(SRC_CAP),
+                                       std::to_string(ALL_CAP), "120000"};
+        for (int i = 0; i < 3; ++i) {
+            const char *v = getenv(names[i]);
+            saved.emplace_back(v != nullptr, (v != nullptr) ? v : "");
+            setenv(names[i], values[i].c_str(), 1);
+        }
+        TcpWire::SetUp();
+        restore();
+    }
+
+    void TearDown() override
+    {
+        restore();
+        TcpWire::TearDown();
+    }
+
+    void restore()
+    {
+        for (size_t i = 0; i < saved.size(); ++i) {
+            if (saved[i].first) {
+                setenv(names[i], saved[i].second.c_str(), 1);
+            } else {
+                unsetenv(names[i]);
+            }
+        }
+        saved.clear();
+    }
+
+    /* A client from address `from` that completed the handshake as host
+     * `host`, proving (own_secret == CLIENT_SECRET) or not; proven: a QP
+     * of ours connected to its requester QP src, whose first request
+     * proves the connection (*conn_qp). */
+    std::unique_ptr<raw_client> client(const char *from, uint64_t host,
+                                       bool prove, uint32_t *src = nullptr,
+                                       uint32_t *conn_qp = nullptr)
+    {
+        std::unique_ptr<raw_client> cl(new raw_client);
+        cl->from = from;
+        auto r = handshake(*cl, host,
+                           prove ? CLIENT_SECRET : CLIENT_SECRET ^ 0x42);
+        EXPECT_TRUE(r) << "from " << from;
+        if (!r) {
+            return nullptr;
+        }
+        if (!prove) {
+            return cl;
+        }
+        hca_qp_t *q = c.new_qp(pd, cq, cq);
+        EXPECT_NE(nullptr, q);
+        if (q == nullptr) {
+            return nullptr;
+        }
+        hca_port_addr_t peer = c.addr;
+        peer.host   = host;
+        peer.pid    = (uint32_t)getpid();
+        peer.ctx_id = CLIENT_CTX;
+        peer.secret = CLIENT_SECRET;
+        *src        = next_src++;
+        EXPECT_EQ(0, qp_to_init(q, REMOTE_ALL));
+        EXPECT_EQ(0, qp_to_rtr(q, peer, *src));
+        *conn_qp = hca_qp_num(q);
+        auto ok = proven_served(*cl, *src, *conn_qp, 0);
+        EXPECT_TRUE(ok);
+        if (!ok) {
+            return nullptr;
+        }
+        return cl;
+    }
+
+    /* Refusals counted (refused_hellos: a connection closed at a cap is
+     * one). */
+    int64_t capped()
+    {
+        return (int64_t)tcp_counter(c.dev, "refused_hellos");
+    }
+
+    /* The proven client's requester QP src WRITEs to the QP of ours
+     * connected to it (its n-th frame): acknowledged. */
+    ::testing::AssertionResult proven_served(raw_client &cl, uint32_t src,
+                                             uint32_t conn_qp, uint32_t n)
+    {
+        tcpf_hdr_t h = start_hdr(src, conn_qp);
+        h.psn       += n;
+        if (n > 0) {
+            h.flags = TCPF_F_LAST;
+        }
+        if (!cl.send_frame(h)) {
+            return ::testing::AssertionFailure() << "cannot send";
+        }
+        return expect_ack(cl, h, HCA_WC_SUCCESS);
+    }
+};
+
+TEST_F(TcpConnCaps, OldestUnprovenClosedFirst)
+{
+    const uint64_t host = good_hello().src_host;
+    int64_t capped0     = capped();
+    uint32_t src = 0, conn_qp = 0;
+
+    /* the oldest of all, proven */
+    auto real = client("127.0.0.1", host, true, &src, &conn_qp);
+    ASSERT_NE(nullptr, real);
+
+    /* 20 unproven from the same address: past the per-address cap each
+     * closes the oldest unproven one, never the proven one */
+    std::vector<std::unique_ptr<raw_client>> one, two;
+    for (int k = 0; k < 20; ++k) {
+        one.push_back(client("127.0.0.1", host + 1 + k, false));
+        ASSERT_NE(nullptr, one.back());
+    }
+    for (int k = 0; k < 20; ++k) {
+        if (k < 20 - (SRC_CAP - 1)) {
+            EXPECT_TRUE(one[k]->expect_closed(SHORT_MS)) << "client " << k;
+        } else {
+            EXPECT_TRUE(served(*one[k])) << "client " << k;
+        }
+    }
+    EXPECT_TRUE(proven_served(*real, src, conn_qp, 1));
+
+    /* 20 unproven from another address: past the cap of all, the oldest
+     * unproven of all closes (the first address's); past the address's,
+     * its own oldest */
+    for (int k = 0; k < 20; ++k) {
+        two.push_back(client("127.0.0.2", host + 100 + k, false));
+        ASSERT_NE(nullptr, two.back());
+    }
+    int alive_one = 0, alive_two = 0;
+    for (int k = 20 - (SRC_CAP - 1); k < 20; ++k) {
+        /* G5 and G6 took the room of the first two left of .1 */
+        if (k < 20 - (SRC_CAP - 1) + 2) {
+            EXPECT_TRUE(one[k]->expect_closed(SHORT_MS)) << "client " << k;
+        } else {
+            EXPECT_TRUE(served(*one[k])) << "client " << k;
+            alive_one++;
+        }
+    }
+    for (int k = 0; k < 20; ++k) {
+        if (k < 20 - SRC_CAP) {
+            EXPECT_TRUE(two[k]->expect_closed(SHORT_MS)) << "client .2 " << k;
+        } else {
+            EXPECT_TRUE(served(*two[k])) << "client .2 " << k;
+            alive_two++;
+        }
+    }
+    EXPECT_TRUE(proven_served(*real, src, conn_qp, 2));
+    EXPECT_EQ(ALL_CAP, 1 + alive_one + alive_two);
+    EXPECT_EQ(capped0 + 15 + 16, capped());
+}
+
+TEST_F(TcpConnCaps, ProvenNotClosedForUnproven)
+{
+    const uint64_t host = good_hello().src_host;
+    struct proven { std::unique_ptr<raw_client> cl; uint32_t src, qp; };
+    std::vector<proven> ps;
+    int64_t capped0 = capped();
+
+    /* the address's cap of proven connections */
+    for (int k = 0; k < SRC_CAP; ++k) {
+        proven p;
+        p.cl = client("127.0.0.1", host + 1 + k, true, &p.src, &p.qp);
+        ASSERT_NE(nullptr, p.cl);
+        ps.push_back(std::move(p));
+    }
+    /* unproven newcomers of that address: closed at once */
+    for (int k = 0; k < 3; ++k) {
+        auto cl = client("127.0.0.1", host + 100 + k, false);
+        ASSERT_NE(nullptr, cl);
+        EXPECT_TRUE(cl->expect_closed(SHORT_MS)) << "newcomer " << k;
+    }
+    /* the rest of the cap of all, proven, from another address; then an
+     * unproven newcomer from a third: closed */
+    for (int k = SRC_CAP; k < ALL_CAP; ++k) {
+        proven p;
+        p.cl = client("127.0.0.2", host + 1 + k, true, &p.src, &p.qp);
+        ASSERT_NE(nullptr, p.cl);
+        ps.push_back(std::move(p));
+    }
+    for (int k = 0; k < 2; ++k) {
+        auto cl = client("127.0.0.3", host + 200 + k, false);
+        ASSERT_NE(nullptr, cl);
+        EXPECT_TRUE(cl->expect_closed(SHORT_MS)) << "newcomer .3 " << k;
+    }
+    for (size_t k = 0; k < ps.size(); ++k) {
+        EXPECT_TRUE(proven_served(*ps[k].cl, ps[k].src, ps[k].qp, 1))
+                << "proven client " << k;
+    }
+    EXPECT_EQ(capped0 + 5, capped());
 }
 
 } // namespace
