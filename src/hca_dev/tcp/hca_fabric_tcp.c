@@ -250,6 +250,7 @@ static int hca_tcp_connect(hca_qp_t *qp)
     tq->start_psn  = psn;
     tq->next_psn   = psn;
     tq->rtx_psn    = psn;
+    tq->wire_psn   = psn;
     atomic_store(&tq->answered_ns, hca_now_ns());
     tq->home       = conn;
     tq->conn       = conn; /* last: the thread reads the QP by it */

@@ -723,10 +723,11 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     /* (at the first handshake both are it: never a zero transcript) */
     conn->hs_prev  = conn->was_up ? conn->hs_done : conn->hs;
     conn->hs_done  = conn->hs;
+    /* up at last, or back on a new socket (we dialled): our QPs send what
+     * was posted meanwhile and what is unanswered, woken for it if they
+     * sleep, before they see it UP (a post never waited for it) */
+    hca_tcp_rewind_conn(tcp, conn);
     if (conn->was_up) {
-        /* back on a new socket (we dialled): our QPs send again what is
-         * unanswered, before they see it UP */
-        hca_tcp_rewind_conn(tcp, conn);
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RECONNECTS, 1);
         if (HCA_UNLIKELY(dev->trace)) {
             hca_log("tcp fabric: connection to pid %u ctx %u resumed",
@@ -761,9 +762,9 @@ hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
 
     /* among the paths that are UP, the one with the fewest QPs; none UP
      * yet (the pair's first QP): the first path that is not dead, whose
-     * handshake its first post waits for (a QP is never given a path
-     * still connecting while another is UP: if that connect failed, its
-     * first post would fail with it) */
+     * handshake what it posts meanwhile waits for, queued (a QP is never
+     * given a path still connecting while another is UP: if that connect
+     * failed, its first post would fail with it) */
     for (int p = 0; p < n; ++p) {
         hca_tcp_conn_t *c = hca_tcp_conn_get(tcp, peer, p);
         int state;

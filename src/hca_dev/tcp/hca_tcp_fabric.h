@@ -287,6 +287,8 @@ typedef struct hca_tcp_conn {
                                          (its hello): 0 if it cannot resume */
     int                  was_up;    /* it was UP once: a lost socket sends
                                        it to LINKING, not DEAD */
+    int                  dead_woken; /* DEAD, and its QPs' owners woken
+                                       for it (the thread, hca_tcp_reap) */
     hca_tcp_transcript_t hs_done;   /* the last completed handshake: what
                                        a resume proves it knew */
     hca_tcp_transcript_t hs_prev;   /* acceptor: the one before (a VERDICT
@@ -487,6 +489,10 @@ typedef struct hca_tcp_qp {
     uint32_t         next_psn;    /* of its next new frame */
     uint32_t         rtx_psn;     /* the next frame to send again
                                      (== next_psn: none) */
+    uint32_t         wire_psn;    /* after the last frame that went out:
+                                     hca_tcp_rtx sends those from it on
+                                     for their first time (posted before
+                                     the connection was UP), not again */
     _Atomic uint64_t sent_head;   /* owner */
     _Atomic uint64_t sent_tail;   /* thread (tcp->lock) */
     _Atomic uint64_t rewind;      /* thread: 1 << 32 | psn to send again
@@ -601,8 +607,9 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp,
                    const hca_tcp_hdr_t *hdr);
 hca_tcp_sent_t *hca_tcp_sent_find(hca_qp_t *qp, uint32_t psn);
 void hca_tcp_rewind(hca_tcp_dev_t *tcp, hca_qp_t *qp, uint32_t psn);
-/* every QP of ours on conn sends again what is unanswered (the
- * connection resumed on a new socket) */
+/* every QP of ours on conn sends (again) what is unanswered, its owner
+ * woken for it: the connection came up, or resumed on a new socket; or,
+ * dead, its owner's next poll fails it (tcp->lock held) */
 void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 void hca_tcp_sent_clear(hca_qp_t *qp);
 

@@ -210,9 +210,10 @@ static void hca_tcp_qp_move(hca_qp_t *qp, hca_tcp_conn_t *to)
 int hca_tcp_failover_ok(const hca_tcp_conn_t *conn, int state)
 {
     /* a path lost (LINKING, or dialled again), or one that never came up;
-     * not one still making its first handshake (a round trip: waited
-     * for), nor one that died for good once up (its peer closed or went
-     * away, a bad frame, a refusal: its siblings go too) */
+     * not one still making its first handshake (a round trip: what is
+     * posted meanwhile waits for it, queued), nor one that died for good
+     * once up (its peer closed or went away, a bad frame, a refusal: its
+     * siblings go too) */
     if (state == HCA_TCP_CONN_DEAD) {
         return !conn->was_up;
     }
