@@ -277,6 +277,7 @@ static int hca_tcp_connect(hca_qp_t *qp)
     tq->start_psn  = psn;
     tq->next_psn   = psn;
     tq->rtx_psn    = psn;
+    tq->wire_psn   = psn;
     atomic_store(&tq->answered_ns, hca_now_ns());
     tq->home       = home;
     tq->conn       = conn; /* last: the thread reads the QP by it */
@@ -427,6 +428,7 @@ static const char *const hca_tcp_counter_names[HCA_TCP_CNT_LAST] = {
     [HCA_TCP_CNT_STRIPED]      = "striped_writes",
     [HCA_TCP_CNT_STRIPED_READS] = "striped_reads",
     [HCA_TCP_CNT_RECORDS]      = "responder_records",
+    [HCA_TCP_CNT_JOINS]        = "session_joins",
 #define HCA_TCP_PATH_NAMES(_p) \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_FRAMES_TX)]   = "path" #_p "_frames_tx", \
     [HCA_TCP_CNT_PATH(_p, HCA_TCP_PATH_BYTES_TX)]    = "path" #_p "_bytes_tx", \

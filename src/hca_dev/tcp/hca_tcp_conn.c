@@ -77,6 +77,7 @@ void hca_tcp_conn_io_reset(hca_tcp_conn_t *conn, hca_tcp_rx_state_t rx_state)
     conn->answer_now  = 0;
     conn->answer_polls = 0;
     conn->hs_step     = 0;
+    conn->hs_keyed    = 0;
     conn->want_out    = 0;
     conn->reading     = 1;
     /* what the old socket carried of READs' answers is not the new one's */
@@ -521,6 +522,7 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     }
     ok = hca_tcp_session_key(conn->hs_key, conn->kx_sk, conn->hs.kx_a,
                              &conn->hs) == 0;
+    conn->hs_keyed = ok;
     hca_tcp_wipe(conn->kx_sk, sizeof(conn->kx_sk));
     if (!ok) {
         hca_tcp_refusal(tcp, "the listener of pid %u ctx %u sent a "
@@ -747,6 +749,8 @@ static int hca_tcp_hello_acceptor(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
         if (hca_tcp_session_key(conn->hs_key, conn->kx_sk, conn->hs.kx_c,
                                 &conn->hs) != 0) {
             status = HCA_TCP_HELLO_BAD_KEY;
+        } else {
+            conn->hs_keyed = 1;
         }
         hca_tcp_wipe(conn->kx_sk, sizeof(conn->kx_sk));
     }
@@ -818,11 +822,13 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
            sizeof(conn->key_prev));
     memcpy(conn->key, conn->hs_key, sizeof(conn->key));
     hca_tcp_wipe(conn->hs_key, sizeof(conn->hs_key));
-    conn->has_key = 1;
+    conn->hs_keyed = 0;
+    conn->has_key  = 1;
+    /* up at last, or back on a new socket (we dialled): our QPs send what
+     * was posted meanwhile and what is unanswered, woken for it if they
+     * sleep, before they see it UP (a post never waited for it) */
+    hca_tcp_rewind_conn(tcp, conn);
     if (conn->was_up) {
-        /* back on a new socket (we dialled): our QPs send again what is
-         * unanswered, before they see it UP */
-        hca_tcp_rewind_conn(tcp, conn);
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RECONNECTS, 1);
         if (HCA_UNLIKELY(dev->trace)) {
             hca_log("tcp fabric: connection to pid %u ctx %u resumed",
@@ -843,61 +849,25 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (conn->rq_lead == NULL) {
         /* UP first: an inbound one proves its identity only then */
         hca_tcp_conn_lead(tcp, conn);
-        if (conn->outbound) {
-            /* the session is UP: its other paths now, which JOIN it */
-            hca_tcp_paths_dial(tcp, &conn->peer);
-        }
     }
     hca_tcp_path_up(tcp, conn);
-}
-
-/* The pair has a session: a connection UP (or resuming) with a key, that
- * is the peer's (we dialled it, or it proves the peer's secret). */
-static int hca_tcp_pair_has_session(hca_tcp_dev_t *tcp,
-                                    const hca_port_addr_t *peer)
-{
-    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
-        int state = atomic_load(&c->state);
-        if (c->has_key &&
-            ((state == HCA_TCP_CONN_UP) || (state == HCA_TCP_CONN_LINKING)) &&
-            (c->peer.host == peer->host) && (c->peer.pid == peer->pid) &&
-            (c->peer.ctx_id == peer->ctx_id) &&
-            (c->outbound ? (c->peer.secret == peer->secret) :
-                           hca_tcp_conn_proves(c, peer->secret))) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-void hca_tcp_paths_dial(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer)
-{
-    int n = hca_tcp_pair_paths(tcp, peer);
-
-    for (int p = 0; p < n; ++p) {
-        (void)hca_tcp_conn_get(tcp, peer, p);
-    }
 }
 
 /* A new QP's home path (*home) and the connection it sends on first (the
  * return value): the pair's connection with the fewest QPs, and, while
  * that one is still connecting, the UP one with the fewest QPs (the QP
  * goes home once home is UP and nothing of it is unanswered:
- * hca_tcp_path_return).  With a session UP every path is dialled if it
- * is not yet (hca_tcp_path.c); before it, only the first path that can be
- * dialled: the others follow once it is UP, so that their handshakes JOIN
- * its session (docs/TCP-WIRE.md, "Who continues a session"). */
+ * hca_tcp_path_return).  Each path is dialled if it is not yet
+ * (hca_tcp_path.c); their handshakes JOIN one session (docs/TCP-WIRE.md,
+ * "Who continues a session"). */
 hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
                                   const hca_port_addr_t *peer,
                                   hca_tcp_conn_t **home)
 {
     int n = hca_tcp_pair_paths(tcp, peer);
-    int session = hca_tcp_pair_has_session(tcp, peer);
-    hca_tcp_conn_t *best = NULL, *first = NULL, *least = NULL;
+    hca_tcp_conn_t *best = NULL, *least = NULL;
 
-    /* the pair's first QP: the first path that is not dead, whose
-     * handshake its first post's WQE waits for */
-    for (int p = 0; (p < n) && (session || (first == NULL)); ++p) {
+    for (int p = 0; p < n; ++p) {
         hca_tcp_conn_t *c = hca_tcp_conn_get(tcp, peer, p);
         int state;
         if (c == NULL) {
@@ -906,9 +876,6 @@ hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
         state = atomic_load(&c->state);
         if (state == HCA_TCP_CONN_DEAD) {
             continue;
-        }
-        if (first == NULL) {
-            first = c;
         }
         if ((least == NULL) || (c->qp_refs < least->qp_refs)) {
             least = c;

@@ -13,7 +13,6 @@
 #include "hca_queue.h"
 #include "hca_log.h"
 
-#include <time.h>
 #include <string.h>
 
 /* A remote range that wraps (its end past the last address): no region
@@ -39,26 +38,9 @@ static int hca_tcp_range_wraps(const hca_wqe_t *wqe)
     return wqe->remote_addr + len < wqe->remote_addr;
 }
 
-/* The first WQE of a connection being made waits for its handshake (the
- * connection began at RTR, so this is at most one round trip more), as a
- * verbs post executes what it can at once: a requester that posts and
- * then only waits on another CQ must still see its WR go.  Bounded by the
- * thread's connect limit (HCA_TCP_CONNECT_MS), which kills it. */
-static int hca_tcp_conn_wait(hca_tcp_conn_t *conn)
-{
-    int state;
-
-    while (((state = atomic_load_explicit(&conn->state,
-                                          memory_order_acquire)) ==
-            HCA_TCP_CONN_CONNECTING) || (state == HCA_TCP_CONN_HELLO)) {
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = 20000};
-        nanosleep(&ts, NULL);
-    }
-    return state;
-}
-
-/* Sends again from rtx_psn what the thread asked for (tx_lock held): 1
- * done (or left to the thread: the socket is full with the last), 0 the
+/* Sends again from rtx_psn what the thread asked for, and for the first
+ * time what was recorded while the connection was not UP (tx_lock held):
+ * 1 done (or left to the thread: the socket is full with the last), 0 the
  * socket is full, -1 the connection is down. */
 static int hca_tcp_rtx(hca_tcp_dev_t *tcp, hca_qp_t *qp, hca_tcp_conn_t *conn)
 {
@@ -102,10 +84,15 @@ static int hca_tcp_rtx(hca_tcp_dev_t *tcp, hca_qp_t *qp, hca_tcp_conn_t *conn)
         hca_tcp_frame_build(qp, wqe, e, tq->rtx_psn - e->psn, &hdr, iov,
                             &iovcnt);
         hca_tcp_tx_start(conn, &hdr, iov, iovcnt, qp->qpn);
+        if (hca_tcp_psn_diff(tq->rtx_psn, tq->wire_psn) >= 0) {
+            /* its first time out: posted while the connection was not UP */
+            tq->wire_psn = tq->rtx_psn + 1;
+        } else {
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRANSMITS, 1);
+            HCA_TCP_COUNT(tcp, HCA_TCP_CNT_PATH(conn->path,
+                                                HCA_TCP_PATH_RETRANSMITS), 1);
+        }
         tq->rtx_psn++;
-        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RETRANSMITS, 1);
-        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_PATH(conn->path,
-                                            HCA_TCP_PATH_RETRANSMITS), 1);
     }
     rc = hca_tcp_tx_flush(tcp, conn);
     if (rc == 0) {
@@ -127,13 +114,17 @@ static hca_exec_t hca_tcp_exec_down(hca_tcp_conn_t *conn, hca_exec_t busy,
     return busy;
 }
 
-/* A new WQE while the connection is being made again (LINKING, or the
- * dialler dialling again): it takes its PSNs and is recorded as if its
- * frames were lost, so that the go-back-N of the resumed connection sends
- * it (hca_tcp_rtx, from rtx_psn).  The post is accepted, as a verbs QP in
- * RTS accepts one while its link retries; what is kept stays bounded by
- * the send queue.  BUSY if the connection is back meanwhile (the caller
- * sends it) or HCA_TCP_RD_ATOM atomics are unanswered. */
+/* A new WQE while the connection is being made (its first handshake) or
+ * made again (LINKING, or the dialler dialling again): it takes its PSNs
+ * and is recorded as if its frames were lost, so that the go-back-N of
+ * the connection once UP sends it (hca_tcp_rtx, from rtx_psn: the thread
+ * wakes the owner for it, hca_tcp_rewind_conn).  The post is accepted and
+ * returns, as a verbs QP in RTS accepts one while its link comes up or
+ * retries: a post never waits for the network.  What is kept stays
+ * bounded by the send queue; a connection that dies instead fails it
+ * (hca_tcp_poll_response), or hands it to another path.  BUSY if the
+ * connection is UP meanwhile (the caller sends it) or HCA_TCP_RD_ATOM
+ * atomics are unanswered. */
 static hca_exec_t hca_tcp_exec_unsent(hca_qp_t *qp, hca_wqe_t *wqe,
                                       hca_tcp_conn_t *conn)
 {
@@ -210,15 +201,11 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         return HCA_EXEC_DONE;
     }
     if (HCA_UNLIKELY(state != HCA_TCP_CONN_UP)) {
-        if (!conn->was_up) {
-            state = hca_tcp_conn_wait(conn); /* its first connect */
-        }
         if (state == HCA_TCP_CONN_DEAD) {
             *status_p = (hca_wc_status_t)atomic_load(&conn->fail);
             return HCA_EXEC_DONE;
         }
-        if ((state != HCA_TCP_CONN_UP) && (wqe->state == HCA_WQE_POSTED) &&
-            conn->was_up) {
+        if (wqe->state == HCA_WQE_POSTED) {
             res = hca_tcp_exec_unsent(qp, wqe, conn);
             if (res == HCA_EXEC_ISSUED) {
                 return res;
@@ -314,9 +301,10 @@ hca_exec_t hca_tcp_exec(hca_qp_t *qp, hca_wqe_t *wqe,
         hca_tcp_frame_build(qp, wqe, e, k, &hdr, iov, &iovcnt);
         hca_tcp_tx_start(conn, &hdr, iov, iovcnt, qp->qpn);
         tq->next_psn++;
-        tq->rtx_psn = tq->next_psn;
-        wqe->done  += hdr.length;
-        last        = (k + 1 == e->npsn);
+        tq->rtx_psn  = tq->next_psn;
+        tq->wire_psn = tq->next_psn;
+        wqe->done   += hdr.length;
+        last         = (k + 1 == e->npsn);
         if (!last) {
             wqe->state = HCA_WQE_PARTIAL; /* the engine's, but the frame
                                              is on the wire */
@@ -399,8 +387,9 @@ int hca_tcp_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe)
     const hca_tcp_qp_t *tq = (const hca_tcp_qp_t*)(const void*)qp->fabric_priv;
 
     /* a retransmission asked for, or one not finished, is the owner's to
-     * do: not asleep (frames recorded while the connection is down wait
-     * for it: its resumption asks, hca_tcp_rewind_conn) */
+     * do: not asleep (frames recorded while the connection is not UP wait
+     * for it: its coming up or its resumption asks, and so does its
+     * death, hca_tcp_rewind_conn) */
     return hca_resp_slot_ready(qp, wqe) ||
            atomic_load_explicit(&tq->rewind, memory_order_relaxed) ||
            atomic_load_explicit(&tq->move, memory_order_relaxed) ||

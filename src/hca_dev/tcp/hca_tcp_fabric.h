@@ -318,7 +318,9 @@ typedef struct hca_tcp_conn {
     uint8_t              kx_sk[HCA_TCP_KX_LEN]; /* our ephemeral secret
                                        (wiped once the key is derived) */
     uint8_t              hs_key[HCA_TCP_KEY_LEN]; /* the session key of hs
-                                       (the handshake under way) */
+                                       (the handshake under way) ... */
+    int                  hs_keyed;  /* ... derived (its CHALLENGE went out,
+                                       or came in), not yet UP */
     uint8_t              proof[HCA_TCP_MAC_LEN]; /* inbound: MAC(the
                                        claimed peer's secret; IDENTITY, hs) */
     uint8_t              cont;      /* inbound: what its PROOF continues
@@ -338,6 +340,8 @@ typedef struct hca_tcp_conn {
                                          (its hello): 0 if it cannot resume */
     int                  was_up;    /* it was UP once: a lost socket sends
                                        it to LINKING, not DEAD */
+    int                  dead_woken; /* DEAD, and its QPs' owners woken
+                                       for it (the thread, hca_tcp_reap) */
     int                  has_key;   /* key is set: it was UP once */
     uint8_t              key[HCA_TCP_KEY_LEN]; /* the session key of the
                                        last completed handshake: what a
@@ -419,6 +423,8 @@ typedef enum {
     HCA_TCP_CNT_RECORDS,      /* responder records held now (a gauge:
                                  made less freed; a requester QP refused
                                  for want of room is a nak_rem_op_err) */
+    HCA_TCP_CNT_JOINS,        /* connections that joined a session by
+                                 proving its key (a JOIN: another path) */
     HCA_TCP_CNT_NAKS,         /* requests refused, + the syndrome */
     HCA_TCP_CNT_PATHS = HCA_TCP_CNT_NAKS + HCA_WC_STATUS_LAST, /* per path
                                  (HCA_TCP_CNT_PATH) */
@@ -559,6 +565,10 @@ typedef struct hca_tcp_qp {
     uint32_t         next_psn;    /* of its next new frame */
     uint32_t         rtx_psn;     /* the next frame to send again
                                      (== next_psn: none) */
+    uint32_t         wire_psn;    /* after the last frame that went out:
+                                     hca_tcp_rtx sends those from it on
+                                     for their first time (posted before
+                                     the connection was UP), not again */
     _Atomic uint64_t sent_head;   /* owner */
     _Atomic uint64_t sent_tail;   /* thread (tcp->lock) */
     _Atomic uint64_t rewind;      /* thread: 1 << 32 | psn to send again
@@ -673,8 +683,9 @@ void hca_tcp_acked(hca_tcp_dev_t *tcp, hca_qp_t *qp,
                    const hca_tcp_hdr_t *hdr);
 hca_tcp_sent_t *hca_tcp_sent_find(hca_qp_t *qp, uint32_t psn);
 void hca_tcp_rewind(hca_tcp_dev_t *tcp, hca_qp_t *qp, uint32_t psn);
-/* every QP of ours on conn sends again what is unanswered (the
- * connection resumed on a new socket) */
+/* every QP of ours on conn sends (again) what is unanswered, its owner
+ * woken for it: the connection came up, or resumed on a new socket; or,
+ * dead, its owner's next poll fails it (tcp->lock held) */
 void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 void hca_tcp_sent_clear(hca_qp_t *qp);
 
@@ -736,8 +747,6 @@ void hca_tcp_rqps_forget(hca_tcp_conn_t *conn);
  * (NULL: out of resources, or the peer has no such path). */
 hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp,
                                  const hca_port_addr_t *peer, int path);
-/* every path of the pair is dialled that is not yet (tcp->lock) */
-void hca_tcp_paths_dial(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
 /* the paths a pair of contexts uses: as many as both have */
 int  hca_tcp_pair_paths(const hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
 
@@ -745,8 +754,8 @@ int  hca_tcp_pair_paths(const hca_tcp_dev_t *tcp, const hca_port_addr_t *peer);
  * connection UP takes the responder records of its siblings (tcp->lock
  * held). */
 void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
-/* the key a new outbound connection's JOIN proves: a session UP with the
- * same peer (tcp->lock), NULL if none */
+/* the key a new outbound connection's JOIN proves: of a connection to
+ * the same peer, UP or with its CHALLENGE read (tcp->lock), NULL if none */
 const uint8_t *hca_tcp_join_key(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 void hca_tcp_paths_close(hca_tcp_dev_t *tcp);
 /* a socket for the peer's path, bound to our path's address: its fd and
@@ -756,7 +765,7 @@ int  hca_tcp_path_socket(hca_tcp_dev_t *tcp, const hca_port_addr_t *peer,
                          uint32_t *len);
 /* a new QP's home (*home: the pair's connection with the fewest QPs) and
  * the connection it sends on first (home, or one UP while home connects);
- * the pair's paths dialled as its session allows (tcp->lock held) */
+ * each path dialled if it is not yet (tcp->lock held) */
 hca_tcp_conn_t *hca_tcp_home_pick(hca_tcp_dev_t *tcp,
                                   const hca_port_addr_t *peer,
                                   hca_tcp_conn_t **home);

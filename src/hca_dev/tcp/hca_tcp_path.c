@@ -122,30 +122,46 @@ static int hca_tcp_both_proven(hca_tcp_dev_t *tcp, hca_tcp_conn_t *c,
                              hca_tcp_conn_proves(conn, *secret));
 }
 
-/* The connection whose session key conn's JOIN proves (inbound: its
- * PROOF carried cont_mac = MAC(key; JOIN, conn->hs)), NULL if none. */
-static hca_tcp_conn_t *hca_tcp_joined(hca_tcp_dev_t *tcp,
-                                      const hca_tcp_conn_t *conn)
+/* joiner's PROOF was a JOIN whose MAC proves key */
+static int hca_tcp_join_proves(const hca_tcp_conn_t *joiner,
+                               const uint8_t key[HCA_TCP_KEY_LEN])
 {
     uint8_t mac[HCA_TCP_MAC_LEN];
 
-    if (conn->outbound || (conn->cont != HCA_TCP_CONT_JOIN)) {
-        return NULL;
+    if (joiner->outbound || (joiner->cont != HCA_TCP_CONT_JOIN)) {
+        return 0;
     }
+    hca_tcp_key_mac(mac, key, HCA_TCP_MAC_JOIN, &joiner->hs);
+    return hca_tcp_mac_equal(joiner->cont_mac, mac);
+}
+
+/* The connection UP whose session key conn's JOIN proves (its last key,
+ * or the one before: its connector may be one handshake behind, our last
+ * VERDICT to it lost), NULL if none. */
+static hca_tcp_conn_t *hca_tcp_joined(hca_tcp_dev_t *tcp,
+                                      const hca_tcp_conn_t *conn)
+{
     for (hca_tcp_conn_t *m = tcp->conns; m != NULL; m = m->next) {
-        if ((m == conn) || !m->has_key || (m->rq_lead == NULL) ||
-            !hca_tcp_same_claim(m, conn)) {
-            continue;
-        }
-        hca_tcp_key_mac(mac, m->key, HCA_TCP_MAC_JOIN, &conn->hs);
-        if (hca_tcp_mac_equal(conn->cont_mac, mac)) {
+        if ((m != conn) && m->has_key && (m->rq_lead != NULL) &&
+            hca_tcp_same_claim(m, conn) &&
+            (hca_tcp_join_proves(conn, m->key) ||
+             hca_tcp_join_proves(conn, m->key_prev))) {
             return m;
         }
-        /* its connector may be one handshake behind (our last VERDICT
-         * to it lost) */
-        hca_tcp_key_mac(mac, m->key_prev, HCA_TCP_MAC_JOIN, &conn->hs);
-        if (hca_tcp_mac_equal(conn->cont_mac, mac)) {
-            return m;
+    }
+    return NULL;
+}
+
+/* A lead UP before conn whose JOIN proved conn's key while conn was still
+ * in its handshake (the connector dials a pair's paths at once: the
+ * second CHALLENGE it reads JOINs the first's key), NULL if none. */
+static hca_tcp_conn_t *hca_tcp_joiner(hca_tcp_dev_t *tcp,
+                                      const hca_tcp_conn_t *conn)
+{
+    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
+        if ((c != conn) && (c->rq_lead == c) && hca_tcp_same_claim(c, conn) &&
+            hca_tcp_join_proves(c, conn->key)) {
+            return c;
         }
     }
     return NULL;
@@ -165,9 +181,11 @@ void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     if (conn->peer_incarn == 0) {
         return; /* not a context of ours that could have siblings */
     }
-    if ((m = hca_tcp_joined(tcp, conn)) != NULL) {
+    if (((m = hca_tcp_joined(tcp, conn)) != NULL) ||
+        ((m = hca_tcp_joiner(tcp, conn)) != NULL)) {
         conn->rq_lead = m->rq_lead;
         conn->rq_lead->lead_refs++;
+        HCA_TCP_COUNT(tcp, HCA_TCP_CNT_JOINS, 1);
         return;
     }
     if ((conn->cont == HCA_TCP_CONT_JOIN) && HCA_UNLIKELY(conn->trace)) {
@@ -185,14 +203,20 @@ void hca_tcp_conn_lead(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 }
 
 /* The connector of conn (outbound, its CHALLENGE verified): the key of
- * a session UP with the same peer context, which its PROOF's JOIN then
- * proves, NULL if there is none. */
+ * a session with the same peer context, which its PROOF's JOIN then
+ * proves - one UP (or resuming), or one of ours whose CHALLENGE came
+ * first (paths dialled at once: the acceptor's conn_lead groups them
+ * when that one comes UP) - NULL if there is none. */
 const uint8_t *hca_tcp_join_key(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
+    const uint8_t *early = NULL;
+
     for (hca_tcp_conn_t *s = tcp->conns; s != NULL; s = s->next) {
         int state = atomic_load(&s->state);
-        if ((s == conn) || !s->has_key ||
-            ((state != HCA_TCP_CONN_UP) && (state != HCA_TCP_CONN_LINKING)) ||
+        int up    = s->has_key && (state != HCA_TCP_CONN_DEAD);
+        int hs    = s->outbound && s->hs_keyed && !s->was_up &&
+                    (state == HCA_TCP_CONN_HELLO);
+        if ((s == conn) || !(up || hs) ||
             (s->peer.host != conn->peer.host) ||
             (s->peer.pid != conn->peer.pid) ||
             (s->peer.ctx_id != conn->peer.ctx_id) ||
@@ -201,9 +225,12 @@ const uint8_t *hca_tcp_join_key(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
                             hca_tcp_conn_proves(s, conn->peer.secret))) {
             continue;
         }
-        return s->key;
+        if (up) {
+            return s->key; /* a session UP first */
+        }
+        early = (early != NULL) ? early : s->hs_key;
     }
-    return NULL;
+    return early;
 }
 
 /* The identity rule (docs/TCP-WIRE.md, hca_tcp_fabric.h). */
@@ -282,9 +309,10 @@ static void hca_tcp_qp_move(hca_qp_t *qp, hca_tcp_conn_t *to)
 int hca_tcp_failover_ok(const hca_tcp_conn_t *conn, int state)
 {
     /* a path lost (LINKING, or dialled again), or one that never came up;
-     * not one still making its first handshake (a round trip: waited
-     * for), nor one that died for good once up (its peer closed or went
-     * away, a bad frame, a refusal: its siblings go too) */
+     * not one still making its first handshake (a round trip: what is
+     * posted meanwhile waits for it, queued), nor one that died for good
+     * once up (its peer closed or went away, a bad frame, a refusal: its
+     * siblings go too) */
     if (state == HCA_TCP_CONN_DEAD) {
         return !conn->was_up;
     }

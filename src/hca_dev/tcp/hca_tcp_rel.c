@@ -290,6 +290,9 @@ void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
 {
     hca_device_t *dev = tcp->dev;
 
+    if (conn->qp_refs == 0) {
+        return; /* no QP's path, nor one a striped WRITE took (inbound) */
+    }
     for (uint32_t i = 1; i < HCA_MAX_QP; ++i) {
         hca_qp_t *qp = __atomic_load_n(&dev->qps[i], __ATOMIC_ACQUIRE);
         hca_tcp_qp_t *tq;

@@ -93,6 +93,7 @@ void hca_tcp_stripe_begin(hca_qp_t *qp, hca_wqe_t *wqe, hca_tcp_sent_t *e,
     tq->stripe_end     = e->psn + n;
     tq->next_psn       = tq->stripe_end; /* every part has its PSN now */
     tq->rtx_psn        = tq->next_psn;
+    tq->wire_psn       = tq->next_psn; /* its parts go from here */
     tq->striping       = 1;
     wqe->done          = 0;
     /* before any part goes: a path lost from now on sends it again

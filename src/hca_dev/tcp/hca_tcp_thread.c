@@ -270,6 +270,14 @@ static void hca_tcp_reap(hca_tcp_dev_t *tcp)
             pp = &conn->next;
             continue;
         }
+        if (!conn->dead_woken) {
+            /* the owners of its QPs may sleep on their send CQs, with WQEs
+             * that will never be answered (or never sent: posted before
+             * it was UP): woken, their next poll fails them, or moves
+             * them to another path (hca_tcp_poll_response) */
+            conn->dead_woken = 1;
+            hca_tcp_rewind_conn(tcp, conn);
+        }
         if (hca_tcp_close_fd(tcp, conn) != 0) {
             pp = &conn->next; /* a poll reads it: the next pass frees it */
             continue;

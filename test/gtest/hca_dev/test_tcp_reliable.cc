@@ -1935,5 +1935,405 @@ TEST_F(TcpReliable, PostWhileReconnectingIsAccepted)
     }
 }
 
+/* ------------------------------------------------------------ first post */
+
+/* How long the first handshake of a pair is held back in the first-post
+ * tests, and how long a post may take: no wait for the network. */
+const int    LATE_HANDSHAKE_MS = 500;
+const double POST_MAX_MS       = 50.0;
+
+/* A raw acceptor that takes its time over the first handshake (a slow or
+ * distant peer): once the connector's HELLO is in (stage 1: the handshake
+ * is under way) it waits LATE_HANDSHAKE_MS.  Then, as `how` says: it
+ * completes the handshake, takes one WRITE, whose frame and payload it
+ * keeps (stage 3), and answers it; never answers (the socket open until
+ * `stop`); or resets the socket. */
+struct late_acceptor {
+    enum how_t {
+        ANSWERS,
+        SILENT,
+        RESETS
+    };
+
+    raw_peer            &peer;
+    const how_t          how;
+    std::atomic<int>     stage{0};
+    std::atomic<bool>    stop{false};
+    std::string          err;
+    tcpf_hdr_t           frame;
+    std::vector<uint8_t> payload;
+    std::atomic<double>  acted_ms{0}; /* its CHALLENGE sent, or the reset */
+    std::thread          t;
+
+    late_acceptor(raw_peer &p, how_t h) : peer(p), how(h)
+    {
+        memset(&frame, 0, sizeof(frame));
+        t = std::thread([this]() { serve(); });
+    }
+
+    ~late_acceptor()
+    {
+        stop = true;
+        if (t.joinable()) {
+            t.join();
+        }
+    }
+
+    /* Waits (bounded) until the connector's HELLO is in. */
+    bool handshaking()
+    {
+        double t0 = now_ms();
+        while ((stage.load() == 0) && (now_ms() - t0 < TIMEOUT_MS)) {
+            usleep(1000);
+        }
+        return stage.load() >= 1;
+    }
+
+    void serve()
+    {
+        tcp_raw_socket s;
+        tcpf_hello_t h;
+        struct pollfd pfd;
+
+        if (!peer.accept_one(s, TIMEOUT_MS)) {
+            return fail("no connection");
+        }
+        pfd = {s.fd, POLLIN, 0};
+        if (poll(&pfd, 1, TIMEOUT_MS) != 1) {
+            return fail("no HELLO");
+        }
+        stage = 1;
+        sleep_ms(LATE_HANDSHAKE_MS);
+        if (how == RESETS) {
+            struct linger lg = {1, 0};
+            (void)setsockopt(s.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+            acted_ms = now_ms(); /* before: the WR may fail at once */
+            s.close_fd();
+            return;
+        }
+        if (how == SILENT) {
+            while (!stop) {
+                usleep(10000);
+            }
+            return;
+        }
+        acted_ms = now_ms();
+        if (!peer.challenge(s, 0x1111, &h) || !peer.verdict(s)) {
+            return fail("the handshake");
+        }
+        if (!peer.frame(s, &frame, &payload) ||
+            (frame.opcode != TCPF_OP_WRITE)) {
+            return fail("the WRITE");
+        }
+        stage = 3; /* before the answer: the test reads what came once the
+                      WR completes */
+        if (!peer.ack(s, frame)) {
+            return fail("the WRITE's answer");
+        }
+        while (!stop) {
+            usleep(10000);
+        }
+    }
+
+private:
+    void fail(const char *what)
+    {
+        err   = what;
+        stage = -1;
+    }
+};
+
+/* A WRITE posted on a brand-new pair, its handshake under way; the time
+ * hca_post_send took (ms) in *post_ms.  The post must return before the
+ * acceptor acts, or the handshake was not under way. */
+void post_first_write(raw_peer_bed &bed, late_acceptor &acc, int seed,
+                      double *post_ms)
+{
+    ASSERT_EQ(0, connect_qp(bed.qp, bed.peer->addr, 0x77));
+    ASSERT_TRUE(acc.handshaking()) << "the raw acceptor: " << acc.err;
+    fill_pattern(bed.src, 256, (uint64_t)seed);
+    hca_sge_t sg       = mk_sge(bed.src, 256, hca_mr_lkey(bed.smr));
+    hca_send_wr_t wr   = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED,
+                               1, 0x100000, 0x1234);
+    hca_send_wr_t *bad = nullptr;
+    double t0          = now_ms();
+    int rc             = hca_post_send(bed.qp, &wr, &bad);
+    double end         = now_ms();
+    *post_ms           = end - t0;
+    ASSERT_EQ(0, rc) << "the first post on a pair still connecting";
+    printf("# hca_post_send took %.2f ms while the handshake was under way "
+           "(held back %d ms)\n", *post_ms, LATE_HANDSHAKE_MS);
+    EXPECT_LT(*post_ms, POST_MAX_MS)
+            << "the post waited for the handshake";
+    double acted = acc.acted_ms.load();
+    EXPECT_TRUE((acted == 0) || (acted > end))
+            << "the post returned after the acceptor acted: the post "
+               "waited for it, or the test came too late";
+}
+
+/* Waits for one completion on c asleep: hca_cq_wait, then a poll, until
+ * one is in (bounded by timeout_ms).  Each sleep may last slice_ms: one
+ * that lasts it whole was not woken; *timeouts counts them. */
+::testing::AssertionResult sleep_for_wc(cqw *c, hca_wc_t *wc, int slice_ms,
+                                        int timeout_ms, int *timeouts)
+{
+    double end = now_ms() + timeout_ms;
+
+    *timeouts = 0;
+    for (;;) {
+        if (c->poll_once() < 0) {
+            return ::testing::AssertionFailure()
+                   << "hca_cq_poll returned " << c->err;
+        }
+        if (c->pop(wc)) {
+            return ::testing::AssertionSuccess();
+        }
+        if (now_ms() > end) {
+            return ::testing::AssertionFailure()
+                   << "no completion in " << timeout_ms << " ms";
+        }
+        if (hca_cq_wait(c->cq, slice_ms) == 0) {
+            ++*timeouts;
+        }
+    }
+}
+
+/* A post never waits for the network (no UCX transport blocks in a
+ * post): the first WR of a brand-new pair, posted while the acceptor
+ * holds its CHALLENGE back 500 ms, is accepted at once (in well under the
+ * handshake's time) and goes out once the connection is up: the
+ * acceptor gets it as the QP's first frame (F_START), with the data
+ * posted, and its answer completes it.  Before, hca_post_send slept until
+ * the handshake was done. */
+TEST_F(TcpReliable, FirstPostReturnsDuringHandshake)
+{
+    raw_peer_bed bed;
+    ASSERT_NO_FATAL_FAILURE(bed.open(5));
+    late_acceptor acc(*bed.peer, late_acceptor::ANSWERS);
+    double post_ms = 0;
+    hca_wc_t wc;
+
+    ASSERT_NO_FATAL_FAILURE(post_first_write(bed, acc, 6, &post_ms));
+    ASSERT_TRUE(wait_wc(bed.cq, &wc));
+    double done_ms = now_ms();
+    EXPECT_EQ(1u, wc.wr_id);
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    ASSERT_EQ(3, acc.stage.load()) << "the raw acceptor: " << acc.err;
+    EXPECT_GE(done_ms, acc.acted_ms.load())
+            << "completed before the acceptor answered";
+    EXPECT_TRUE(acc.frame.flags & TCPF_F_START)
+            << "the QP's first frame without F_START";
+    ASSERT_EQ(256u, acc.payload.size());
+    EXPECT_EQ(-1, check_pattern(acc.payload.data(), 256, 6))
+            << "the WRITE carried other data than was posted";
+    printf("# completed %.0f ms after the acceptor's CHALLENGE\n",
+           done_ms - acc.acted_ms.load());
+}
+
+/* The same, with a requester that sleeps on its CQ's notification
+ * (hca_cq_wait) instead of polling: the connection coming up wakes it to
+ * send the WR (then the answer wakes it again); no sleep of it lasts
+ * its whole 3 s. */
+TEST_F(TcpReliable, FirstPostWakesSleeperAtHandshake)
+{
+    raw_peer_bed bed;
+    ASSERT_NO_FATAL_FAILURE(bed.open(7));
+    late_acceptor acc(*bed.peer, late_acceptor::ANSWERS);
+    double post_ms = 0;
+    int timeouts   = 0;
+    hca_wc_t wc;
+
+    ASSERT_NO_FATAL_FAILURE(post_first_write(bed, acc, 8, &post_ms));
+    ASSERT_TRUE(sleep_for_wc(bed.cq, &wc, 3000, TIMEOUT_MS, &timeouts));
+    double done_ms = now_ms();
+    EXPECT_EQ(0, timeouts) << "a sleeper was not woken when the handshake "
+                              "completed";
+    EXPECT_EQ(1u, wc.wr_id);
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    ASSERT_EQ(3, acc.stage.load()) << "the raw acceptor: " << acc.err;
+    ASSERT_EQ(256u, acc.payload.size());
+    EXPECT_EQ(-1, check_pattern(acc.payload.data(), 256, 8));
+    EXPECT_LT(done_ms - acc.acted_ms.load(), 1000.0)
+            << "ms from the CHALLENGE to the completion";
+}
+
+/* A first handshake that never completes (the acceptor reads the HELLO
+ * and never answers): the post still returns at once, and the WR fails
+ * (RETRY_EXC_ERR) when the connect limit (HCA_TCP_CONNECT_MS, 5 s) kills
+ * the connection, waking the requester asleep on its CQ: nothing hangs. */
+TEST_F(TcpReliable, FirstPostFailsIfHandshakeNeverEnds)
+{
+    const double CONNECT_LIMIT_MS = 5000;
+    raw_peer_bed bed;
+    ASSERT_NO_FATAL_FAILURE(bed.open(9));
+    late_acceptor acc(*bed.peer, late_acceptor::SILENT);
+    double post_ms = 0, t0 = now_ms();
+    int timeouts   = 0;
+    hca_wc_t wc;
+
+    ASSERT_NO_FATAL_FAILURE(post_first_write(bed, acc, 10, &post_ms));
+    ASSERT_TRUE(sleep_for_wc(bed.cq, &wc, 8000, TIMEOUT_MS, &timeouts));
+    double took = now_ms() - t0;
+    EXPECT_EQ(0, timeouts) << "a sleeper was not woken when its connection "
+                              "died";
+    EXPECT_EQ(1u, wc.wr_id);
+    EXPECT_EQ(HCA_WC_RETRY_EXC_ERR, wc.status) << wc_str(wc);
+    EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(bed.qp));
+    EXPECT_GE(took, CONNECT_LIMIT_MS - 100) << "failed before the limit";
+    EXPECT_LT(took, CONNECT_LIMIT_MS + 2000)
+            << "ms from the connect to the failed completion";
+    printf("# the WR failed %.0f ms after the connect (limit %.0f ms)\n",
+           took, CONNECT_LIMIT_MS);
+}
+
+/* A first handshake cut by the acceptor (a reset while the connector
+ * waits for the CHALLENGE): the post returned at once, and the WR fails
+ * as soon as the connection is found dead, not at any timeout. */
+TEST_F(TcpReliable, FirstPostFailsIfHandshakeReset)
+{
+    raw_peer_bed bed;
+    ASSERT_NO_FATAL_FAILURE(bed.open(11));
+    late_acceptor acc(*bed.peer, late_acceptor::RESETS);
+    double post_ms = 0;
+    hca_wc_t wc;
+
+    ASSERT_NO_FATAL_FAILURE(post_first_write(bed, acc, 12, &post_ms));
+    ASSERT_TRUE(wait_wc(bed.cq, &wc));
+    double after = now_ms() - acc.acted_ms.load();
+    EXPECT_EQ(1u, wc.wr_id);
+    EXPECT_NE(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    EXPECT_EQ(HCA_QPS_ERR, hca_qp_state(bed.qp));
+    EXPECT_LT(after, 1000.0) << "ms from the reset to the failed completion";
+    printf("# the WR failed (%s) %.0f ms after the reset\n",
+           hca_wc_status_str(wc.status), after);
+}
+
+/* A listener on ip (a loopback address), its address in *net; -1 if
+ * none. */
+int listen_on(const char *ip, hca_net_addr_t *net)
+{
+    struct sockaddr_in sin;
+    socklen_t len = sizeof(sin);
+    int one       = 1;
+    int fd        = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    if ((fd < 0) || (inet_pton(AF_INET, ip, &sin.sin_addr) != 1) ||
+        (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) ||
+        (bind(fd, (struct sockaddr*)&sin, sizeof(sin)) != 0) ||
+        (listen(fd, 4) != 0) ||
+        (getsockname(fd, (struct sockaddr*)&sin, &len) != 0)) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    memset(net, 0, sizeof(*net));
+    net->family = HCA_NET_IPV4;
+    memcpy(net->addr, &sin.sin_addr, 4);
+    net->port = ntohs(sin.sin_port);
+    return fd;
+}
+
+/* Two paths, the first post's on the first (the QP's home: no path was UP
+ * at its connect), whose handshake never completes; the second's does.
+ * The post returns at once, and when the first path dies at the connect
+ * limit the requester, asleep on its CQ, is woken and moves the WR to
+ * the second path, where it goes as the QP's first frame (F_START) and
+ * completes.  Before, the post slept until the first path died, then
+ * failed with RETRY_EXC_ERR.  The retry timeout is 20 s: the raw peer
+ * sends no keepalive, and the second path must not go silent (T/2)
+ * meanwhile. */
+TEST_F(TcpReliable, FirstPostFailsOverIfItsPathNeverComesUp)
+{
+    setenv("HCA_NET_DEVICES", TWO_PATHS, 1);
+    setenv("HCA_TCP_RETRY_TIMEOUT_MS", "20000", 1);
+    raw_peer_bed bed;
+    ASSERT_NO_FATAL_FAILURE(bed.open(13));
+    ASSERT_EQ(1u, bed.a.addr.n_net_more) << "not two paths of our own";
+    raw_peer &peer = *bed.peer;
+    int lfd2       = listen_on("127.0.0.2", &peer.addr.net_more[0]);
+    ASSERT_GE(lfd2, 0) << "no listener on 127.0.0.2";
+    peer.addr.n_net_more = 1;
+    /* path 0 (peer.lfd) is the silent one: raw_peer's own listener */
+    late_acceptor silent(peer, late_acceptor::SILENT);
+
+    std::atomic<int> stage(0);
+    std::string peer_err;
+    std::atomic<bool> stop(false);
+    tcpf_hdr_t f;
+    std::vector<uint8_t> pl;
+    std::thread second([&]() {
+        tcp_raw_socket s;
+        struct pollfd pfd = {lfd2, POLLIN, 0};
+        tcpf_hello_t h;
+        if (poll(&pfd, 1, TIMEOUT_MS) != 1) {
+            peer_err = "no connection on the second path";
+            stage    = -1;
+            return;
+        }
+        s.fd = accept4(lfd2, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if ((s.fd < 0) || !peer.challenge(s, 0x1111, &h) ||
+            !peer.verdict(s)) {
+            peer_err = "the second path's handshake";
+            stage    = -1;
+            return;
+        }
+        stage = 1;
+        if (!peer.frame(s, &f, &pl) || (f.opcode != TCPF_OP_WRITE)) {
+            peer_err = "the WRITE on the second path";
+            stage    = -1;
+            return;
+        }
+        stage = 2; /* before the answer: read once the WR completes */
+        if (!peer.ack(s, f)) {
+            peer_err = "the WRITE's answer";
+            stage    = -1;
+            return;
+        }
+        while (!stop) {
+            usleep(10000);
+        }
+    });
+    /* joined on every way out (a failed ASSERT too) */
+    struct joiner {
+        std::thread       &t;
+        std::atomic<bool> &stop;
+        int                fd;
+        ~joiner()
+        {
+            stop = true;
+            if (t.joinable()) {
+                t.join();
+            }
+            close(fd);
+        }
+    } join_second{second, stop, lfd2};
+
+    double post_ms = 0, t0 = now_ms();
+    int timeouts   = 0;
+    hca_wc_t wc;
+    ASSERT_NO_FATAL_FAILURE(post_first_write(bed, silent, 14, &post_ms));
+    ASSERT_TRUE(sleep_for_wc(bed.cq, &wc, 8000, TIMEOUT_MS, &timeouts));
+    double took = now_ms() - t0;
+    stop = true;
+    second.join();
+    EXPECT_EQ(0, timeouts) << "a sleeper was not woken when its path died";
+    EXPECT_EQ(1u, wc.wr_id);
+    EXPECT_EQ(HCA_WC_SUCCESS, wc.status) << wc_str(wc);
+    ASSERT_EQ(2, stage.load()) << "the second path: " << peer_err;
+    EXPECT_TRUE(f.flags & TCPF_F_START)
+            << "the QP's first frame, on the second path, without F_START";
+    ASSERT_EQ(256u, pl.size());
+    EXPECT_EQ(-1, check_pattern(pl.data(), 256, 14))
+            << "the WRITE carried other data than was posted";
+    /* the limit, found at a timer pass (every 1.25 s), and the resend */
+    EXPECT_LT(took, 5000.0 + 1250.0 + 1000.0)
+            << "ms from the connect to the completion on the second path";
+    printf("# completed on the second path %.0f ms after the connect (the "
+           "first path's connect limit: 5000 ms)\n", took);
+}
+
 } // namespace
 } // namespace hcat

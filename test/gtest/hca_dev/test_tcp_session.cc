@@ -525,5 +525,77 @@ TEST(TcpSessionResume, ComputedResumeIsRefused)
     unsetenv("HCA_TCP_RETRY_TIMEOUT_MS");
 }
 
+/* The legitimate JOIN: a peer with two paths to a target that never
+ * dials it (its QP is any-source, so no secret of the peer is known
+ * there: only the session key can group the paths).  The peer dials both
+ * paths at once; the second CHALLENGE it reads JOINs the first's key.
+ * The target counts the join, and a WRITE large enough to stripe lands
+ * with its parts on both paths and nothing sent again. */
+TEST(TcpSessionJoin, PathsOfAPeerNeverDialledJoinByKey)
+{
+    const size_t BIG = (4u << 20) + 123;
+    const char *old  = getenv("HCA_NET_DEVICES");
+    std::string saved = (old != nullptr) ? old : "";
+    setenv("HCA_NET_DEVICES", "127.0.0.1,127.0.0.2", 1);
+    ctx t, p;
+    bool opened = t.open(0, HCA_FABRIC_TCP) && p.open(0, HCA_FABRIC_TCP);
+    if (old != nullptr) {
+        setenv("HCA_NET_DEVICES", saved.c_str(), 1);
+    } else {
+        unsetenv("HCA_NET_DEVICES");
+    }
+    ASSERT_TRUE(opened);
+    hca_pd_t *tpd  = t.new_pd();
+    cqw *tcq       = t.new_cq(64);
+    hca_qp_t *tany = t.new_qp(tpd, tcq, tcq);
+    ASSERT_NE(nullptr, tany);
+    ASSERT_EQ(0, qp_to_init(tany, REMOTE_ALL));
+    ASSERT_EQ(0, qp_to_rtr(tany, t.addr, HCA_QPN_ANY));
+    uint8_t *dst  = t.alloc(MEM_MALLOC, BIG);
+    hca_mr_t *dmr = t.reg(tpd, dst, BIG, ACCESS_ALL);
+    ASSERT_NE(nullptr, dmr);
+    memset(dst, SENTINEL, BIG);
+
+    hca_pd_t *ppd = p.new_pd();
+    cqw *pcq      = p.new_cq(64);
+    hca_qp_t *pqp = p.new_qp(ppd, pcq, pcq);
+    ASSERT_NE(nullptr, pqp);
+    uint8_t *src  = p.alloc(MEM_MALLOC, BIG);
+    hca_mr_t *smr = p.reg(ppd, src, BIG, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+    ASSERT_EQ(0, connect_qp(pqp, t.addr, hca_qp_num(tany)));
+
+    /* the first WRITE makes the QP's record (a first WQE never stripes) */
+    fill_pattern(src, 64, 1);
+    hca_sge_t sg     = mk_sge(src, 64, hca_mr_lkey(smr));
+    hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 1,
+                             (uint64_t)(uintptr_t)dst, hca_mr_rkey(dmr));
+    ASSERT_EQ(0, post_retry(pqp, &wr));
+    ASSERT_TRUE(wait_ok(pcq, 1, HCA_WC_RDMA_WRITE));
+    /* both paths UP at the target (the second path's handshake ends
+     * about when the first's does) */
+    double end = now_ms() + TIMEOUT_MS;
+    while ((tcp_counter(t.dev, "session_joins") == 0) && (now_ms() < end)) {
+        (void)progress_all();
+        sleep_ms(1);
+    }
+    EXPECT_EQ(1u, tcp_counter(t.dev, "session_joins"))
+        << "the peer's second path did not join its session";
+
+    const uint64_t striped0 = tcp_counter(p.dev, "striped_writes");
+    const uint64_t rtx0     = tcp_counter(p.dev, "retransmits");
+    fill_pattern(src, BIG, 2);
+    sg    = mk_sge(src, BIG, hca_mr_lkey(smr));
+    wr    = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1, HCA_SEND_SIGNALED, 2,
+                  (uint64_t)(uintptr_t)dst, hca_mr_rkey(dmr));
+    ASSERT_EQ(0, post_retry(pqp, &wr));
+    ASSERT_TRUE(wait_ok(pcq, 2, HCA_WC_RDMA_WRITE));
+    EXPECT_EQ(-1, check_pattern(dst, BIG, 2));
+    EXPECT_EQ(striped0 + 1, tcp_counter(p.dev, "striped_writes"))
+        << "the WRITE did not stripe over the two paths";
+    EXPECT_EQ(rtx0, tcp_counter(p.dev, "retransmits"))
+        << "parts sent again: the paths' records at the target differ";
+}
+
 } // namespace
 } // namespace hcat
