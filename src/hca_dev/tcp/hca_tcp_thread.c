@@ -125,64 +125,6 @@ static int hca_tcp_half_open_trim(hca_tcp_dev_t *tcp, const uint8_t *ip,
     return hca_tcp_close_fd(tcp, victim) == 0;
 }
 
-/* An inbound connection completed its first handshake (tcp->lock held):
- * over the cap of its source address (conn_src_max) or of all
- * (conn_max), the oldest established one that never proved its identity
- * closes to make room; a proven one never does, for a newcomer that has
- * proved nothing yet: that newcomer is refused (0). */
-int hca_tcp_conn_admit(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
-{
-    hca_tcp_conn_t *oldest = NULL, *oldest_src = NULL, *victim;
-    uint32_t n = 0, n_src = 0;
-
-    /* established: UP, or LINKING (no socket, but its records and QPs
-     * wait for the peer to come back) */
-    for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
-        int state = atomic_load(&c->state);
-        int same;
-        if ((c == conn) || c->outbound ||
-            ((state != HCA_TCP_CONN_UP) && (state != HCA_TCP_CONN_LINKING))) {
-            continue;
-        }
-        same   = (memcmp(c->src_ip, conn->src_ip, 16) == 0);
-        n     += 1;
-        n_src += (uint32_t)same;
-        if (atomic_load(&c->proven)) {
-            continue; /* never closed for a newcomer */
-        }
-        if ((oldest == NULL) || (c->start_ns <= oldest->start_ns)) {
-            oldest = c;
-        }
-        if (same &&
-            ((oldest_src == NULL) || (c->start_ns <= oldest_src->start_ns))) {
-            oldest_src = c;
-        }
-    }
-    if (n_src >= tcp->conn_src_max) {
-        victim = oldest_src;
-    } else if (n >= tcp->conn_max) {
-        victim = oldest;
-    } else {
-        return 1;
-    }
-    HCA_TCP_COUNT(tcp, HCA_TCP_CNT_REFUSED, 1);
-    if (victim == NULL) {
-        hca_tcp_refusal(tcp, "%u established connections (%u from one "
-                        "address), all proven: a new one from pid %u ctx %u "
-                        "refused", n, n_src, conn->peer.pid,
-                        conn->peer.ctx_id);
-        return 0;
-    }
-    /* an attacker's connections prove nothing: they age out behind the
-     * peers that come after them (its socket is closed at the reap) */
-    hca_tcp_refusal(tcp, "%u established connections (%u from one "
-                    "address): the oldest unproven one (pid %u ctx %u) "
-                    "closed", n, n_src, victim->peer.pid,
-                    victim->peer.ctx_id);
-    hca_tcp_conn_kill(tcp, victim, HCA_WC_RETRY_EXC_ERR);
-    return 1;
-}
-
 static void hca_tcp_accept(hca_tcp_dev_t *tcp, hca_tcp_path_t *path)
 {
     for (;;) {
