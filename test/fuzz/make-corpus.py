@@ -80,22 +80,43 @@ SVC = {
 }
 
 # hca_tcp_wire.h
+TCP_VERSION = 5
 T_SEND, T_WRITE, T_READ, T_ATOMIC, T_ACK, T_READ_RESP, T_KEEPALIVE, T_BYE = \
     range(1, 9)
 T_FIRST, T_LAST, T_IMM, T_ATOMIC32, T_START = 1, 2, 4, 8, 16
 SYN_PSN_SEQ = 0x80
+HCA_TCP_MAGIC = 0x50544348
+STEP_HELLO = 1
+CONT_RESUME = 1
 # fuzz_tcp.c: mode bits, selectors
-M_SHAPED, M_HELLO, M_HELLO_FIX = 1, 2, 4
+M_SHAPED, M_HELLO, M_HELLO_FIX, M_TWICE, M_KEEP, M_THRICE, M_INTERLEAVE = \
+    1, 2, 4, 8, 16, 32, 64
 S_DST_REQ, S_SRC_PEER, S_RAW_RKEY, S_FIX_RANGE = 2, 8, 0x10, 0x40
-H_RAW_MAC, H_RAW_PROOF, H_CLAIM_PEER = 1, 2, 4  # fuzz_tcp.c: hello sel
+# fuzz_tcp.c: a HELLO section's sel
+H_RAW_MAC, H_RAW_PROOF, H_CLAIM_PEER, H_RAW_KX, H_CLAIM_PREV = \
+    1, 2, 4, 8, 0x80
+C_RESUME_RAW, C_JOIN_RAW, C_RESUME, C_JOIN, C_BAD, C_RESUME_OLD, C_JOIN_OLD = \
+    range(1, 8)                      # a HELLO section's sel >> 4
 S2_SEG, S2_ALIGN = 1, 2
 A_FETCH_ADD, A_CMP_SWP = 1, 0        # indexes into fuzz_tcp.c's atomics[]
 MR_START = 32                        # shaped address: MR + this - 32
+INCARN = 0x1ca7a7105eed              # a claimed incarnation: resumable
+
+# X25519 public keys: the base point (a valid key the harness has no secret
+# of), and low-order points (libsodium's blacklist): 0 (order 4 with 1),
+# 1, and one of order 8
+KX_BASE = bytes([9]) + bytes(31)
+KX_ZERO = bytes(32)
+KX_ONE = bytes([1]) + bytes(31)
+KX_ORDER8 = bytes([0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae, 0x16,
+                   0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4, 0x6a, 0xda, 0x09,
+                   0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd, 0x86, 0x62, 0x05,
+                   0x16, 0x5f, 0x49, 0xb8, 0x00])
 
 
 def hdr(opcode, flags=0, length=0, src=0, dst=0, rkey=0, addr=0,
         resp_idx=0, resp_stamp=0, offset=0, total=0, imm=0, atomic_op=0,
-        operand=0, swap=0, syndrome=0, version=3, psn=0):
+        operand=0, swap=0, syndrome=0, version=TCP_VERSION, psn=0):
     """A hca_tcp_hdr_t (72 bytes)."""
     return struct.pack("<4B5IQ5IB3xQQ", version, opcode, flags, syndrome,
                        length, src, dst, psn, rkey, addr, resp_idx,
@@ -109,12 +130,38 @@ def frame(opcode, sel=0, sel2=0, payload=b"", **kw):
     return struct.pack("<BB", sel, sel2) + hdr(opcode - 1, **kw) + payload
 
 
-def hello(sel=0, mac=0, proof=0):
-    """An input HELLO (magic, version, step, destination fixed by
-    M_HELLO_FIX), its sel, and the PROOF's raw MAC and identity proof."""
-    return struct.pack("<IHBBQIIQIIQQQ", 0, 0, 0, 0, 0xf022, 1, 2, 0, 0, 0,
-                       0x1111, 0, 0) + struct.pack("<BQQ", sel, mac, proof)
+def mac16(text):
+    """16 bytes of a raw MAC (never the right one)."""
+    return text.ljust(16, b"\0")[:16]
 
+
+def hello(sel=0, cont=0, incarn=0, kx=KX_ZERO, mac=b"", proof=b"",
+          cont_mac=b"", src=(0xf022, 1, 2), magic=0, version=0, step=0,
+          hello_cont=0, reserved=bytes(7)):
+    """A HELLO section: the 144-byte hca_tcp_hello_t (magic, version, step
+    and destination as given: 0, for M_HELLO_FIX to fix), its sel (with
+    `cont` in bits 4-6), then the PROOF's raw mac, proof and cont_mac."""
+    h = struct.pack("<IHBBQIIQIIQQB7s32s16s16s16s", magic, version, step, 0,
+                    src[0], src[1], src[2], 0, 0, 0, 0x1111, incarn,
+                    hello_cont, reserved, kx, bytes(16), bytes(16),
+                    bytes(16))
+    assert len(h) == 144
+    return h + struct.pack("<B", sel | (cont << 4)) + mac16(mac) + \
+        mac16(proof) + mac16(cont_mac)
+
+
+FIXED = bytes([M_HELLO | M_HELLO_FIX | M_SHAPED])
+TWICE = bytes([M_HELLO | M_HELLO_FIX | M_TWICE | M_SHAPED])
+KEEP = bytes([M_HELLO | M_HELLO_FIX | M_TWICE | M_KEEP | M_SHAPED])
+THRICE = bytes([M_HELLO | M_HELLO_FIX | M_TWICE | M_THRICE | M_SHAPED])
+EARLY = bytes([M_HELLO | M_HELLO_FIX | M_TWICE | M_INTERLEAVE | M_SHAPED])
+WRITE = frame(T_WRITE, flags=T_LAST | T_START, addr=MR_START, total=4,
+              payload=b"ok!!")
+# a WRITE to the RTS QP from its peer's QPN: served only over a connection
+# that proves it is that peer
+PEER_WRITE = frame(T_WRITE, sel=S_DST_REQ | S_SRC_PEER,
+                   flags=T_LAST | T_START, addr=MR_START, total=4,
+                   payload=b"id!!")
 
 TCP = {
     "write": bytes([M_SHAPED]) +
@@ -164,24 +211,94 @@ TCP = {
     "raw_bad_opcode": bytes([0]) + hdr(99, length=0),
     "raw_keepalive": bytes([0]) + hdr(T_KEEPALIVE) + hdr(T_KEEPALIVE),
     "hello_bad_secret": bytes([M_HELLO | M_HELLO_FIX]) +
-                        hello(sel=H_RAW_MAC, mac=0x1234),
+                        hello(sel=H_RAW_MAC, mac=b"\x34\x12"),
     # the identity check: a WRITE to the RTS QP from its peer's QPN over a
     # connection that claims to be that peer, proven and not
-    "hello_peer_proven": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
-                         hello(sel=H_CLAIM_PEER) +
-                         frame(T_WRITE, sel=S_DST_REQ | S_SRC_PEER,
-                               flags=T_LAST | T_START, addr=MR_START,
-                               total=4, payload=b"id!!"),
-    "hello_peer_unproven": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
-                           hello(sel=H_CLAIM_PEER | H_RAW_PROOF,
-                                 proof=0x5eed) +
-                           frame(T_WRITE, sel=S_DST_REQ | S_SRC_PEER,
-                                 flags=T_LAST | T_START, addr=MR_START,
-                                 total=4, payload=b"no!!"),
-    "hello_then_write": bytes([M_HELLO | M_HELLO_FIX | M_SHAPED]) +
-                        hello() +
-                        frame(T_WRITE, flags=T_LAST | T_START, addr=MR_START,
-                              total=4, payload=b"ok!!"),
+    "hello_peer_proven": FIXED + hello(sel=H_CLAIM_PEER) + PEER_WRITE,
+    "hello_peer_unproven": FIXED + hello(sel=H_CLAIM_PEER | H_RAW_PROOF,
+                                         proof=b"\xed\x5e") + PEER_WRITE,
+    "hello_then_write": FIXED + hello() + WRITE,
+    # the key exchange: a HELLO's own key, valid (the base point: the
+    # harness has no session key) or low-order (BAD_KEY)
+    "hello_kx_base": FIXED + hello(sel=H_RAW_KX, kx=KX_BASE) + WRITE,
+    "hello_kx_zero": FIXED + hello(sel=H_RAW_KX, kx=KX_ZERO),
+    "hello_kx_one": FIXED + hello(sel=H_RAW_KX, kx=KX_ONE),
+    "hello_kx_order8": FIXED + hello(sel=H_RAW_KX, kx=KX_ORDER8),
+    # hello_check: a HELLO with a cont, or reserved bytes (BAD_VERSION);
+    # a PROOF with a cont that does not exist
+    "hello_cont": bytes([M_HELLO]) +
+                  hello(magic=HCA_TCP_MAGIC, version=TCP_VERSION,
+                        step=STEP_HELLO, hello_cont=CONT_RESUME),
+    "hello_reserved": bytes([M_HELLO]) +
+                      hello(magic=HCA_TCP_MAGIC, version=TCP_VERSION,
+                            step=STEP_HELLO, reserved=b"\x01" + bytes(6)),
+    "proof_bad_cont": FIXED + hello(cont=C_BAD, incarn=INCARN),
+    # continuations that prove nothing: a RESUME is refused (NO_CONTEXT), a
+    # JOIN gets records of its own
+    "resume_raw": FIXED + hello(cont=C_RESUME_RAW, incarn=INCARN,
+                                cont_mac=b"resume?"),
+    "join_raw": FIXED + hello(cont=C_JOIN_RAW, incarn=INCARN,
+                              cont_mac=b"join?") + WRITE,
+    # two connections in one input: the first closed, the second continues
+    # its session with its key (RESUME: the same connection object goes on,
+    # its VERDICT proves the key back; JOIN: its records shared)
+    "resume": TWICE + hello(incarn=INCARN) +
+              hello(sel=H_CLAIM_PREV, cont=C_RESUME) + WRITE,
+    "resume_bad_secret": TWICE + hello(incarn=INCARN) +
+                         hello(sel=H_CLAIM_PREV | H_RAW_MAC, cont=C_RESUME,
+                               mac=b"nope"),
+    "resume_incarn0": TWICE + hello() +
+                      hello(sel=H_CLAIM_PREV, cont=C_RESUME),
+    "resume_other_claim": TWICE + hello(incarn=INCARN) +
+                          hello(cont=C_RESUME, incarn=INCARN,
+                                src=(0xf023, 1, 2)),
+    "resume_peer_proven": TWICE + hello(sel=H_CLAIM_PEER, incarn=INCARN) +
+                          hello(sel=H_CLAIM_PREV, cont=C_RESUME) +
+                          PEER_WRITE,
+    "resume_peer_bad_proof": TWICE +
+                             hello(sel=H_CLAIM_PEER, incarn=INCARN) +
+                             hello(sel=H_CLAIM_PREV | H_RAW_PROOF,
+                                   cont=C_RESUME, proof=b"stolen") +
+                             PEER_WRITE,
+    # the first connection still open (UP at the victim, which has not
+    # seen its socket die): a RESUME takes its session onto the new socket
+    "resume_up": KEEP + hello(incarn=INCARN) +
+                 hello(sel=H_CLAIM_PREV, cont=C_RESUME) + WRITE,
+    "resume_up_incarn0": KEEP + hello() +
+                         hello(sel=H_CLAIM_PREV, cont=C_RESUME) + WRITE,
+    "join_up": KEEP + hello(incarn=INCARN) +
+               hello(sel=H_CLAIM_PREV, cont=C_JOIN) + WRITE,
+    # three: a session resumed, then continued with the key before its last
+    # (what a connector whose VERDICT was lost still has)
+    "resume_old": THRICE + hello(incarn=INCARN) +
+                  hello(sel=H_CLAIM_PREV, cont=C_RESUME) +
+                  hello(sel=H_CLAIM_PREV, cont=C_RESUME_OLD) + WRITE,
+    "join_old": THRICE + hello(incarn=INCARN) +
+                hello(sel=H_CLAIM_PREV, cont=C_RESUME) +
+                hello(sel=H_CLAIM_PREV, cont=C_JOIN_OLD) + WRITE,
+    # two paths dialled at once: the first waits after its CHALLENGE while
+    # the second's JOIN proves the first's key (records of its own until
+    # the first comes UP: then the victim groups them), or a RESUME of it
+    # (no session yet: NO_CONTEXT); then the first's PROOF (its section's
+    # sel: a JOIN or RESUME now names the second), the frames on the first
+    "join_early": EARLY + hello(incarn=INCARN) +
+                  hello(sel=H_CLAIM_PREV, cont=C_JOIN) + WRITE,
+    "join_early_back": EARLY + hello(incarn=INCARN, cont=C_JOIN) +
+                       hello(sel=H_CLAIM_PREV, cont=C_JOIN) + WRITE,
+    "resume_early": EARLY + hello(incarn=INCARN) +
+                    hello(sel=H_CLAIM_PREV, cont=C_RESUME) + WRITE,
+    "resume_early_back": EARLY + hello(incarn=INCARN, cont=C_RESUME) +
+                         hello(sel=H_CLAIM_PREV) + WRITE,
+    "join": TWICE + hello(incarn=INCARN) +
+            hello(sel=H_CLAIM_PREV, cont=C_JOIN) + WRITE,
+    "join_peer_proven": TWICE + hello(sel=H_CLAIM_PEER, incarn=INCARN) +
+                        hello(sel=H_CLAIM_PREV, cont=C_JOIN) + PEER_WRITE,
+    # the victim's own identity and incarnation (from the first
+    # connection's CHALLENGE), proven: the session rule shares the records
+    # of the victim's own connection to itself (both proven by its secret)
+    "hello_victim_incarn": TWICE + hello() +
+                           hello(sel=H_CLAIM_PEER | H_CLAIM_PREV) +
+                           PEER_WRITE,
     # sequence numbers (docs/TCP-WIRE.md "Sequence, duplicates, replay"):
     # a duplicate WRITE (acknowledged, not placed again), a frame ahead of
     # a gap (one PSN_SEQ NAK), an atomic sent again (its saved value), a
