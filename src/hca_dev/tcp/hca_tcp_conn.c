@@ -602,8 +602,9 @@ static hca_tcp_conn_t *hca_tcp_resumed(hca_tcp_dev_t *tcp,
             (c->peer.host != conn->peer.host) ||
             (c->peer.pid != conn->peer.pid) ||
             (c->peer.ctx_id != conn->peer.ctx_id) ||
-            (c->peer_incarn != conn->peer_incarn)) {
-            continue;
+            (c->peer_incarn != conn->peer_incarn) ||
+            (c->peer_incarn == 0)) {
+            continue; /* incarnation 0: a peer that cannot resume */
         }
         hca_tcp_key_mac(mac, c->key, HCA_TCP_MAC_RESUME, &conn->hs);
         if (hca_tcp_mac_equal(conn->cont_mac, mac)) {

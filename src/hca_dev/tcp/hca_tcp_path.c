@@ -143,6 +143,7 @@ static hca_tcp_conn_t *hca_tcp_joined(hca_tcp_dev_t *tcp,
 {
     for (hca_tcp_conn_t *m = tcp->conns; m != NULL; m = m->next) {
         if ((m != conn) && m->has_key && (m->rq_lead != NULL) &&
+            (atomic_load(&m->state) != HCA_TCP_CONN_DEAD) &&
             hca_tcp_same_claim(m, conn) &&
             (hca_tcp_join_proves(conn, m->key) ||
              hca_tcp_join_proves(conn, m->key_prev))) {
