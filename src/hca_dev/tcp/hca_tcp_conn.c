@@ -160,8 +160,7 @@ hca_tcp_conn_t *hca_tcp_conn_get(hca_tcp_dev_t *tcp,
             (conn->path == path) &&
             (conn->peer.host == peer->host) && (conn->peer.pid == peer->pid) &&
             (conn->peer.ctx_id == peer->ctx_id) &&
-            (conn->outbound ? (conn->peer.secret == peer->secret) :
-                              hca_tcp_conn_proves(conn, peer->secret))) {
+            hca_tcp_conn_is_peer(conn, peer->secret)) {
             return conn;
         }
     }
@@ -586,6 +585,16 @@ static int hca_tcp_hello_connector(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     return 1; /* more to read */
 }
 
+/* A RESUME refused: an anonymous VERDICT with status, on conn's socket
+ * (the caller logs and kills the connection). */
+static void hca_tcp_verdict_refuse(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
+                                   hca_tcp_hello_t *verdict, int status)
+{
+    hca_tcp_hello_fill(tcp, verdict, HCA_TCP_STEP_VERDICT, 1);
+    verdict->status = (uint8_t)status;
+    (void)hca_tcp_send_all(conn->fd, verdict, sizeof(*verdict));
+}
+
 /* The connection from the same connector (identity and incarnation) that
  * lost its socket, whose session key (the last one, or the one before)
  * conn's RESUME MAC proves, into *key; NULL if there is none. */
@@ -640,9 +649,7 @@ static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
          * proof of that peer over this handshake too */
         hca_tcp_mac(mac, old->proven_by, HCA_TCP_MAC_IDENTITY, &conn->hs);
         if (!hca_tcp_mac_equal(conn->proof, mac)) {
-            hca_tcp_hello_fill(tcp, verdict, HCA_TCP_STEP_VERDICT, 1);
-            verdict->status = HCA_TCP_HELLO_BAD_SECRET;
-            (void)hca_tcp_send_all(conn->fd, verdict, sizeof(*verdict));
+            hca_tcp_verdict_refuse(tcp, conn, verdict, HCA_TCP_HELLO_BAD_SECRET);
             hca_tcp_refusal(tcp, "pid %u ctx %u asked to resume a proven "
                             "connection without proving its identity",
                             conn->peer.pid, conn->peer.ctx_id);
@@ -654,9 +661,7 @@ static int hca_tcp_resume(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
     if (old == NULL) {
         /* nothing to resume (it timed out here, or never was): its QPs
          * must fail, as the peer's state is gone */
-        hca_tcp_hello_fill(tcp, verdict, HCA_TCP_STEP_VERDICT, 1);
-        verdict->status = HCA_TCP_HELLO_NO_CONTEXT;
-        (void)hca_tcp_send_all(conn->fd, verdict, sizeof(*verdict));
+        hca_tcp_verdict_refuse(tcp, conn, verdict, HCA_TCP_HELLO_NO_CONTEXT);
         hca_tcp_refusal(tcp, "pid %u ctx %u asked to resume a connection "
                         "we do not have", conn->peer.pid, conn->peer.ctx_id);
         hca_tcp_conn_kill(tcp, conn, HCA_WC_REM_ACCESS_ERR);

@@ -799,6 +799,9 @@ void hca_tcp_links_changed(hca_tcp_dev_t *tcp);
  * knows its secret; inbound: the proof in its hello verifies.  The answer
  * yes is remembered (tcp->lock held). */
 int  hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret);
+/* conn is the peer whose address has secret: we dialled it with that
+ * secret (outbound), or it proves it (inbound, hca_tcp_conn_proves) */
+int  hca_tcp_conn_is_peer(hca_tcp_conn_t *conn, uint64_t secret);
 hca_tcp_conn_t *hca_tcp_conn_new(hca_tcp_dev_t *tcp, int fd, int outbound);
 void hca_tcp_conn_kill_at(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn,
                           hca_wc_status_t why, const char *where);

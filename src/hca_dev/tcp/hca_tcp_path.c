@@ -116,10 +116,8 @@ static int hca_tcp_both_proven(hca_tcp_dev_t *tcp, hca_tcp_conn_t *c,
     if (secret == NULL) {
         return 0; /* a claim alone joins nothing */
     }
-    return (c->outbound ? (c->peer.secret == *secret) :
-                          hca_tcp_conn_proves(c, *secret)) &&
-           (conn->outbound ? (conn->peer.secret == *secret) :
-                             hca_tcp_conn_proves(conn, *secret));
+    return hca_tcp_conn_is_peer(c, *secret) &&
+           hca_tcp_conn_is_peer(conn, *secret);
 }
 
 /* joiner's PROOF was a JOIN whose MAC proves key */
@@ -222,8 +220,7 @@ const uint8_t *hca_tcp_join_key(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
             (s->peer.pid != conn->peer.pid) ||
             (s->peer.ctx_id != conn->peer.ctx_id) ||
             (s->peer_incarn != conn->peer_incarn) ||
-            !(s->outbound ? (s->peer.secret == conn->peer.secret) :
-                            hca_tcp_conn_proves(s, conn->peer.secret))) {
+            !hca_tcp_conn_is_peer(s, conn->peer.secret)) {
             continue;
         }
         if (up) {
@@ -253,6 +250,12 @@ int hca_tcp_conn_proves(hca_tcp_conn_t *conn, uint64_t secret)
     conn->proven_by = secret; /* what a resume of it must prove again */
     atomic_store(&conn->proven, 1);
     return 1;
+}
+
+int hca_tcp_conn_is_peer(hca_tcp_conn_t *conn, uint64_t secret)
+{
+    return conn->outbound ? (conn->peer.secret == secret) :
+                            hca_tcp_conn_proves(conn, secret);
 }
 
 /* ---------------------------------------------------------------- QPs */
@@ -287,8 +290,7 @@ static hca_tcp_conn_t *hca_tcp_path_alive(hca_tcp_dev_t *tcp,
     for (hca_tcp_conn_t *c = tcp->conns; c != NULL; c = c->next) {
         if ((c != conn) && hca_tcp_same_peer(c, conn) &&
             ((secret == NULL) ||
-             (c->outbound ? (c->peer.secret == *secret) :
-                            hca_tcp_conn_proves(c, *secret))) &&
+             hca_tcp_conn_is_peer(c, *secret)) &&
             (atomic_load(&c->state) == HCA_TCP_CONN_UP) &&
             ((best == NULL) || (c->qp_refs < best->qp_refs))) {
             best = c;
@@ -543,8 +545,7 @@ hca_tcp_conn_t *hca_tcp_stripe_sibling(hca_tcp_dev_t *tcp, hca_qp_t *qp)
             hca_tcp_conn_siblings(c, from) &&
             (atomic_load(&c->superseded) == NULL) &&
             (atomic_load(&c->state) == HCA_TCP_CONN_UP) &&
-            (c->outbound ? (c->peer.secret == qp->dest.secret) :
-                           hca_tcp_conn_proves(c, qp->dest.secret)) &&
+            hca_tcp_conn_is_peer(c, qp->dest.secret) &&
             ((best == NULL) || (c->qp_refs < best->qp_refs))) {
             best = c;
         }

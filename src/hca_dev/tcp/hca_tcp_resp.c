@@ -176,9 +176,7 @@ static int hca_tcp_answer_path(const hca_qp_t *qp, const hca_tcp_conn_t *conn)
         return 1;
     }
     return hca_tcp_conn_siblings(on, conn) &&
-           (conn->outbound ? (conn->peer.secret == qp->dest.secret) :
-                             hca_tcp_conn_proves((hca_tcp_conn_t*)conn,
-                                                 qp->dest.secret));
+           hca_tcp_conn_is_peer((hca_tcp_conn_t*)conn, qp->dest.secret);
 }
 
 /* The WQE an answer is for, if it still waits for it: on a path to the
