@@ -54,7 +54,8 @@ def matrix_path(outdir):
 # tcp side), checked so that a matrix of another layout (an output
 # directory's copy from an older tree) fails with its line, not a traceback.
 MATRIX_COLUMNS = {"level": (2,), "table": (2,), "set": (3,), "sizes": (3,),
-                  "uct-builtin": (2,), "ucp-builtin": (2,), "uct": (9,),
+                  "uct-builtin": (2,), "ucp-builtin": (2,), "ucp-sides": (5,),
+                  "uct": (9,),
                   "ucp": (7,), "netpipe": (3,), "netpipe-target": (3, 4),
                   "hosts": (7, 10), "hosts-mpi": (2,), "osc": (4,),
                   "hosts-cpu": (3,)}

@@ -253,6 +253,14 @@ done < <(matrix_records uct-builtin)
 while IFS='|' read -r tl e; do
     ucp_builtins+=("$tl"); ucp_builtin_envs+=("$e")
 done < <(matrix_records ucp-builtin)
+# Levels with their own two sides (ucp-sides: the defaults, heap memory).
+declare -A sides_hca_name sides_hca_env sides_other_name sides_other_env
+while IFS='|' read -r lv hn he on oe; do
+    [ "$he" = - ] && he=
+    [ "$oe" = - ] && oe=
+    sides_hca_name[$lv]=$hn; sides_hca_env[$lv]=$he
+    sides_other_name[$lv]=$on; sides_other_env[$lv]=$oe
+done < <(matrix_records ucp-sides)
 if [ -n "$ab_old" ]; then
     # Every row runs as often as a target row.  Each side's libhcadev.so.0
     # is named explicitly: the module's RUNPATH points at its own build,
@@ -790,6 +798,15 @@ ucp_rows() {
         row_hca_args=(-t "$test" -s "$size" -n "$n" -w "$w" "${extra[@]}")
         row_builtins=("${ucp_builtins[@]}")
         row_builtin_env=("${ucp_builtin_envs[@]}")
+        if [ -n "${sides_hca_name[$level]:-}" ]; then
+            local words=()
+            read -r -a words <<<"${sides_hca_env[$level]}"
+            row_hca_name=${sides_hca_name[$level]}
+            row_hca_env=("${hca_env[@]}" "${words[@]}")
+            [ -n "$ab_old" ] && row_old_env=("${hca_env_old[@]}" "${words[@]}")
+            row_builtins=("${sides_other_name[$level]}")
+            row_builtin_env=("${sides_other_env[$level]}")
+        fi
         row_builtin_args=()
         for ((i = 0; i < ${#ucp_builtins[@]}; i++)); do
             row_builtin_args+=("${row_hca_args[*]}")

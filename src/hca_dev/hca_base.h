@@ -12,6 +12,7 @@
 #include "hca_dev.h"
 #include "hca_util.h"
 #include "hca_ring.h"
+#include "hca_wire.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -26,6 +27,7 @@ typedef struct hca_memobj {
     size_t  length;
     char    name[HCA_OBJ_NAME_MAX];
     int     owner;          /* created by us: unlink on close */
+    int     sysv;           /* a sysv segment we attached: shmdt */
 } hca_memobj_t;
 
 int  hca_memobj_create(hca_memobj_t *shm, const char *name, size_t length,
@@ -37,6 +39,35 @@ void hca_ctx_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
                   uint32_t ctx);
 void hca_obj_name(char *buf, size_t len, uint32_t pidns, uint32_t pid,
                   uint32_t ctx, uint32_t nonce, const char *kind, uint64_t id);
+
+/* ------------------------------------------------------------- backing */
+
+/* What backs a range of our memory that a peer could map itself
+ * (hca_backing.c). */
+typedef struct hca_backing {
+    uint32_t kind;          /* hca_export_kind_t */
+    int      deleted;       /* the file has no name any more */
+    uint64_t handle;        /* SYSV: shmid */
+    uint64_t dev, ino;      /* the object (SYSV: ino is the shmid) */
+    uint64_t offset;        /* of the range's start in the object */
+    char     path[256];     /* as /proc/self/maps shows it */
+} hca_backing_t;
+
+#define HCA_BACKING_MAX_SIZE (1ull << 40) /* what a peer maps at most */
+
+/* 0 and *b if [addr, addr+length) lies in one shared, writable object
+ * that a peer could open (a sysv segment, a file, a memfd); -ENOENT for
+ * private or anonymous memory, or a range over several objects. */
+int hca_backing_find(uintptr_t addr, size_t length, hca_backing_t *b);
+/* The owner's side: fills an export entry (all but its id) for `length`
+ * bytes from b->offset; for a file, *fd_p is an fd the owner keeps open
+ * while the export lives.  0, or -errno: no export, another route. */
+int hca_backing_export(const hca_backing_t *b, uint64_t length,
+                       hca_export_entry_t *e, int *fd_p);
+/* A peer's side: maps the object of an export of owner_pid (checked
+ * against what it names and for our user).  0, or -errno. */
+int hca_backing_map(const hca_export_entry_t *e, uint32_t owner_pid,
+                    hca_memobj_t *obj);
 
 /* ---------------------------------------------------------------- host */
 

@@ -7,6 +7,7 @@
  */
 #include "hca_util.h"
 #include "hca_log.h"
+#include "hca_state.h"
 #include "hca_base.h"
 #include "hca_registry.h"
 #include "hca_obj.h"
@@ -61,6 +62,7 @@ static int hca_ctx_create(hca_device_t *dev)
 {
     size_t off = hca_align_up(sizeof(hca_ctx_hdr_t));
     size_t mpt_off, qp_off, notify_off, svc_off, cnt_off, map_off, busy_off;
+    size_t export_off;
     size_t total;
     char name[HCA_OBJ_NAME_MAX];
     int rc;
@@ -80,7 +82,9 @@ static int hca_ctx_create(hca_device_t *dev)
     map_off    = off;
     off        = hca_align_up(off + sizeof(hca_mapper_t) * HCA_MAX_MAPPERS);
     busy_off   = off;
-    total      = off + sizeof(hca_busy_t) * (HCA_MAX_QP + 1);
+    off        = hca_align_up(off + sizeof(hca_busy_t) * (HCA_MAX_QP + 1));
+    export_off = off;
+    total      = off + sizeof(hca_export_entry_t) * HCA_MAX_EXPORT;
 
     hca_ctx_name(name, sizeof(name), dev->pidns, dev->pid, dev->ctx_id);
     rc = hca_memobj_create(&dev->ctx, name, total, dev->numa_node);
@@ -95,6 +99,8 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->svc_cnt = (hca_counters_t*)((uint8_t*)dev->ctx.addr + cnt_off);
     dev->mappers = (hca_mapper_t*)((uint8_t*)dev->ctx.addr + map_off);
     dev->busy    = (hca_busy_t*)((uint8_t*)dev->ctx.addr + busy_off);
+    dev->exports = (hca_export_entry_t*)((uint8_t*)dev->ctx.addr +
+                                         export_off);
     hca_ring_init(&dev->svc, (uint8_t*)dev->ctx.addr + svc_off,
                   HCA_SVC_SLOTS, sizeof(hca_svc_req_t), HCA_NOTIFY_SVC);
 
@@ -115,6 +121,7 @@ static int hca_ctx_create(hca_device_t *dev)
     dev->hdr->counters_offset = cnt_off;
     dev->hdr->mappers_offset  = map_off;
     dev->hdr->busy_offset     = busy_off;
+    dev->hdr->export_offset   = export_off;
     dev->hdr->name_nonce      = dev->name_nonce;
     dev->hdr->single_copy = (uint32_t)dev->single_copy;
     dev->hdr->probe_addr  = (uint64_t)(uintptr_t)&dev->probe_value;
@@ -203,6 +210,8 @@ int hca_device_open_attr(const char *name, const hca_open_attr_t *attr,
     dev->flags     = flags;
     dev->trace     = (getenv("HCA_TRACE") != NULL) &&
                      (atoi(getenv("HCA_TRACE")) > 0);
+    dev->export_on = (getenv("HCA_EXPORT") == NULL) ||
+                     (atoi(getenv("HCA_EXPORT")) != 0);
     dev->numa_node = (numa_available() >= 0) ? index : -1;
     dev->pid       = (uint32_t)getpid();
     dev->pidns     = hca_ns_inode("pid");
@@ -321,6 +330,7 @@ int hca_device_close(hca_device_t *dev)
         return -EINVAL;
     }
     hca_fabric_close(dev);
+    hca_exports_destroy(dev);
     /* device memory the user did not free: its objects must not outlive
      * the context */
     while ((dm = dev->dm_list) != NULL) {

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -132,7 +133,11 @@ int hca_memobj_map(hca_memobj_t *obj, const char *name, size_t min_length)
 void hca_memobj_destroy(hca_memobj_t *obj)
 {
     if (obj->addr != NULL) {
-        munmap(obj->addr, obj->length);
+        if (obj->sysv) {
+            shmdt(obj->addr);
+        } else {
+            munmap(obj->addr, obj->length);
+        }
         obj->addr = NULL;
     }
     if (obj->owner) {

@@ -21,6 +21,8 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
 {
     hca_device_t *dev = pd->dev;
     hca_mpt_entry_t *entry;
+    struct hca_export *ex = NULL;
+    uint64_t ex_offset    = 0;
     uint32_t index = 0;
     hca_dm_t *dm;
     hca_mr_t *mr;
@@ -41,6 +43,17 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     if (mr == NULL) {
         return -ENOMEM;
     }
+    /* memory that peers reach: if a shared object backs it (and it is
+     * not our device memory), peers map that object themselves */
+    if (access & (HCA_ACCESS_REMOTE_WRITE | HCA_ACCESS_REMOTE_READ |
+                  HCA_ACCESS_REMOTE_ATOMIC)) {
+        pthread_mutex_lock(&dev->lock);
+        dm = hca_dm_find(dev, (uintptr_t)addr, length);
+        pthread_mutex_unlock(&dev->lock);
+        if (dm == NULL) {
+            ex = hca_export_get(dev, (uintptr_t)addr, length, &ex_offset);
+        }
+    }
 
     pthread_mutex_lock(&dev->lock);
     for (uint32_t n = 1; n < HCA_MAX_MR; ++n) {
@@ -51,6 +64,9 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
         }
     }
     if (index == 0) {
+        if (ex != NULL) {
+            hca_export_put(dev, ex);
+        }
         pthread_mutex_unlock(&dev->lock);
         free(mr);
         return -ENOMEM;
@@ -75,10 +91,17 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
     entry->access    = access;
     entry->addr      = (uint64_t)(uintptr_t)addr;
     entry->length    = length;
-    entry->dm_id     = (dm != NULL) ? dm->id : 0;
-    entry->dm_offset = (dm != NULL) ?
-                       (uint64_t)((uintptr_t)addr -
-                                  (uintptr_t)dm->obj.addr) : 0;
+    if (dm != NULL) {
+        entry->dm_id     = dm->id;
+        entry->dm_offset = (uint64_t)((uintptr_t)addr -
+                                      (uintptr_t)dm->obj.addr);
+    } else if (ex != NULL) {
+        entry->dm_id     = ex->id;
+        entry->dm_offset = ex_offset;
+    } else {
+        entry->dm_id     = 0;
+        entry->dm_offset = 0;
+    }
     atomic_store_explicit(&entry->accessors, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->unfenced, 0, memory_order_relaxed);
     atomic_store_explicit(&entry->key, mr->key, memory_order_relaxed);
@@ -88,6 +111,7 @@ int hca_mr_reg(hca_pd_t *pd, void *addr, size_t length, unsigned access,
                           memory_order_release);
     dev->mrs[index] = mr;
     mr->dm          = dm;
+    mr->export      = ex;
     if (dm != NULL) {
         dm->mrs++;
     }
@@ -152,6 +176,9 @@ int hca_mr_dereg(hca_mr_t *mr)
     if (mr->dm != NULL) {
         mr->dm->mrs--;
     }
+    if (mr->export != NULL) {
+        hca_export_put(dev, mr->export);
+    }
     pthread_mutex_unlock(&dev->lock);
     atomic_fetch_sub(&mr->pd->refs, 1);
     free(mr);
@@ -188,8 +215,8 @@ uint32_t hca_mr_dm_id(const hca_mr_t *mr, uint64_t *dm_base_p)
 {
     const hca_mpt_entry_t *entry = &mr->pd->dev->mpt[mr->index];
 
-    if (entry->dm_id == 0) {
-        return 0;
+    if ((entry->dm_id == 0) || (entry->dm_id & HCA_DM_EXPORT)) {
+        return 0; /* device memory only: what rkey_ptr maps */
     }
     *dm_base_p = entry->addr - entry->dm_offset;
     return entry->dm_id;

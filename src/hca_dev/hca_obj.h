@@ -67,6 +67,10 @@ struct hca_device {
     struct hca_cq    **cqs;        /* by notify index */
     struct hca_dm     *dm_list;
     uint32_t           next_dm_id;
+    hca_export_entry_t *exports;   /* in ctx: the export table */
+    struct hca_export *export_list; /* dev->lock */
+    uint32_t           next_export; /* ids are never reused */
+    int                export_on;   /* $HCA_EXPORT (default 1) */
     uint32_t           next_ring_id;
     uint32_t           next_pd;
     uint32_t           n_pd;
@@ -101,6 +105,7 @@ struct hca_pd {
 struct hca_mr {
     hca_pd_t *pd;
     struct hca_dm *dm;       /* device memory it lies in, or NULL */
+    struct hca_export *export; /* shared object it lies in, or NULL */
     uint32_t  index;
     uint32_t  key;
     void     *addr;
@@ -114,6 +119,17 @@ struct hca_dm {
     hca_memobj_t      obj;
     size_t         length;
     uint32_t       mrs;      /* MRs inside it (dev->lock) */
+};
+
+/* A shared object outside hca that backs registered memory, published in
+ * the ctx's export table for peers to map (hca_export.c). */
+struct hca_export {
+    struct hca_export *next;
+    uint32_t           id;       /* HCA_DM_EXPORT | n */
+    uint32_t           refs;     /* MRs in it (dev->lock) */
+    uint32_t           kind;
+    uint64_t           handle, dev, ino, stamp;
+    int                fd;       /* FILE: held open for peers, else -1 */
 };
 
 /* ---------------------------------------------------------------- CQ */

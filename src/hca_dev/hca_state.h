@@ -11,6 +11,17 @@
 /* The device memory holding [addr, addr+length), or NULL (dev->lock). */
 struct hca_dm *hca_dm_find(hca_device_t *dev, uintptr_t addr, size_t length);
 
+/* The export of the shared object holding [addr, addr+length), found or
+ * made (hca_export.c), with one more reference, and the range's offset in
+ * it; NULL if the range is not shared memory a peer can map (then peers
+ * take another route: never an error).  Not under dev->lock. */
+struct hca_export *hca_export_get(hca_device_t *dev, uintptr_t addr,
+                                  size_t length, uint64_t *offset_p);
+/* Drops a reference; the last one withdraws the export (dev->lock). */
+void hca_export_put(hca_device_t *dev, struct hca_export *ex);
+/* Withdraws every export (device close). */
+void hca_exports_destroy(hca_device_t *dev);
+
 /* ---------------------------------------------------------------- CQ */
 
 /* Producer (engine code of the owner): never overwrites. */

@@ -10,6 +10,9 @@
  *   r<N>  a receive ring (a QP's own receive queue, or an SRQ's)
  *   q<N>  per QP: response slots (one per send WQE) + bounce area
  *   dm<N> device memory
+ * The ctx object also holds the export table: the objects outside hca
+ * (a sysv segment, a shared file or memfd) that back registered memory,
+ * which peers map themselves (hca_export_entry_t).
  */
 #ifndef HCA_WIRE_H
 #define HCA_WIRE_H
@@ -18,13 +21,14 @@
 #include <stdint.h>
 
 #define HCA_WIRE_MAGIC       0x31414348u  /* "HCA1" */
-#define HCA_WIRE_VERSION     10 /* 7: counters by fabric and opcode; 8: a
+#define HCA_WIRE_VERSION     11 /* 7: counters by fabric and opcode; 8: a
                                     QP's accepted source has its host
                                     (hca_qp_pub_t.dest_host); 9: an MPT
                                     entry has its registration's serial, a
                                     QP table entry its generation; 10: a
                                     ring has an owner word per slot after
-                                    its slots (hca_ring.h) */
+                                    its slots (hca_ring.h); 11: the export
+                                    table (hca_export_entry_t) */
 #define HCA_CACHE_LINE       64
 
 #define HCA_RING_SLOTS       64           /* slots per receive ring */
@@ -89,6 +93,41 @@ typedef struct hca_mpt_entry {
 } hca_mpt_entry_t;              /* one cache line: no entry straddles two */
 
 #define HCA_MPT_ACCESSORS_MANY 0xffffffffu
+
+/* ------------------------------------------------------------ exports */
+
+/* Memory that hca did not allocate but that a peer on the host can map
+ * itself: the object backing a registration, as the owner found it in its
+ * own /proc/self/maps (hca_backing.c).  An MPT entry whose dm_id has
+ * HCA_DM_EXPORT set lies in the export of that id, at dm_offset bytes into
+ * the object; a peer maps the object once and then accesses it directly,
+ * under the same MPT checks as device memory.  Export ids are never
+ * reused; slot = id % HCA_MAX_EXPORT.
+ *
+ * Contract: the owner stores id 0, writes the fields, then stores the new
+ * id (release); a reader loads id (acquire), copies the fields, and loads
+ * id again after an acquire fence: the copy is the export's only if both
+ * loads gave the id it looks for. */
+#define HCA_DM_EXPORT  0x80000000u
+#define HCA_MAX_EXPORT 1024
+
+typedef enum {
+    HCA_EXPORT_SYSV = 1,  /* handle: shmid; stamp: its creator's pid */
+    HCA_EXPORT_FILE = 2   /* handle: an fd of the owner, open on the file
+                             (/proc/<pid>/fd/<handle>); dev, ino: the
+                             file */
+} hca_export_kind_t;
+
+typedef struct hca_export_entry {
+    _Atomic uint32_t id;       /* HCA_DM_EXPORT | n; 0: free */
+    uint32_t         kind;     /* hca_export_kind_t */
+    uint64_t         handle;
+    uint64_t         dev;
+    uint64_t         ino;
+    uint64_t         size;     /* bytes of the object a peer maps */
+    uint64_t         stamp;
+    uint64_t         reserved[2];
+} hca_export_entry_t;
 
 /* -------------------------------------------------------------- QP table */
 
@@ -290,6 +329,8 @@ typedef struct hca_ctx_hdr {
     uint32_t name_nonce;       /* random: in the names of every other
                                   object and socket of the context, so
                                   that no other user can take them first */
+    uint64_t export_offset;    /* HCA_MAX_EXPORT hca_export_entry_t */
+    uint64_t reserved[7];
 } hca_ctx_hdr_t;
 
 /* Who accesses this context's memory from another process: a requester
@@ -319,7 +360,8 @@ _Static_assert(sizeof(hca_ring_hdr_t) == 3 * HCA_CACHE_LINE, "ring hdr");
 _Static_assert(sizeof(hca_msg_hdr_t) == 40, "message header layout");
 _Static_assert(sizeof(hca_svc_req_t) == 96, "service request layout");
 _Static_assert(sizeof(hca_resp_slot_t) == 16, "response slot layout");
-_Static_assert(sizeof(hca_ctx_hdr_t) == 128, "ctx header layout");
+_Static_assert(sizeof(hca_ctx_hdr_t) == 192, "ctx header layout");
+_Static_assert(sizeof(hca_export_entry_t) == HCA_CACHE_LINE, "export entry");
 _Static_assert(sizeof(hca_busy_t) == HCA_CACHE_LINE, "busy word layout");
 
 #endif

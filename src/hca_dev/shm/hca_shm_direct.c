@@ -183,8 +183,10 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     access = entry->access;
     dm_id  = entry->dm_id;
     pd     = entry->pd_handle;
-    if (dm_id == 0) {
-        /* plain memory: CMA or the responder (a WR) */
+    map = (dm_id != 0) ? hca_peer_dm(qp->dev, peer, dm_id) : NULL;
+    if ((dm_id == 0) || ((map == NULL) && (dm_id & HCA_DM_EXPORT))) {
+        /* plain memory, or a shared object we cannot map: CMA or the
+         * responder (a WR) */
         hca_shm_qp(qp)->dcache.plain_rkey   = rkey;
         hca_shm_qp(qp)->dcache.plain_serial = serial;
         hca_shm_qp(qp)->dcache.plain_entry  = entry;
@@ -193,7 +195,6 @@ static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     if (pd != pub->pd_handle) {
         return -EINVAL;
     }
-    map = hca_peer_dm(qp->dev, peer, dm_id);
     if ((map == NULL) || (dm_off > map->obj.length) ||
         (length > map->obj.length - dm_off)) {
         return -EINVAL;
@@ -612,6 +613,9 @@ int hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
         return -ENOENT;
     }
     map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer, dm_id);
+    if ((map == NULL) && (dm_id & HCA_DM_EXPORT)) {
+        return -ENOENT; /* a shared object we cannot map */
+    }
     if ((map == NULL) || (offset > map->obj.length) ||
         (length > map->obj.length - offset)) {
         return -EACCES;

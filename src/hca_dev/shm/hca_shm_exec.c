@@ -271,6 +271,7 @@ int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
 {
     unsigned need = write ? HCA_ACCESS_REMOTE_WRITE : HCA_ACCESS_REMOTE_READ;
     hca_peer_t *peer = hca_shm_qp(qp)->peer;
+    hca_map_t *map   = NULL;
     hca_mpt_entry_t *entry;
     hca_wc_status_t status;
 
@@ -303,8 +304,11 @@ int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
                             (void*)(uintptr_t)x->raddr, x->length);
         }
         qp->cnt->mapped_ops++;
-    } else if (entry->dm_id != 0) {
-        hca_map_t *map = hca_peer_dm(qp->dev, peer, entry->dm_id);
+    } else if ((entry->dm_id != 0) &&
+               (((map = hca_peer_dm(qp->dev, peer, entry->dm_id)) != NULL) ||
+                !(entry->dm_id & HCA_DM_EXPORT))) {
+        /* its device memory, or a shared object of it that we mapped (one
+         * we cannot map goes the way of plain memory) */
         uint64_t off   = entry->dm_offset + (x->raddr - entry->addr);
         if ((map == NULL) || (off > map->obj.length) ||
             (x->length > map->obj.length - off)) {

@@ -52,7 +52,9 @@ typedef struct hca_peer {
     hca_ring_t         svc;
     _Atomic(hca_map_t*) rings;
     hca_map_t         *qobjs;      /* under dev->qobj_lock */
-    _Atomic(hca_map_t*) dms;
+    _Atomic(hca_map_t*) dms;      /* device memory and exports by id */
+    hca_export_entry_t *exports;   /* its export table */
+    uint32_t           n_export_maps; /* exports in dms (dev->lock) */
     int                cma_ok;     /* single copy permitted to this peer */
     hca_mapper_t      *mappers;    /* its mapper table, busy words */
     hca_busy_t        *busy;
@@ -157,8 +159,12 @@ hca_map_t  *hca_peer_ring(hca_device_t *dev, hca_peer_t *peer,
 /* Maps a requester QP's q object (not cached: see hca_shm_answer.c). */
 hca_map_t  *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
                               uint32_t qpn);
+/* A peer's device memory or export (dm_id & HCA_DM_EXPORT) mapped, or
+ * NULL: device memory that is gone, or an export we cannot map (the
+ * caller then takes another route to that memory). */
 hca_map_t  *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer,
                         uint32_t dm_id);
+#define HCA_PEER_EXPORT_MAPS 256
 int         hca_peer_alive(hca_peer_t *peer);
 uint64_t    hca_shm_check_peers(hca_device_t *dev);
 

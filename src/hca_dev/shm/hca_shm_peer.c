@@ -41,7 +41,10 @@ static int hca_peer_validate(const hca_ctx_hdr_t *hdr, size_t length,
          length - hdr->mappers_offset) ||
         (hdr->busy_offset > length) ||
         (sizeof(hca_busy_t) * (hdr->max_qp + 1) >
-         length - hdr->busy_offset)) {
+         length - hdr->busy_offset) ||
+        (hdr->export_offset > length) ||
+        (sizeof(hca_export_entry_t) * HCA_MAX_EXPORT >
+         length - hdr->export_offset)) {
         return -EPROTO;
     }
     return 0;
@@ -117,6 +120,7 @@ hca_peer_t *hca_peer_get(hca_device_t *dev, const hca_port_addr_t *addr)
     peer->notify = (hca_notify_t*)(base + peer->hdr.notify_offset);
     peer->mappers = (hca_mapper_t*)(base + peer->hdr.mappers_offset);
     peer->busy    = (hca_busy_t*)(base + peer->hdr.busy_offset);
+    peer->exports = (hca_export_entry_t*)(base + peer->hdr.export_offset);
     hca_ring_attach(&peer->svc, base + peer->hdr.svc_offset, HCA_SVC_SLOTS,
                     sizeof(hca_svc_req_t));
     peer->svc.claim_mark = dev->claim_mark;
@@ -281,8 +285,71 @@ hca_map_t *hca_peer_qobj_map(hca_device_t *dev, hca_peer_t *peer,
     return map;
 }
 
+/* Export id of the peer: its slot, copied as the owner's seqlock says
+ * (hca_wire.h): 0 if the slot holds that export, else -ENOENT (withdrawn;
+ * ids are never reused). */
+static int hca_peer_export_read(const hca_peer_t *peer, uint32_t id,
+                                hca_export_entry_t *e)
+{
+    const hca_export_entry_t *slot = &peer->exports[id % HCA_MAX_EXPORT];
+
+    if (atomic_load_explicit(&slot->id, memory_order_acquire) != id) {
+        return -ENOENT;
+    }
+    e->kind   = slot->kind;
+    e->handle = slot->handle;
+    e->dev    = slot->dev;
+    e->ino    = slot->ino;
+    e->size   = slot->size;
+    e->stamp  = slot->stamp;
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&slot->id, memory_order_relaxed) != id) {
+        return -ENOENT;
+    }
+    return 0;
+}
+
+/* A peer's export mapped by us, once per id.  One we cannot map (another
+ * user's object, a file we may not open, withdrawn) is remembered as
+ * such (no mapping), so that accesses do not try again: they take
+ * another route.  At most HCA_PEER_EXPORT_MAPS per peer: the objects stay
+ * mapped while the peer lives, whatever the owner does with them. */
+static hca_map_t *hca_peer_export(hca_device_t *dev, hca_peer_t *peer,
+                                  uint32_t id)
+{
+    hca_map_t *map = hca_map_find(&peer->dms, id);
+    hca_export_entry_t e;
+
+    if (HCA_LIKELY(map != NULL)) {
+        return (map->obj.addr != NULL) ? map : NULL;
+    }
+    pthread_mutex_lock(&dev->lock);
+    map = hca_map_find(&peer->dms, id);
+    if ((map != NULL) || (peer->n_export_maps >= HCA_PEER_EXPORT_MAPS)) {
+        goto out;
+    }
+    map = hca_fault(dev, HCA_FAULT_MAP) ? NULL : calloc(1, sizeof(*map));
+    if (map == NULL) {
+        goto out;
+    }
+    if ((hca_peer_export_read(peer, id, &e) != 0) ||
+        (hca_backing_map(&e, peer->addr.pid, &map->obj) != 0)) {
+        memset(&map->obj, 0, sizeof(map->obj));
+    }
+    map->id   = id;
+    map->next = atomic_load(&peer->dms);
+    peer->n_export_maps++;
+    atomic_store_explicit(&peer->dms, map, memory_order_release);
+out:
+    pthread_mutex_unlock(&dev->lock);
+    return ((map != NULL) && (map->obj.addr != NULL)) ? map : NULL;
+}
+
 hca_map_t *hca_peer_dm(hca_device_t *dev, hca_peer_t *peer, uint32_t dm_id)
 {
+    if (dm_id & HCA_DM_EXPORT) {
+        return hca_peer_export(dev, peer, dm_id);
+    }
     return hca_peer_map(dev, peer, &peer->dms, "dm", dm_id, 1, NULL);
 }
 

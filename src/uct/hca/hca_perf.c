@@ -74,8 +74,19 @@ static const uct_hca_op_perf_t uct_hca_perf_shm[UCT_HCA_PERF_LAST] = {
     /* The AM figures: wireup compares them with posix's to pick the AM
      * lane (ucp/wireup/select.c, ucp_wireup_am_score_func: latency + both
      * sides' overhead) */
+    /* The overhead is the call's CPU time in posix's units: posix reports
+     * 10 ns, and hca's calls execute 1.9x (put short: 34 ns a put
+     * against 18 at put_bw 8 B on a shared segment, both mapped) to 2.9x
+     * (am short: 229 instructions against 78) posix's work.  28 ns keeps
+     * the AM lane on hca where its latency wins (40 + 2 x 28 = 96 ns
+     * against posix's 80 + 2 x 10, UCX 1.13's ucp_wireup_am_score_func),
+     * and lets UCX 1.13 put sysv or posix first among the RMA lanes for
+     * the memory they allocated (ucp_wireup_rma_score_func, 4 KiB:
+     * 40 + 28 + 350 ns against sysv's 80 + 10 + 321), where their
+     * memcpy beats hca's checked store; hca stays the lane for every
+     * other memory, and for atomics (40 + 28 against 80 + 10). */
     [UCT_HCA_PERF_IFACE] = {
-        .send_pre  = 20e-9,
+        .send_pre  = 28e-9,
         .recv      = 10e-9,
         .latency   = 40e-9,
         /* the large-message path, zero-copy on plain memory (= cma) */
