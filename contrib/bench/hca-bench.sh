@@ -11,7 +11,7 @@
 #   -o, --out DIR    output directory (default: ./bench-out)
 #   --build DIR      hca build directory (default: <repo>/build, or
 #                    $HCA_BUILD_DIR)
-#   --levels LIST    comma-separated subset of uct,ucp,mid,netpipe,sweep,
+#   --levels LIST    comma-separated subset of uct,ucp,defaults,heap,mid,netpipe,sweep,
 #                    hosts, the levels of contrib/bench/hca-bench.matrix
 #                    (default: all six; hosts only as root where network
 #                    namespaces can be made, else a "SKIPPED" line)

@@ -118,6 +118,7 @@ static void hca_shm_dev_free(hca_device_t *dev, hca_shm_dev_t *sd)
     free(sd->mapper_views);
     pthread_mutex_destroy(&sd->fence_lock);
     pthread_mutex_destroy(&sd->qobj_lock);
+    pthread_mutex_destroy(&sd->svc_lock);
     free(sd);
     dev->fabric_dev[HCA_FABRIC_SHM] = NULL;
 }
@@ -134,6 +135,7 @@ static int hca_shm_dev_open(hca_device_t *dev)
     sd->mapper_views = calloc(HCA_MAX_MAPPERS, hca_mapper_view_size());
     pthread_mutex_init(&sd->fence_lock, NULL);
     pthread_mutex_init(&sd->qobj_lock, NULL);
+    pthread_mutex_init(&sd->svc_lock, NULL);
     dev->fabric_dev[HCA_FABRIC_SHM] = sd;
     if (sd->mapper_views == NULL) {
         hca_shm_dev_free(dev, sd);
@@ -144,8 +146,11 @@ static int hca_shm_dev_open(hca_device_t *dev)
     rc = hca_svc_start(dev);
     if (rc != 0) {
         hca_shm_dev_free(dev, sd);
+        return rc;
     }
-    return rc;
+    /* every poll of the owner serves its service ring */
+    atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_SHM);
+    return 0;
 }
 
 static void hca_shm_dev_close(hca_device_t *dev)
@@ -175,6 +180,8 @@ const hca_fabric_ops_t hca_fabric_shm_ops = {
     .peer_status    = hca_shm_peer_status,
     .check_peers    = hca_shm_check_peers,
     .post_direct    = hca_shm_post_direct,
+    .poll           = hca_svc_poll,
+    .armed          = hca_svc_owner_armed,
     .fast = {
         .caps          = HCA_FAST_SEND | HCA_FAST_WRITE | HCA_FAST_PTR |
                          HCA_FAST_ATOMIC,

@@ -104,6 +104,13 @@ typedef struct hca_shm_dev {
     int                svc_sock;
     int                svc_started;
     _Atomic int        svc_stop;
+    /* the owner serves its own service ring while it polls (hca_svc_poll):
+     * then the responder thread sleeps unarmed, and requesters wake
+     * nobody (hca_shm_service.c) */
+    pthread_mutex_t    svc_lock;     /* the ring's consumer */
+    _Atomic uint64_t   owner_polls;  /* the owner's polls, counted */
+    _Atomic int        owner_asleep; /* it armed a CQ since its last poll */
+    _Atomic int        svc_napping;  /* the thread sleeps unarmed */
 } hca_shm_dev_t;
 
 /* Per QP (qp->fabric_priv). */
@@ -267,5 +274,8 @@ void hca_shm_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
 /* hca_shm_service.c: the responder thread */
 int  hca_svc_start(hca_device_t *dev);
 void hca_svc_stop(hca_device_t *dev);
+/* The owner's poll and arm (the fabric's poll and armed ops). */
+int  hca_svc_poll(hca_device_t *dev);
+void hca_svc_owner_armed(hca_device_t *dev);
 
 #endif

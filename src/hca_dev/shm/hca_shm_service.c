@@ -6,7 +6,8 @@
  * single copy is not permitted.  It sleeps on the context's service
  * socket and is woken by requesters only when it armed, so one-sided
  * operations complete while the owner never calls the device - as on a
- * hardware HCA.
+ * hardware HCA.  While the owner polls, its polls serve the ring instead
+ * (hca_svc_poll below).
  */
 #include "hca_shm_target.h"
 #include "hca_mpt.h"
@@ -98,6 +99,7 @@ static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
     hca_answer_end(dev, &a, req->resp_stamp, status, value);
 }
 
+/* The ring's consumer: svc_lock held. */
 static int hca_svc_drain(hca_device_t *dev)
 {
     int count = 0;
@@ -114,14 +116,94 @@ static int hca_svc_drain(hca_device_t *dev)
     return count;
 }
 
+static int hca_svc_drain_locked(hca_device_t *dev)
+{
+    int count;
+
+    pthread_mutex_lock(&hca_shm_dev(dev)->svc_lock);
+    count = hca_svc_drain(dev);
+    pthread_mutex_unlock(&hca_shm_dev(dev)->svc_lock);
+    return count;
+}
+
+/*
+ * While the owner polls, it serves the ring itself, in its poll: a
+ * request is answered within one poll, with no thread switch on either
+ * side and no wake-up for the requester to send (on a VM an IPI costs
+ * more than the whole request).  The thread then sleeps unarmed, and
+ * looks every HCA_SVC_NAP_MS whether the owner still polls; once it does
+ * not (or it armed a CQ to sleep: hca_svc_owner_armed wakes the thread at
+ * once), the thread arms the ring and requesters wake it as before.  A
+ * request posted just as the owner stopped polling waits at most one nap.
+ */
+#define HCA_SVC_NAP_MS 1
+
+int hca_svc_poll(hca_device_t *dev)
+{
+    hca_shm_dev_t *sd = hca_shm_dev(dev);
+    int count;
+
+    /* one thread's count is enough: the thread only looks for a change */
+    atomic_store_explicit(&sd->owner_polls,
+                          atomic_load_explicit(&sd->owner_polls,
+                                               memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (HCA_UNLIKELY(atomic_load_explicit(&sd->owner_asleep,
+                                          memory_order_relaxed))) {
+        atomic_store_explicit(&sd->owner_asleep, 0, memory_order_relaxed);
+    }
+    if (HCA_LIKELY(hca_ring_empty(&dev->svc))) {
+        return 0;
+    }
+    /* the thread, or another poller, is at it: they answer it */
+    if (pthread_mutex_trylock(&sd->svc_lock) != 0) {
+        return 0;
+    }
+    count = hca_svc_drain(dev);
+    pthread_mutex_unlock(&sd->svc_lock);
+    return count;
+}
+
+void hca_svc_owner_armed(hca_device_t *dev)
+{
+    hca_shm_dev_t *sd = hca_shm_dev(dev);
+
+    atomic_store(&sd->owner_asleep, 1);
+    if (atomic_load(&sd->svc_napping)) {
+        hca_notify_signal(dev, &dev->notify_self, HCA_NOTIFY_SVC);
+    }
+}
+
+static void hca_svc_flush_wakeups(hca_device_t *dev)
+{
+    char buf[64];
+
+    while (recv(hca_shm_dev(dev)->svc_sock, buf, sizeof(buf),
+                MSG_DONTWAIT) > 0) {
+    }
+}
+
 static void *hca_svc_thread(void *arg)
 {
     hca_device_t *dev = arg;
+    hca_shm_dev_t *sd = hca_shm_dev(dev);
     struct pollfd pfd = {.fd = hca_shm_dev(dev)->svc_sock, .events = POLLIN};
-    char buf[64];
+    uint64_t polls_seen = atomic_load(&sd->owner_polls);
 
     while (!atomic_load(&hca_shm_dev(dev)->svc_stop)) {
-        if (hca_svc_drain(dev) > 0) {
+        uint64_t polls;
+
+        if (hca_svc_drain_locked(dev) > 0) {
+            continue;
+        }
+        polls = atomic_load_explicit(&sd->owner_polls, memory_order_relaxed);
+        if ((polls != polls_seen) && !atomic_load(&sd->owner_asleep)) {
+            /* the owner polls: it answers; look again after a nap */
+            polls_seen = polls;
+            atomic_store(&sd->svc_napping, 1);
+            (void)poll(&pfd, 1, HCA_SVC_NAP_MS);
+            atomic_store(&sd->svc_napping, 0);
+            hca_svc_flush_wakeups(dev);
             continue;
         }
         /* arm only while nothing is claimed: a request claimed after the
@@ -131,8 +213,13 @@ static void *hca_svc_thread(void *arg)
                 /* a slot claimed before the arm and not yet published:
                  * its producer will not wake us, so look again soon;
                  * unless it was killed before it published */
-                if (hca_ring_reap_dead_claim(&dev->svc,
-                                             &dev->svc_unstamped)) {
+                int reaped;
+
+                pthread_mutex_lock(&sd->svc_lock);
+                reaped = hca_ring_reap_dead_claim(&dev->svc,
+                                                  &dev->svc_unstamped);
+                pthread_mutex_unlock(&sd->svc_lock);
+                if (reaped) {
                     continue;
                 }
                 (void)poll(&pfd, 1, 1);
@@ -140,9 +227,10 @@ static void *hca_svc_thread(void *arg)
             continue;
         }
         (void)poll(&pfd, 1, 1000);
-        while (recv(hca_shm_dev(dev)->svc_sock, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
-        }
+        hca_svc_flush_wakeups(dev);
         hca_ring_disarm(&dev->svc);
+        /* whatever the owner did while we slept armed: a fresh look */
+        polls_seen = atomic_load(&sd->owner_polls);
     }
     return NULL;
 }

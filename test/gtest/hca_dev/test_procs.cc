@@ -733,12 +733,17 @@ TEST_P(Procs, RecvRingFull)
     me.qpn[0]    = hca_qp_num(qp);
     peer_info pi;
     ASSERT_TRUE(endpoint::connect_to(ch, me, qp, &pi));
-    uint8_t *src  = e.c.alloc(MEM_MALLOC, MS * 1024);
-    hca_mr_t *smr = e.c.reg(e.pd, src, MS * 1024, ACCESS_ALL);
+    /* a source slot per send queue entry, and one more: a WR's buffer is
+     * not reused before its completion (as verbs require: on tcp a queued
+     * SEND is read when it goes, not when it is posted), and at most
+     * depth WRs are outstanding */
+    const uint64_t nslot = (uint64_t)depth + 1;
+    uint8_t *src  = e.c.alloc(MEM_MALLOC, MS * nslot);
+    hca_mr_t *smr = e.c.reg(e.pd, src, MS * nslot, ACCESS_ALL);
     ASSERT_NE(nullptr, smr);
 
     auto post_seq = [&](uint64_t seq) {
-        uint8_t *p = src + (seq % 1024) * MS;
+        uint8_t *p = src + (seq % nslot) * MS;
         seq_msg_fill(p, seq, MS);
         hca_sge_t s      = mk_sge(p, MS, hca_mr_lkey(smr));
         hca_send_wr_t wr = mk_wr(HCA_WR_SEND, &s, 1,
