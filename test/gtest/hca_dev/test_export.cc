@@ -311,3 +311,117 @@ INSTANTIATE_TEST_SUITE_P(Kinds, Export, ::testing::Range(0, (int)B_LAST),
                          [](const ::testing::TestParamInfo<int> &info) {
                              return std::string(backing_name(info.param));
                          });
+
+/* The owner deregisters a sysv segment that a peer reached directly,
+ * detaches and removes it, and registers a new segment (often at the same
+ * address): the old key reaches nothing by either route, and the new one
+ * reaches the new segment directly, never the peer's mapping of the old
+ * one. */
+class ExportStale : public hca_test {
+};
+
+TEST_F(ExportStale, UnmappedSegmentNeverReached)
+{
+    child_t *ch = fork_child([](int rfd, int wfd) {
+        ctx c;
+        ASSERT_TRUE(c.open(0));
+        hca_pd_t *pd = c.new_pd();
+        cqw *cq      = c.new_cq(16);
+        ASSERT_NE(nullptr, cq);
+        hca_qp_t *qp = c.new_qp(pd, cq, cq, c.caps(16));
+        ASSERT_NE(nullptr, qp);
+        peer_info pp;
+        ASSERT_TRUE(recv_msg(rfd, &pp));
+        ASSERT_EQ(0, connect_qp(qp, pp.addr, pp.qpn[0]));
+        uint8_t *seg[2];
+        for (int round = 0; round < 2; ++round) {
+            int id = shmget(IPC_PRIVATE, LEN, IPC_CREAT | 0600);
+            ASSERT_GE(id, 0);
+            seg[round] = (uint8_t*)shmat(id, nullptr, 0);
+            shmctl(id, IPC_RMID, nullptr); /* as UCX's sysv allocator */
+            ASSERT_NE((void*)-1, (void*)seg[round]);
+            memset(seg[round], SENTINEL, LEN);
+            hca_mr_t *mr = c.reg(pd, seg[round], LEN, ACCESS_ALL);
+            ASSERT_NE(nullptr, mr);
+            peer_info me;
+            memset(&me, 0, sizeof(me));
+            me.addr     = c.addr;
+            me.qpn[0]   = hca_qp_num(qp);
+            me.raddr[0] = (uint64_t)(uintptr_t)seg[round];
+            me.rkey[0]  = hca_mr_rkey(mr);
+            ASSERT_TRUE(send_msg(wfd, me));
+            ASSERT_TRUE(expect_token(rfd, 1 + round));
+            EXPECT_EQ(-1, check_pattern(seg[round] + 64, 512, 40 + round))
+                    << "round " << round;
+            EXPECT_EQ(-1, check_byte(seg[round], 64, SENTINEL));
+            EXPECT_EQ(-1, check_byte(seg[round] + 576, LEN - 576, SENTINEL));
+            ASSERT_EQ(0, c.dereg(mr));
+            if (round == 0) {
+                ASSERT_EQ(0, shmdt(seg[0])); /* gone: its pages freed */
+            }
+        }
+        ASSERT_TRUE(send_token(wfd, 3));
+        ASSERT_TRUE(expect_token(rfd, 4));
+        EXPECT_EQ(-1, check_byte(seg[1], 64, SENTINEL));
+        EXPECT_EQ(-1, check_byte(seg[1] + 576, LEN - 576, SENTINEL));
+        EXPECT_EQ(-1, check_pattern(seg[1] + 64, 512, 41))
+                << "the deregistered segment was written";
+        ASSERT_TRUE(send_token(wfd, 5));
+    });
+    ASSERT_NE(nullptr, ch);
+
+    ctx c;
+    ASSERT_TRUE(c.open(0));
+    hca_pd_t *pd = c.new_pd();
+    cqw *cq      = c.new_cq(64);
+    ASSERT_NE(nullptr, cq);
+    hca_qp_t *qp = c.new_qp(pd, cq, cq, c.caps(16));
+    ASSERT_NE(nullptr, qp);
+    uint8_t *src = c.alloc(MEM_MALLOC, 4096);
+    ASSERT_NE(nullptr, src);
+    hca_mr_t *smr = c.reg(pd, src, 4096, ACCESS_ALL);
+    ASSERT_NE(nullptr, smr);
+    peer_info me;
+    memset(&me, 0, sizeof(me));
+    me.addr   = c.addr;
+    me.qpn[0] = hca_qp_num(qp);
+    ASSERT_TRUE(send_msg(ch->wfd, me));
+    peer_info old_key, keys[2];
+    memset(&old_key, 0, sizeof(old_key));
+    for (int round = 0; round < 2; ++round) {
+        peer_info &pi = keys[round];
+        ASSERT_TRUE(recv_msg(ch->rfd, &pi));
+        if (round == 0) {
+            ASSERT_EQ(0, connect_qp(qp, pi.addr, pi.qpn[0]));
+            old_key = pi;
+        } else {
+            /* the old key, after its segment was deregistered and
+             * detached: refused by the direct path and by a WR */
+            EXPECT_EQ(-EAGAIN, fast_write_direct(qp, src, 512,
+                                                 old_key.raddr[0] + 64,
+                                                 old_key.rkey[0]));
+            hca_sge_t sg     = mk_sge(src, 512, hca_mr_lkey(smr));
+            hca_send_wr_t wr = mk_wr(HCA_WR_RDMA_WRITE, &sg, 1,
+                                     HCA_SEND_SIGNALED, 7,
+                                     old_key.raddr[0] + 64, old_key.rkey[0]);
+            ASSERT_EQ(0, post_retry(qp, &wr));
+            EXPECT_TRUE(wait_status(cq, 7, HCA_WC_REM_ACCESS_ERR));
+        }
+        fill_pattern(src, 512, 40 + round);
+        EXPECT_EQ(0, fast_write_direct(qp, src, 512, pi.raddr[0] + 64,
+                                       pi.rkey[0]))
+                << "round " << round << ": not written directly";
+        ASSERT_TRUE(send_token(ch->wfd, 1 + round));
+    }
+    ASSERT_TRUE(expect_token(ch->rfd, 3));
+    /* both keys deregistered now: nothing lands */
+    fill_pattern(src, 512, 99);
+    for (int round = 0; round < 2; ++round) {
+        EXPECT_EQ(-EAGAIN, fast_write_direct(qp, src, 512,
+                                             keys[round].raddr[0] + 64,
+                                             keys[round].rkey[0]));
+    }
+    ASSERT_TRUE(send_token(ch->wfd, 4));
+    EXPECT_TRUE(expect_token(ch->rfd, 5));
+    EXPECT_TRUE(wait_child(ch));
+}
