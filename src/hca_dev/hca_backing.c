@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,48 @@ static int hca_vma_continues(const hca_vma_t *first, const hca_vma_t *prev,
 
 static const char hca_deleted_suffix[] = " (deleted)";
 
+/* 1 if the page at addr is private anonymous memory in RAM (the heap, a
+ * stack, malloc's mmaps): /proc/self/pagemap's entry says present and not
+ * "file page or shared anonymous" (bit 61).  One pread instead of reading
+ * every line of /proc/self/maps, for the memory most registrations are
+ * of; anything else (not yet touched, swapped, unreadable) is looked up
+ * in the maps. */
+#define HCA_PAGEMAP_PRESENT     (1ull << 63)
+#define HCA_PAGEMAP_FILE_SHARED (1ull << 61)
+
+static pthread_mutex_t hca_pagemap_lock = PTHREAD_MUTEX_INITIALIZER;
+static int             hca_pagemap_fd   = -1;
+static pid_t           hca_pagemap_pid  = -1; /* whose pagemap it is: a
+                                                 forked child inherits
+                                                 its parent's fd */
+
+static int hca_page_is_private_anon(uintptr_t addr)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    pid_t self = getpid();
+    uint64_t entry;
+    ssize_t n = -1;
+
+    pthread_mutex_lock(&hca_pagemap_lock);
+    if (hca_pagemap_pid != self) {
+        if (hca_pagemap_fd >= 0) {
+            close(hca_pagemap_fd);
+        }
+        hca_pagemap_fd  = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        hca_pagemap_pid = self;
+    }
+    if ((hca_pagemap_fd >= 0) && (page > 0)) {
+        n = pread(hca_pagemap_fd, &entry, sizeof(entry),
+                  (off_t)((addr / (uintptr_t)page) * sizeof(entry)));
+    }
+    pthread_mutex_unlock(&hca_pagemap_lock);
+    if (n != (ssize_t)sizeof(entry)) {
+        return 0;
+    }
+    return (entry & HCA_PAGEMAP_PRESENT) &&
+           !(entry & HCA_PAGEMAP_FILE_SHARED);
+}
+
 int hca_backing_find(uintptr_t addr, size_t length, hca_backing_t *b)
 {
     uint64_t end = (uint64_t)addr + length;
@@ -96,7 +139,7 @@ int hca_backing_find(uintptr_t addr, size_t length, hca_backing_t *b)
     FILE *maps;
 
     memset(b, 0, sizeof(*b));
-    if (length == 0) {
+    if ((length == 0) || hca_page_is_private_anon(addr)) {
         return -ENOENT;
     }
     maps = fopen("/proc/self/maps", "re");
