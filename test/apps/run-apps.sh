@@ -4,8 +4,8 @@
 #
 # usage: test/apps/run-apps.sh [-q] [--hosts N] [CASE...]
 #
-#   CASE   p2p coll rma rma_swatomic rma_dynamic shmem failure reset flap
-#          flap_p2p (default: all)
+#   CASE   p2p coll rma rma_swatomic rma_dynamic defaults shmem failure
+#          reset flap flap_p2p (default: all)
 #   -q     quick: the programs' -q mode (fewer iterations, smaller sizes)
 #   --hosts N
 #          across hosts: N namespace hosts (contrib/hca-hosts.sh: network
@@ -47,6 +47,13 @@
 #                worker flush (MPI_Win_flush*, fences) waits for requests
 #                in hca's pending queues. Passes only if no device atomic
 #                ran (the emulation carried them).
+#   defaults     the rma program with UCX's defaults (UCX_TLS=all, which is
+#                what UCX_TLS unset means) and the module loaded, as a user
+#                who installed hca gets it: UCP picks per operation and
+#                memory among hca and UCX's own transports (issue 38; on
+#                one host its sysv or posix for RMA on the memory they
+#                allocated, hca elsewhere).  Must pass, with hca's
+#                counters showing it carried SENDs.
 #   failure      a rank calls exit(1) mid-communication: passes if mpirun
 #                exits non-zero well within the timeout (no hang).
 #   reset        across hosts only (else SKIP): the rma program while the
@@ -125,7 +132,7 @@ MPICC=${MPICC:-mpicc}
 OSHCC=${OSHCC:-oshcc}
 app_cflags="-std=gnu11 -O2 -g -Wall -Wextra"
 
-all_cases="p2p coll rma rma_swatomic rma_dynamic shmem failure reset flap flap_p2p"
+all_cases="p2p coll rma rma_swatomic rma_dynamic defaults shmem failure reset flap flap_p2p"
 quick=()
 cases=()
 hosts=${HCA_APPS_HOSTS_INNER:-0}
@@ -142,7 +149,7 @@ while [ $# -gt 0 ]; do
         shift ;;
     -h|--help) sed -n '3,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                exit 0 ;;
-    p2p|coll|rma|rma_swatomic|rma_dynamic|shmem|failure|reset|flap|flap_p2p) cases+=("$a") ;;
+    p2p|coll|rma|rma_swatomic|rma_dynamic|defaults|shmem|failure|reset|flap|flap_p2p) cases+=("$a") ;;
     *) echo "run-apps: unknown case '$a' (cases: $all_cases)" >&2; exit 2 ;;
     esac
 done
@@ -496,6 +503,9 @@ for c in "${cases[@]}"; do
         prog=rma need="RDMA_WRITE RDMA_READ SEND"
         case_args=(-x UCX_ATOMIC_MODE=device) ;;
     rma_dynamic) need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
+    defaults)
+        prog=rma need="SEND"
+        case_args=(-x UCX_TLS=all) ;;
     shmem)       launcher=oshrun cc=$OSHCC need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
     reset)
         prog=rma need="RDMA_WRITE RDMA_READ ATOMIC_"
@@ -538,7 +548,7 @@ for c in "${cases[@]}"; do
     fi
     args=()
     case $c in
-    p2p|coll|rma|rma_swatomic) args=(${quick[@]+"${quick[@]}"}) ;;
+    p2p|coll|rma|rma_swatomic|defaults) args=(${quick[@]+"${quick[@]}"}) ;;
     esac
 
     for np in $nps; do
