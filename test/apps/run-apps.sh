@@ -318,7 +318,8 @@ run_case() {  # launcher np prog args...
     [ "$prog" = failure ] && limit=$fail_tmo
     case $c in flap*) limit=$flap_tmo ;; esac
     t0=$(date +%s.%N)
-    timeout -k 15 "$limit" "$hca_run" --verbose "$launcher" --oversubscribe \
+    timeout -k 15 "$limit" env ${case_env[@]+"${case_env[@]}"} \
+        "$hca_run" --verbose "$launcher" --oversubscribe \
         -np "$np" ${extra_args[@]+"${extra_args[@]}"} \
         ${case_args[@]+"${case_args[@]}"} "$bindir/$prog" "$@" \
         >"$log" 2>&1 </dev/null
@@ -496,7 +497,7 @@ flap_check() {
 # ------------------------------------------------------------ cases
 
 for c in "${cases[@]}"; do
-    launcher=mpirun cc=$MPICC need="SEND" prog=$c case_args=()
+    launcher=mpirun cc=$MPICC need="SEND" prog=$c case_args=() case_env=()
     case $c in
     rma)         need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
     rma_swatomic)
@@ -505,7 +506,7 @@ for c in "${cases[@]}"; do
     rma_dynamic) need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
     defaults)
         prog=rma need="SEND"
-        case_args=(-x UCX_TLS=all) ;;
+        case_env=(UCX_TLS=all) case_args=(-x UCX_TLS=all) ;;
     shmem)       launcher=oshrun cc=$OSHCC need="RDMA_WRITE RDMA_READ ATOMIC_" ;;
     reset)
         prog=rma need="RDMA_WRITE RDMA_READ ATOMIC_"
