@@ -5,16 +5,17 @@
  *
  *   - direct send: the caller writes the payload straight into a claimed
  *     slot of the target's receive ring (fast ops send_reserve/commit);
- *   - direct RDMA WRITE and atomics on a peer's device memory, which this
- *     process maps: a memcpy or one CPU atomic.  The QP caches the last
- *     MPT entry it used, so the key check is two loads of a line that
- *     stays in our cache; deregistration is kept safe by the QP's busy
- *     word (hca_shm_fence.c).
+ *   - direct RDMA WRITE and atomics on a peer's device memory or exported
+ *     shared memory, which this process maps: a memcpy or one CPU atomic,
+ *     through the checked access of hca_shm_access.c (the QP caches the
+ *     last MPT entry it used, so the key check is two loads of a line
+ *     that stays in our cache; deregistration is kept safe by the QP's
+ *     busy word, hca_shm_fence.c).
  *
  * Anything else returns -EAGAIN and the caller posts a WR, whose path
  * checks everything again and reports the error, if any.
  */
-#include "hca_shm_fence.h"
+#include "hca_shm_access.h"
 #include "hca_shm_target.h"
 #include "hca_queue.h"
 #include "hca_counters.h"
@@ -147,159 +148,6 @@ int hca_shm_send_short(hca_qp_t *qp, const void *hdr, uint32_t hdr_length,
 
 /* ---------------------------------------------------------------- RDMA */
 
-/* Looks rkey up in the peer's MPT for the full check that follows (in
- * hca_direct_target, after the access is announced and marked): only a
- * valid MR of the target QP's PD inside device memory we can map.  Plain
- * memory is remembered as such while its registration lives, so that the
- * next call with that key says "no" at once and the caller's WR path is
- * the only one that checks it. */
-static int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
-{
-    hca_peer_t *peer = hca_shm_qp(qp)->peer;
-    uint32_t index   = hca_key_index(rkey);
-    hca_mpt_entry_t *entry;
-    uint64_t addr, length, dm_off, serial;
-    uint32_t access, dm_id, pd;
-    hca_map_t *map;
-
-    hca_shm_qp(qp)->dcache.rkey = 0;
-    if ((index == 0) || (index >= peer->hdr.max_mr)) {
-        return -EINVAL;
-    }
-    entry  = &peer->mpt[index];
-    /* the serial first: the checks below then vouch for it (a
-     * registration after this load has another serial) */
-    serial = atomic_load_explicit(&entry->serial, memory_order_acquire);
-    if ((serial == 0) ||
-        (atomic_load_explicit(&entry->state, memory_order_acquire) !=
-         HCA_MPT_VALID) ||
-        (atomic_load_explicit(&entry->key, memory_order_acquire) != rkey)) {
-        return -EINVAL;
-    }
-    /* each field read once: the owner may change them under us */
-    addr   = entry->addr;
-    length = entry->length;
-    dm_off = entry->dm_offset;
-    access = entry->access;
-    dm_id  = entry->dm_id;
-    pd     = entry->pd_handle;
-    map = (dm_id != 0) ? hca_peer_dm(qp->dev, peer, dm_id) : NULL;
-    if ((dm_id == 0) || ((map == NULL) && (dm_id & HCA_DM_EXPORT))) {
-        /* plain memory, or a shared object we cannot map: CMA or the
-         * responder (a WR) */
-        hca_shm_qp(qp)->dcache.plain_rkey   = rkey;
-        hca_shm_qp(qp)->dcache.plain_serial = serial;
-        hca_shm_qp(qp)->dcache.plain_entry  = entry;
-        return -EINVAL;
-    }
-    if (pd != pub->pd_handle) {
-        return -EINVAL;
-    }
-    if ((map == NULL) || (dm_off > map->obj.length) ||
-        (length > map->obj.length - dm_off)) {
-        return -EINVAL;
-    }
-    hca_shm_qp(qp)->dcache.mode = hca_access_mode(qp->dev, peer);
-    if (hca_shm_qp(qp)->dcache.mode == HCA_ACCESS_RESPONDER) {
-        return -EINVAL;
-    }
-    hca_shm_qp(qp)->dcache.base   = (uint8_t*)map->obj.addr + dm_off;
-    hca_shm_qp(qp)->dcache.entry  = entry;
-    hca_shm_qp(qp)->dcache.addr   = addr;
-    hca_shm_qp(qp)->dcache.length = length;
-    hca_shm_qp(qp)->dcache.access = access;
-    hca_shm_qp(qp)->dcache.dm_id  = dm_id;
-    hca_shm_qp(qp)->dcache.serial = serial;
-    return 0;
-}
-
-/* rkey is plain memory of the peer, as found for this registration: the
- * direct path does not apply, and nothing else needs checking here. */
-HCA_INLINE int hca_direct_is_plain(hca_qp_t *qp, uint32_t rkey)
-{
-    return HCA_UNLIKELY(rkey == hca_shm_qp(qp)->dcache.plain_rkey) &&
-           (rkey != 0) &&
-           (atomic_load_explicit(&hca_shm_qp(qp)->dcache.plain_entry->serial,
-                                 memory_order_relaxed) ==
-            hca_shm_qp(qp)->dcache.plain_serial);
-}
-
-/* The full check of a freshly filled cache, after the access was
- * announced: mark the entry (its deregistration then waits for our busy
- * word), then check it is still the registration we read. */
-static HCA_NOINLINE int hca_direct_check_marked(hca_qp_t *qp, uint32_t rkey)
-{
-    hca_mpt_entry_t *entry = hca_shm_qp(qp)->dcache.entry;
-
-    /* the mark is made once per registration (a new one starts unmarked,
-     * with a new serial, and comes here again) */
-    hca_access_mark(entry, (uint32_t)hca_shm_qp(qp)->peer->mapper_slot,
-                    hca_shm_qp(qp)->dcache.mode == HCA_ACCESS_BUSY);
-    if (HCA_UNLIKELY((atomic_load_explicit(&entry->serial,
-                                           memory_order_seq_cst) !=
-                      hca_shm_qp(qp)->dcache.serial) ||
-                     (atomic_load_explicit(&entry->state,
-                                           memory_order_relaxed) !=
-                      HCA_MPT_VALID) ||
-                     (atomic_load_explicit(&entry->key,
-                                           memory_order_relaxed) != rkey) ||
-                     (entry->addr != hca_shm_qp(qp)->dcache.addr) ||
-                     (entry->length != hca_shm_qp(qp)->dcache.length) ||
-                     (entry->dm_id != hca_shm_qp(qp)->dcache.dm_id))) {
-        hca_shm_qp(qp)->dcache.rkey = 0; /* deregistered (or reused) */
-        return -EINVAL;
-    }
-    hca_shm_qp(qp)->dcache.rkey = rkey;
-    return 0;
-}
-
-/* Begins a direct access: our mapping of [raddr, raddr+length) of the MR
- * rkey, or NULL.  Until hca_access_end() a deregistration of that MR
- * waits for us (see hca_shm_fence.c).
- *
- * The cached registration (same key, checked in full and marked by us
- * before) costs one load after the announce: its serial, which the owner
- * zeroes before it looks at busy words (hca_mr_revoke), so either our
- * access is waited for or it sees the zero and fails. */
-HCA_INLINE uint8_t *hca_direct_target(hca_qp_t *qp, hca_qp_pub_t *pub,
-                                      uint32_t rkey, uint64_t raddr,
-                                      uint64_t length, unsigned access,
-                                      unsigned align)
-{
-    uint64_t off;
-
-    if (HCA_LIKELY((hca_shm_qp(qp)->dcache.rkey == rkey) && (rkey != 0))) {
-        hca_access_announce(qp, hca_shm_qp(qp)->dcache.mode);
-        if (HCA_UNLIKELY(atomic_load_explicit(
-                                 &hca_shm_qp(qp)->dcache.entry->serial,
-                                 memory_order_seq_cst) !=
-                         hca_shm_qp(qp)->dcache.serial)) {
-            hca_access_end(qp);
-            hca_shm_qp(qp)->dcache.rkey = 0; /* revoked: check it again */
-            return NULL;
-        }
-    } else {
-        if (hca_direct_fill(qp, pub, rkey) != 0) {
-            return NULL;
-        }
-        hca_access_announce(qp, hca_shm_qp(qp)->dcache.mode);
-        if (hca_direct_check_marked(qp, rkey) != 0) {
-            hca_access_end(qp);
-            return NULL;
-        }
-    }
-    off = raddr - hca_shm_qp(qp)->dcache.addr;
-    if (HCA_UNLIKELY(((hca_shm_qp(qp)->dcache.access & access) != access) ||
-                     (raddr < hca_shm_qp(qp)->dcache.addr) ||
-                     (off > hca_shm_qp(qp)->dcache.length) ||
-                     (length > hca_shm_qp(qp)->dcache.length - off) ||
-                     (raddr & (align - 1)))) {
-        hca_access_end(qp);
-        return NULL;
-    }
-    return hca_shm_qp(qp)->dcache.base + off;
-}
-
 void *hca_shm_direct_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
                      size_t length, unsigned access)
 {
@@ -350,111 +198,6 @@ int hca_shm_write_direct(hca_qp_t *qp, const void *buf, size_t length,
 }
 
 /* ---------------------------------------------------------------- atomics */
-
-/* A shm atomic has one route, whoever issues it (the fast op
- * atomic_direct, the doorbell's direct path, the WR's execution):
- *
- *   1. the cached registration of the peer's device memory
- *      (hca_direct_target: busy word, serial, range, rights, alignment);
- *   2. otherwise, unless the fast op stops at 1, the full check
- *      (hca_access_begin: key, PD, rights, bounds, alignment), and the
- *      target where this process reaches it: its own memory, or the
- *      peer's device memory through our mapping;
- *   3. otherwise (plain memory of another process) the target's
- *      responder, which only a WR can ask (it needs a response slot).
- *
- * The target QP's rights are checked before (pub->access). */
-
-/* Step 1: 1 if done (*old_p is the target's old value), 0 if not. */
-HCA_INLINE int hca_shm_atomic_cached(hca_qp_t *qp, hca_qp_pub_t *pub,
-                                     unsigned opcode, unsigned size,
-                                     uint32_t rkey, uint64_t raddr,
-                                     uint64_t compare_add, uint64_t swap,
-                                     uint64_t *old_p)
-{
-    uint8_t *target;
-
-    if (hca_direct_is_plain(qp, rkey)) {
-        return 0;
-    }
-    target = hca_direct_target(qp, pub, rkey, raddr, size,
-                               HCA_ACCESS_REMOTE_ATOMIC, size);
-    if (HCA_UNLIKELY(target == NULL)) {
-        return 0;
-    }
-    *old_p = hca_atomic_apply((uint8_t)opcode, target, (int)size,
-                              compare_add, swap);
-    hca_access_end(qp);
-    qp->tally.tx[opcode].mapped++;
-    return 1;
-}
-
-/* Step 2: the full check, then the target in this process.  On success
- * *entry_p is pinned and *target_p is the target, or NULL: plain memory of
- * another process (step 3).  HCA_WC_STATUS_LAST: the responder only. */
-static hca_wc_status_t hca_shm_atomic_target(hca_qp_t *qp, hca_qp_pub_t *pub,
-                                             uint32_t rkey, uint64_t raddr,
-                                             unsigned size,
-                                             hca_mpt_entry_t **entry_p,
-                                             void **target_p)
-{
-    hca_mpt_entry_t *entry;
-    hca_wc_status_t status;
-
-    *target_p = NULL;
-    status = hca_access_begin(qp, rkey, pub->pd_handle,
-                              HCA_ACCESS_REMOTE_ATOMIC, raddr, (uint64_t)size,
-                              size, &entry);
-    if (status != HCA_WC_SUCCESS) {
-        return status;
-    }
-    if (hca_shm_qp(qp)->peer->self) {
-        *target_p = (void*)(uintptr_t)raddr;
-    } else if (entry->dm_id != 0) {
-        hca_map_t *map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer,
-                                     entry->dm_id);
-        uint64_t off   = entry->dm_offset + (raddr - entry->addr);
-        if ((map != NULL) && (off <= map->obj.length) &&
-            ((uint64_t)size <= map->obj.length - off)) {
-            *target_p = (uint8_t*)map->obj.addr + off;
-        }
-    }
-    *entry_p = entry;
-    return HCA_WC_SUCCESS;
-}
-
-hca_wc_status_t hca_shm_atomic_exec(hca_qp_t *qp, hca_qp_pub_t *pub,
-                                    unsigned opcode, unsigned size,
-                                    uint32_t rkey, uint64_t raddr,
-                                    uint64_t compare_add, uint64_t swap,
-                                    uint64_t *old_p)
-{
-    hca_mpt_entry_t *entry;
-    hca_wc_status_t status;
-    void *target;
-
-    if (!(pub->access & HCA_ACCESS_REMOTE_ATOMIC)) {
-        return HCA_WC_REM_ACCESS_ERR;
-    }
-    if (hca_shm_atomic_cached(qp, pub, opcode, size, rkey, raddr,
-                              compare_add, swap, old_p)) {
-        return HCA_WC_SUCCESS;
-    }
-    status = hca_shm_atomic_target(qp, pub, rkey, raddr, size, &entry,
-                                   &target);
-    if (status != HCA_WC_SUCCESS) {
-        return status;
-    }
-    if (target == NULL) {
-        hca_access_finish(qp, entry);
-        return HCA_WC_STATUS_LAST;
-    }
-    *old_p = hca_atomic_apply((uint8_t)opcode, target, (int)size,
-                              compare_add, swap);
-    hca_access_finish(qp, entry);
-    qp->tally.tx[opcode].mapped++;
-    return HCA_WC_SUCCESS;
-}
 
 /* The fast op: step 1 only.  The WR that follows a -EAGAIN takes steps 2
  * and 3, and reports an error. */
@@ -616,10 +359,6 @@ int hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
     if ((map == NULL) && (dm_id & HCA_DM_EXPORT)) {
         return -ENOENT; /* a shared object we cannot map */
     }
-    if ((map == NULL) || (offset > map->obj.length) ||
-        (length > map->obj.length - offset)) {
-        return -EACCES;
-    }
-    *ptr_p = (uint8_t*)map->obj.addr + offset;
-    return 0;
+    *ptr_p = hca_map_range(map, offset, length);
+    return (*ptr_p != NULL) ? 0 : -EACCES;
 }

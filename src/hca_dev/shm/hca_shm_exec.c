@@ -14,7 +14,7 @@
  * A WQE that ends returns HCA_EXEC_DONE with its status: the requester
  * engine completes it.
  */
-#include "hca_shm_fence.h"
+#include "hca_shm_access.h"
 #include "hca_shm_target.h"
 #include "hca_queue.h"
 
@@ -262,76 +262,6 @@ static hca_xfer_t hca_wqe_xfer(const hca_wqe_t *wqe)
     hca_xfer_t x = {wqe->sge, wqe->num_sge, wqe->rkey, wqe->remote_addr,
                     wqe->length};
     return x;
-}
-
-/* Direct paths: 0 with the status, or 1 if the responder must do it. */
-int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
-                               hca_qp_pub_t *pub, int write,
-                               hca_wc_status_t *status_p)
-{
-    unsigned need = write ? HCA_ACCESS_REMOTE_WRITE : HCA_ACCESS_REMOTE_READ;
-    hca_peer_t *peer = hca_shm_qp(qp)->peer;
-    hca_map_t *map   = NULL;
-    hca_mpt_entry_t *entry;
-    hca_wc_status_t status;
-
-    if (!(pub->access & need)) {
-        *status_p = HCA_WC_REM_ACCESS_ERR;
-        return 0;
-    }
-    if (x->length == 0) {
-        /* as on InfiniBand: a zero-length RDMA checks no R_Key and touches
-         * no memory (UCX sends UCT_INVALID_RKEY for it) */
-        *status_p = HCA_WC_SUCCESS;
-        return 0;
-    }
-    status = hca_access_begin(qp, x->rkey, pub->pd_handle, need, x->raddr,
-                              x->length, 1, &entry);
-    if (status == HCA_WC_STATUS_LAST) {
-        return 1;
-    }
-    if (status != HCA_WC_SUCCESS) {
-        *status_p = status;
-        return 0;
-    }
-    if (peer->self) {
-        /* our own memory */
-        if (write) {
-            hca_sge_gather(x->sge, x->num_sge, 0,
-                           (void*)(uintptr_t)x->raddr, x->length);
-        } else {
-            hca_sge_scatter(x->sge, x->num_sge, 0,
-                            (void*)(uintptr_t)x->raddr, x->length);
-        }
-        qp->cnt->mapped_ops++;
-    } else if ((entry->dm_id != 0) &&
-               (((map = hca_peer_dm(qp->dev, peer, entry->dm_id)) != NULL) ||
-                !(entry->dm_id & HCA_DM_EXPORT))) {
-        /* its device memory, or a shared object of it that we mapped (one
-         * we cannot map goes the way of plain memory) */
-        uint64_t off   = entry->dm_offset + (x->raddr - entry->addr);
-        if ((map == NULL) || (off > map->obj.length) ||
-            (x->length > map->obj.length - off)) {
-            status = HCA_WC_REM_OP_ERR;
-        } else if (write) {
-            hca_sge_gather(x->sge, x->num_sge, 0,
-                           (uint8_t*)map->obj.addr + off, x->length);
-        } else {
-            hca_sge_scatter(x->sge, x->num_sge, 0,
-                            (uint8_t*)map->obj.addr + off, x->length);
-        }
-        qp->cnt->mapped_ops++;
-    } else if (peer->cma_ok) {
-        status = hca_cma_xfer(peer->addr.pid, write, x->sge, x->num_sge,
-                              x->raddr);
-        qp->cnt->single_copy_ops++;
-    } else {
-        hca_access_finish(qp, entry);
-        return 1;
-    }
-    hca_access_finish(qp, entry);
-    *status_p = status;
-    return 0;
 }
 
 static hca_exec_t hca_shm_rdma(hca_qp_t *qp, hca_wqe_t *wqe,

@@ -198,26 +198,6 @@ hca_exec_t hca_shm_exec(hca_qp_t *qp, hca_wqe_t *wqe,
 hca_exec_t hca_shm_poll_response(hca_qp_t *qp, hca_wqe_t *wqe,
                                  hca_wc_status_t *status_p);
 int        hca_shm_response_ready(const hca_qp_t *qp, const hca_wqe_t *wqe);
-/* What an RDMA WRITE/READ moves: local SGEs and the remote range. */
-typedef struct hca_xfer {
-    const hca_sge_t *sge;
-    uint32_t         num_sge;
-    uint32_t         rkey;
-    uint64_t         raddr;
-    uint64_t         length;
-} hca_xfer_t;
-/* Direct RDMA paths: 0 with the status, or 1 if the responder must. */
-int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x, hca_qp_pub_t *pub,
-                        int write, hca_wc_status_t *status_p);
-/* The one route of a shm atomic (hca_shm_direct.c): HCA_WC_SUCCESS when
- * done here (*old_p), HCA_WC_STATUS_LAST when only the target's responder
- * can (plain memory of another process), or the error. */
-hca_wc_status_t hca_shm_atomic_exec(hca_qp_t *qp, hca_qp_pub_t *pub,
-                                    unsigned opcode, unsigned size,
-                                    uint32_t rkey, uint64_t raddr,
-                                    uint64_t compare_add, uint64_t swap,
-                                    uint64_t *old_p);
-
 /* ---------------------------------------------------------------- direct */
 
 /* hca_shm_direct.c: the fast paths (hca_fast_ops_t) and the doorbell's */

@@ -117,56 +117,6 @@ int hca_access_mode_slow(hca_device_t *dev, hca_peer_t *peer)
     return mode;
 }
 
-hca_wc_status_t hca_access_begin(hca_qp_t *qp, uint32_t rkey,
-                                 uint32_t pd_handle, unsigned access,
-                                 uint64_t addr, uint64_t length,
-                                 unsigned align, hca_mpt_entry_t **entry_p)
-{
-    hca_peer_t *peer = hca_shm_qp(qp)->peer;
-    uint32_t index   = hca_key_index(rkey);
-    hca_mpt_entry_t *entry;
-    int mode;
-
-    if (peer->self) {
-        /* our own threads: the entry's count, waited for as it is */
-        return hca_mpt_acquire(peer->mpt, peer->hdr.max_mr, rkey, pd_handle,
-                               access, addr, length, align, entry_p);
-    }
-    if ((index == 0) || (index >= peer->hdr.max_mr)) {
-        return HCA_WC_REM_ACCESS_ERR;
-    }
-    mode = hca_access_mode(qp->dev, peer);
-    if (mode == HCA_ACCESS_RESPONDER) {
-        return HCA_WC_STATUS_LAST;
-    }
-    entry = &peer->mpt[index];
-    /* fenced here, always: these accesses cost a copy or a system call,
-     * against which a fence is nothing, and the owner's deregistration
-     * then needs no membarrier (UCP deregisters a rendezvous buffer per
-     * message) */
-    hca_access_announce(qp, HCA_ACCESS_BUSY_FENCED);
-    hca_access_mark(entry, (uint32_t)peer->mapper_slot, 0);
-    if (!hca_mpt_entry_allows(entry, rkey, pd_handle, access, addr, length,
-                              align)) {
-        goto err;
-    }
-    *entry_p = entry;
-    return HCA_WC_SUCCESS;
-
-err:
-    hca_access_end(qp);
-    return HCA_WC_REM_ACCESS_ERR;
-}
-
-void hca_access_finish(hca_qp_t *qp, hca_mpt_entry_t *entry)
-{
-    if (hca_shm_qp(qp)->peer->self) {
-        hca_mpt_release(entry);
-    } else {
-        hca_access_end(qp);
-    }
-}
-
 void hca_access_unregister(hca_device_t *dev, hca_peer_t *peer)
 {
     uint64_t id = hca_mapper_id(dev->pid, dev->ctx_id);

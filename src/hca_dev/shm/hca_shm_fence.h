@@ -68,14 +68,5 @@ HCA_INLINE void hca_access_mark(hca_mpt_entry_t *entry, uint32_t slot,
     }
 }
 
-/* Begins an access to [addr, addr+length) of the peer's MR rkey: the
- * checks of hca_mpt_acquire under the fence.  HCA_WC_SUCCESS (end it with
- * hca_access_finish), the error status, or HCA_WC_STATUS_LAST when only
- * the peer's responder may access it. */
-hca_wc_status_t hca_access_begin(hca_qp_t *qp, uint32_t rkey,
-                                 uint32_t pd_handle, unsigned access,
-                                 uint64_t addr, uint64_t length,
-                                 unsigned align, hca_mpt_entry_t **entry_p);
-void hca_access_finish(hca_qp_t *qp, hca_mpt_entry_t *entry);
 
 #endif
