@@ -224,11 +224,15 @@ static int hca_backing_open_file(const hca_backing_t *b)
 {
     char path[300];
     struct dirent *de;
+    struct stat st;
     DIR *dir;
     int fd;
 
-    if (!b->deleted) {
-        fd = open(b->path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+    /* the path first, if it is still the file: never opened otherwise (a
+     * device node or a FIFO would act on the open) */
+    if (!b->deleted && (stat(b->path, &st) == 0) && S_ISREG(st.st_mode) &&
+        ((uint64_t)st.st_dev == b->dev) && ((uint64_t)st.st_ino == b->ino)) {
+        fd = open(b->path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd >= 0) {
             if (hca_fd_is(fd, b->dev, b->ino)) {
                 return fd;
@@ -242,8 +246,6 @@ static int hca_backing_open_file(const hca_backing_t *b)
     }
     fd = -ENOENT;
     while ((de = readdir(dir)) != NULL) {
-        struct stat st;
-
         if (de->d_name[0] == '.') {
             continue;
         }
