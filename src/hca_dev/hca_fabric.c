@@ -139,6 +139,17 @@ static void hca_fabric_no_armed(hca_device_t *dev)
     (void)dev;
 }
 
+static int hca_fabric_no_serve(hca_device_t *dev)
+{
+    (void)dev;
+    return 0;
+}
+
+static void hca_fabric_no_owner_armed(hca_device_t *dev)
+{
+    (void)dev;
+}
+
 static hca_wc_status_t hca_fabric_no_peer_status(hca_qp_t *qp)
 {
     (void)qp;
@@ -276,6 +287,8 @@ static int hca_fabric_no_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr,
     .mr_fence       = hca_fabric_no_mr_fence, \
     .poll           = hca_fabric_no_poll, \
     .armed          = hca_fabric_no_armed, \
+    .serve          = hca_fabric_no_serve, \
+    .owner_armed    = hca_fabric_no_owner_armed, \
     .peer_status    = hca_fabric_no_peer_status, \
     .check_peers    = hca_fabric_no_check_peers, \
     .post_direct    = hca_fabric_no_post_direct, \
@@ -330,6 +343,8 @@ static void hca_fabric_fill(hca_fabric_ops_t *to, const hca_fabric_ops_t *from)
     HCA_FABRIC_FILL(to, from, mr_fence);
     HCA_FABRIC_FILL(to, from, poll);
     HCA_FABRIC_FILL(to, from, armed);
+    HCA_FABRIC_FILL(to, from, serve);
+    HCA_FABRIC_FILL(to, from, owner_armed);
     HCA_FABRIC_FILL(to, from, peer_status);
     HCA_FABRIC_FILL(to, from, check_peers);
     HCA_FABRIC_FILL(to, from, post_direct);
@@ -411,6 +426,27 @@ void hca_fabric_armed(hca_device_t *dev)
     for (int t = 0; mask != 0; ++t, mask >>= 1) {
         if ((mask & 1) && dev->fabric_open[t]) {
             dev->fabric_ops[t].armed(dev);
+        }
+    }
+}
+
+int hca_fabric_serve(hca_device_t *dev)
+{
+    int n = 0;
+
+    for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        if (dev->fabric_open[t]) {
+            n += dev->fabric_ops[t].serve(dev);
+        }
+    }
+    return n;
+}
+
+void hca_fabric_owner_armed(hca_device_t *dev)
+{
+    for (int t = 0; t < HCA_FABRIC_LAST; ++t) {
+        if (dev->fabric_open[t]) {
+            dev->fabric_ops[t].owner_armed(dev);
         }
     }
 }

@@ -104,6 +104,12 @@ typedef struct hca_fabric_ops {
      * and polls no more; what the fabric left to its polls is taken back
      * now, not when it notices the polls stopped */
     void  (*armed)(hca_device_t *dev);
+    /* ---- the owner's service ring (dev->svc), whatever dev->fabric_polls
+     * says: a poll found requests in it (serve them in the caller's
+     * thread; the number served), and a CQ was armed (the owner polls no
+     * more: whoever serves the ring meanwhile takes over now) */
+    int   (*serve)(hca_device_t *dev);
+    void  (*owner_armed)(hca_device_t *dev);
 
     /* ---- liveness */
     hca_wc_status_t (*peer_status)(hca_qp_t *qp);

@@ -71,6 +71,10 @@ struct hca_device {
     struct hca_export *export_list; /* dev->lock */
     uint32_t           next_export; /* ids are never reused */
     int                export_on;   /* $HCA_EXPORT (default 1) */
+    /* the owner polls (hca_progress.c): its polls serve the service ring,
+     * and the shm fabric's responder thread sleeps unarmed meanwhile */
+    _Atomic uint64_t   owner_polls;  /* the owner's polls, counted */
+    _Atomic int        owner_asleep; /* it armed a CQ since its last poll */
     uint32_t           next_ring_id;
     uint32_t           next_pd;
     uint32_t           n_pd;

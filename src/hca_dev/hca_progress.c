@@ -60,10 +60,29 @@ static HCA_NOINLINE void hca_cq_reap_dead_claims(hca_cq_t *cq)
     }
 }
 
+/* The owner polls: counted for the responder thread, which then leaves
+ * the service ring to these polls (docs/DEVICE.md); requests in it are
+ * served here.  An empty ring costs one load of its tail slot. */
+HCA_INLINE void hca_progress_owner_polls(hca_device_t *dev)
+{
+    atomic_store_explicit(&dev->owner_polls,
+                          atomic_load_explicit(&dev->owner_polls,
+                                               memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (HCA_UNLIKELY(atomic_load_explicit(&dev->owner_asleep,
+                                          memory_order_relaxed))) {
+        atomic_store_explicit(&dev->owner_asleep, 0, memory_order_relaxed);
+    }
+    if (HCA_UNLIKELY(!hca_ring_empty(&dev->svc))) {
+        (void)hca_fabric_serve(dev);
+    }
+}
+
 /* Only QPs waiting for something are visited: an idle poll touches the
- * receive rings and the CQ and nothing else. */
+ * receive rings, the service ring's tail and the CQ and nothing else. */
 static void hca_progress_cq(hca_cq_t *cq)
 {
+    hca_progress_owner_polls(cq->dev);
     if (HCA_UNLIKELY(atomic_load_explicit(&cq->dev->fabric_polls,
                                           memory_order_relaxed) != 0)) {
         hca_fabric_poll(cq->dev); /* e.g. tcp: read our sockets ourselves */
@@ -154,6 +173,9 @@ int hca_cq_arm(hca_cq_t *cq)
                                           memory_order_relaxed) != 0)) {
         hca_fabric_armed(cq->dev); /* e.g. tcp: its thread reads again */
     }
+    /* the owner's polls stop: its service ring goes back to the thread */
+    atomic_store(&cq->dev->owner_asleep, 1);
+    hca_fabric_owner_armed(cq->dev);
     return 0;
 }
 

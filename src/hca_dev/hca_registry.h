@@ -22,6 +22,10 @@ void hca_fabric_quiesce_all(hca_qp_t *qp);
 void hca_fabric_poll(hca_device_t *dev);
 /* A CQ was armed: the fabrics that asked for polls take their work back. */
 void hca_fabric_armed(hca_device_t *dev);
+/* The owner's poll found requests in its service ring: the fabric that
+ * serves them does, in this thread; and a CQ was armed. */
+int  hca_fabric_serve(hca_device_t *dev);
+void hca_fabric_owner_armed(hca_device_t *dev);
 /* The fabric that reaches addr from dev, or NULL (unreachable). */
 const hca_fabric_ops_t *hca_fabric_for_addr(hca_device_t *dev,
                                             const hca_port_addr_t *addr);

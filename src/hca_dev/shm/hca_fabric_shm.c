@@ -148,8 +148,6 @@ static int hca_shm_dev_open(hca_device_t *dev)
         hca_shm_dev_free(dev, sd);
         return rc;
     }
-    /* every poll of the owner serves its service ring */
-    atomic_fetch_or(&dev->fabric_polls, 1u << HCA_FABRIC_SHM);
     return 0;
 }
 
@@ -180,8 +178,8 @@ const hca_fabric_ops_t hca_fabric_shm_ops = {
     .peer_status    = hca_shm_peer_status,
     .check_peers    = hca_shm_check_peers,
     .post_direct    = hca_shm_post_direct,
-    .poll           = hca_svc_poll,
-    .armed          = hca_svc_owner_armed,
+    .serve          = hca_svc_serve,
+    .owner_armed    = hca_svc_owner_armed,
     .fast = {
         .caps          = HCA_FAST_SEND | HCA_FAST_WRITE | HCA_FAST_PTR |
                          HCA_FAST_ATOMIC,

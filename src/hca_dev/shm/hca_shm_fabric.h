@@ -108,8 +108,6 @@ typedef struct hca_shm_dev {
      * then the responder thread sleeps unarmed, and requesters wake
      * nobody (hca_shm_service.c) */
     pthread_mutex_t    svc_lock;     /* the ring's consumer */
-    _Atomic uint64_t   owner_polls;  /* the owner's polls, counted */
-    _Atomic int        owner_asleep; /* it armed a CQ since its last poll */
     _Atomic int        svc_napping;  /* the thread sleeps unarmed */
 } hca_shm_dev_t;
 
@@ -254,8 +252,9 @@ void hca_shm_answer(hca_device_t *dev, const hca_msg_hdr_t *hdr,
 /* hca_shm_service.c: the responder thread */
 int  hca_svc_start(hca_device_t *dev);
 void hca_svc_stop(hca_device_t *dev);
-/* The owner's poll and arm (the fabric's poll and armed ops). */
-int  hca_svc_poll(hca_device_t *dev);
+/* The owner's poll found requests, and its arm (the fabric's serve and
+ * owner_armed ops). */
+int  hca_svc_serve(hca_device_t *dev);
 void hca_svc_owner_armed(hca_device_t *dev);
 
 #endif

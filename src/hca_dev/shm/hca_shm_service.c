@@ -7,7 +7,7 @@
  * socket and is woken by requesters only when it armed, so one-sided
  * operations complete while the owner never calls the device - as on a
  * hardware HCA.  While the owner polls, its polls serve the ring instead
- * (hca_svc_poll below).
+ * (hca_progress.c counts them; hca_svc_serve below).
  */
 #include "hca_shm_target.h"
 #include "hca_mpt.h"
@@ -128,7 +128,8 @@ static int hca_svc_drain_locked(hca_device_t *dev)
 
 /*
  * While the owner polls, it serves the ring itself, in its poll: a
- * request is answered within one poll, with no thread switch on either
+ * request is answered within one poll (hca_progress.c looks at the ring
+ * and calls hca_svc_serve), with no thread switch on either
  * side and no wake-up for the requester to send (on a VM an IPI costs
  * more than the whole request).  The thread then sleeps unarmed, and
  * looks every HCA_SVC_NAP_MS whether the owner still polls; once it does
@@ -138,23 +139,11 @@ static int hca_svc_drain_locked(hca_device_t *dev)
  */
 #define HCA_SVC_NAP_MS 1
 
-int hca_svc_poll(hca_device_t *dev)
+int hca_svc_serve(hca_device_t *dev)
 {
     hca_shm_dev_t *sd = hca_shm_dev(dev);
     int count;
 
-    /* one thread's count is enough: the thread only looks for a change */
-    atomic_store_explicit(&sd->owner_polls,
-                          atomic_load_explicit(&sd->owner_polls,
-                                               memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    if (HCA_UNLIKELY(atomic_load_explicit(&sd->owner_asleep,
-                                          memory_order_relaxed))) {
-        atomic_store_explicit(&sd->owner_asleep, 0, memory_order_relaxed);
-    }
-    if (HCA_LIKELY(hca_ring_empty(&dev->svc))) {
-        return 0;
-    }
     /* the thread, or another poller, is at it: they answer it */
     if (pthread_mutex_trylock(&sd->svc_lock) != 0) {
         return 0;
@@ -168,7 +157,6 @@ void hca_svc_owner_armed(hca_device_t *dev)
 {
     hca_shm_dev_t *sd = hca_shm_dev(dev);
 
-    atomic_store(&sd->owner_asleep, 1);
     if (atomic_load(&sd->svc_napping)) {
         hca_notify_signal(dev, &dev->notify_self, HCA_NOTIFY_SVC);
     }
@@ -188,7 +176,7 @@ static void *hca_svc_thread(void *arg)
     hca_device_t *dev = arg;
     hca_shm_dev_t *sd = hca_shm_dev(dev);
     struct pollfd pfd = {.fd = hca_shm_dev(dev)->svc_sock, .events = POLLIN};
-    uint64_t polls_seen = atomic_load(&sd->owner_polls);
+    uint64_t polls_seen = atomic_load(&dev->owner_polls);
 
     while (!atomic_load(&hca_shm_dev(dev)->svc_stop)) {
         uint64_t polls;
@@ -196,8 +184,8 @@ static void *hca_svc_thread(void *arg)
         if (hca_svc_drain_locked(dev) > 0) {
             continue;
         }
-        polls = atomic_load_explicit(&sd->owner_polls, memory_order_relaxed);
-        if ((polls != polls_seen) && !atomic_load(&sd->owner_asleep)) {
+        polls = atomic_load_explicit(&dev->owner_polls, memory_order_relaxed);
+        if ((polls != polls_seen) && !atomic_load(&dev->owner_asleep)) {
             /* the owner polls: it answers; look again after a nap */
             polls_seen = polls;
             atomic_store(&sd->svc_napping, 1);
@@ -230,7 +218,7 @@ static void *hca_svc_thread(void *arg)
         hca_svc_flush_wakeups(dev);
         hca_ring_disarm(&dev->svc);
         /* whatever the owner did while we slept armed: a fresh look */
-        polls_seen = atomic_load(&sd->owner_polls);
+        polls_seen = atomic_load(&dev->owner_polls);
     }
     return NULL;
 }
