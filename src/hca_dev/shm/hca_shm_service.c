@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -113,6 +114,10 @@ static int hca_svc_drain(hca_device_t *dev)
         hca_svc_handle(dev, &req);
         ++count;
     }
+    if (count != 0) {
+        atomic_fetch_add_explicit(&hca_shm_dev(dev)->svc_served,
+                                  (uint64_t)count, memory_order_relaxed);
+    }
     return count;
 }
 
@@ -131,13 +136,21 @@ static int hca_svc_drain_locked(hca_device_t *dev)
  * request is answered within one poll (hca_progress.c looks at the ring
  * and calls hca_svc_serve), with no thread switch on either
  * side and no wake-up for the requester to send (on a VM an IPI costs
- * more than the whole request).  The thread then sleeps unarmed, and
- * looks every HCA_SVC_NAP_MS whether the owner still polls; once it does
- * not (or it armed a CQ to sleep: hca_svc_owner_armed wakes the thread at
- * once), the thread arms the ring and requesters wake it as before.  A
- * request posted just as the owner stopped polling waits at most one nap.
+ * more than the whole request).  While requests come, the thread then
+ * sleeps unarmed, and looks every HCA_SVC_NAP_MS whether the owner still
+ * polls; once it does not (or it armed a CQ to sleep: hca_svc_owner_armed
+ * wakes the thread at once), or a nap passed with no request, the thread
+ * arms the ring and requesters wake it as before.  A request posted just
+ * as the owner stopped polling waits at most one nap.
  */
 #define HCA_SVC_NAP_MS 1
+
+/* Before it sleeps armed, the thread looks at the ring for this long after
+ * its last request: a requester that issues one atomic after the other
+ * (a fetch-and-add loop) then never waits for a wake-up, which costs tens
+ * of microseconds on a virtual machine, the CPU's return from idle
+ * included.  Only after requests, so an idle context spins never. */
+#define HCA_SVC_SPIN_NS 50000ull
 
 int hca_svc_serve(hca_device_t *dev)
 {
@@ -176,22 +189,36 @@ static void *hca_svc_thread(void *arg)
     hca_device_t *dev = arg;
     hca_shm_dev_t *sd = hca_shm_dev(dev);
     struct pollfd pfd = {.fd = hca_shm_dev(dev)->svc_sock, .events = POLLIN};
-    uint64_t polls_seen = atomic_load(&dev->owner_polls);
+    uint64_t polls_seen  = atomic_load(&dev->owner_polls);
+    uint64_t served_seen = atomic_load(&sd->svc_served);
+
+    uint64_t last_work   = 0;
 
     while (!atomic_load(&hca_shm_dev(dev)->svc_stop)) {
-        uint64_t polls;
+        uint64_t polls, served;
 
         if (hca_svc_drain_locked(dev) > 0) {
+            last_work = hca_now_ns();
             continue;
         }
-        polls = atomic_load_explicit(&dev->owner_polls, memory_order_relaxed);
-        if ((polls != polls_seen) && !atomic_load(&dev->owner_asleep)) {
-            /* the owner polls: it answers; look again after a nap */
-            polls_seen = polls;
+        polls  = atomic_load_explicit(&dev->owner_polls, memory_order_relaxed);
+        served = atomic_load_explicit(&sd->svc_served, memory_order_relaxed);
+        if ((polls != polls_seen) && (served != served_seen) &&
+            !atomic_load(&dev->owner_asleep)) {
+            /* the owner polls and requests come: its polls answer them;
+             * look again after a nap.  Once a nap passes with no request
+             * the thread sleeps armed: an owner that polls with nothing
+             * to serve costs no wake-ups. */
+            polls_seen  = polls;
+            served_seen = served;
             atomic_store(&sd->svc_napping, 1);
             (void)poll(&pfd, 1, HCA_SVC_NAP_MS);
             atomic_store(&sd->svc_napping, 0);
             hca_svc_flush_wakeups(dev);
+            continue;
+        }
+        if ((last_work != 0) && (hca_now_ns() - last_work < HCA_SVC_SPIN_NS)) {
+            sched_yield(); /* the owner's threads first, if they want the CPU */
             continue;
         }
         /* arm only while nothing is claimed: a request claimed after the
@@ -218,7 +245,9 @@ static void *hca_svc_thread(void *arg)
         hca_svc_flush_wakeups(dev);
         hca_ring_disarm(&dev->svc);
         /* whatever the owner did while we slept armed: a fresh look */
-        polls_seen = atomic_load(&dev->owner_polls);
+        polls_seen  = atomic_load(&dev->owner_polls);
+        served_seen = atomic_load(&sd->svc_served) - 1; /* we were woken:
+                                                           a request came */
     }
     return NULL;
 }
