@@ -111,9 +111,8 @@ static int hca_page_is_private_anon(uintptr_t addr)
 
     pthread_mutex_lock(&hca_pagemap_lock);
     if (hca_pagemap_pid != self) {
-        if (hca_pagemap_fd >= 0) {
-            close(hca_pagemap_fd);
-        }
+        /* the parent's fd is left alone: after a fork its number may
+         * have been closed and taken by something else */
         hca_pagemap_fd  = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
         hca_pagemap_pid = self;
     }
@@ -195,11 +194,25 @@ int hca_backing_find(uintptr_t addr, size_t length, hca_backing_t *b)
             b->deleted     = 1;
         }
     }
-    /* a sysv segment shows as /SYSV<key> with its shmid as inode */
+    /* a sysv segment shows as /SYSV<key, 8 hex digits> (deleted), on the
+     * kernel's internal shm mount (major 0), with its shmid as inode */
+    {
+        unsigned key;
+        int end = 0;
+
+        if ((sscanf(b->path, "/SYSV%8x%n", &key, &end) == 1) &&
+            (end == 13) && (b->path[13] == '\0') && b->deleted &&
+            (major(b->dev) == 0)) {
+            b->kind    = HCA_EXPORT_SYSV;
+            b->handle  = b->ino;
+            b->sysv_key = key;
+            return 0;
+        }
+    }
     if (strncmp(b->path, "/SYSV", 5) == 0) {
-        b->kind   = HCA_EXPORT_SYSV;
-        b->handle = b->ino;
-    } else if (b->path[0] == '/') {
+        return -ENOENT; /* looks like one, is not: never guessed at */
+    }
+    if (b->path[0] == '/') {
         b->kind = HCA_EXPORT_FILE;
     } else {
         return -ENOENT; /* [anon_shmem] and the like: nothing to open */
@@ -255,7 +268,7 @@ static int hca_backing_open_file(const hca_backing_t *b)
             ((uint64_t)st.st_ino != b->ino)) {
             continue;
         }
-        fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+        fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if ((fd >= 0) && !hca_fd_is(fd, b->dev, b->ino)) {
             close(fd);
             fd = -ENOENT;
@@ -283,7 +296,9 @@ int hca_backing_export(const hca_backing_t *b, uint64_t length,
         return -EINVAL;
     }
     if (b->kind == HCA_EXPORT_SYSV) {
-        if ((shmctl((int)b->handle, IPC_STAT, &ds) != 0) ||
+        if ((b->handle > INT32_MAX) ||
+            (shmctl((int)b->handle, IPC_STAT, &ds) != 0) ||
+            ((unsigned)ds.shm_perm.__key != b->sysv_key) ||
             ((uint64_t)ds.shm_segsz < end)) {
             return -ENOENT;
         }
@@ -352,7 +367,14 @@ int hca_backing_map(const hca_export_entry_t *e, uint32_t owner_pid,
     }
     snprintf(path, sizeof(path), "/proc/%u/fd/%u", owner_pid,
              (unsigned)e->handle);
-    fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+    /* what the descriptor is now, before it is opened: the owner may have
+     * withdrawn the export and the number gone to a device or a FIFO,
+     * which an open would act on */
+    if ((stat(path, &st) != 0) || !S_ISREG(st.st_mode) ||
+        ((uint64_t)st.st_dev != e->dev) || ((uint64_t)st.st_ino != e->ino)) {
+        return -EACCES;
+    }
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         return -errno;
     }

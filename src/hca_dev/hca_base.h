@@ -48,6 +48,7 @@ typedef struct hca_backing {
     uint32_t kind;          /* hca_export_kind_t */
     int      deleted;       /* the file has no name any more */
     uint64_t handle;        /* SYSV: shmid */
+    uint32_t sysv_key;      /* SYSV: the key in its name */
     uint64_t dev, ino;      /* the object (SYSV: ino is the shmid) */
     uint64_t offset;        /* of the range's start in the object */
     char     path[256];     /* as /proc/self/maps shows it */

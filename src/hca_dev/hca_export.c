@@ -16,6 +16,7 @@
 #include "hca_state.h"
 
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static int hca_export_same(const struct hca_export *ex,
@@ -40,6 +41,34 @@ static struct hca_export *hca_export_find(hca_device_t *dev,
         }
     }
     return NULL;
+}
+
+/* One more MR in ex if [offset, offset+length) lies in what peers map of
+ * it (a file that grew since keeps its export for what it was), else
+ * NULL: no export for that MR (dev->lock). */
+static struct hca_export *hca_export_hold(struct hca_export *ex,
+                                          uint64_t offset, uint64_t length)
+{
+    if ((offset > ex->size) || (length > ex->size - offset)) {
+        return NULL;
+    }
+    ex->refs++;
+    return ex;
+}
+
+/* File exports hold a descriptor each: at most a quarter of the
+ * process's limit, so that the application's own open() never fails for
+ * them. */
+static uint32_t hca_export_fd_cap(void)
+{
+    struct rlimit rl;
+
+    if ((getrlimit(RLIMIT_NOFILE, &rl) != 0) ||
+        (rl.rlim_cur == RLIM_INFINITY)) {
+        return HCA_MAX_EXPORT / 4;
+    }
+    return (uint32_t)((rl.rlim_cur / 4 < HCA_MAX_EXPORT) ? rl.rlim_cur / 4 :
+                                                          HCA_MAX_EXPORT);
 }
 
 /* Publishes e under a new id in a free slot (dev->lock): 0, or -ENOSPC. */
@@ -93,10 +122,14 @@ struct hca_export *hca_export_get(hca_device_t *dev, uintptr_t addr,
     pthread_mutex_lock(&dev->lock);
     if ((b.kind == HCA_EXPORT_FILE) &&
         ((ex = hca_export_find(dev, &e)) != NULL)) {
-        ex->refs++;
+        ex = hca_export_hold(ex, b.offset, length);
         pthread_mutex_unlock(&dev->lock);
         *offset_p = b.offset;
         return ex;
+    }
+    if ((b.kind == HCA_EXPORT_FILE) && (dev->export_fds >= hca_export_fd_cap())) {
+        pthread_mutex_unlock(&dev->lock);
+        return NULL; /* the application's descriptors come first */
     }
     pthread_mutex_unlock(&dev->lock);
 
@@ -106,7 +139,7 @@ struct hca_export *hca_export_get(hca_device_t *dev, uintptr_t addr,
     pthread_mutex_lock(&dev->lock);
     ex = hca_export_find(dev, &e);
     if (ex != NULL) {
-        ex->refs++;
+        ex = hca_export_hold(ex, b.offset, length);
         pthread_mutex_unlock(&dev->lock);
         if (fd >= 0) {
             close(fd); /* another registration exported it meanwhile */
@@ -129,7 +162,9 @@ struct hca_export *hca_export_get(hca_device_t *dev, uintptr_t addr,
     ex->dev          = e.dev;
     ex->ino          = e.ino;
     ex->stamp        = e.stamp;
+    ex->size         = e.size;
     ex->fd           = fd;
+    dev->export_fds += (fd >= 0);
     ex->next         = dev->export_list;
     dev->export_list = ex;
     pthread_mutex_unlock(&dev->lock);
@@ -147,6 +182,7 @@ static void hca_export_withdraw(hca_device_t *dev, struct hca_export *ex)
     atomic_store_explicit(&slot->id, 0, memory_order_release);
     if (ex->fd >= 0) {
         close(ex->fd);
+        dev->export_fds--;
     }
     free(ex);
 }

@@ -70,6 +70,7 @@ struct hca_device {
     hca_export_entry_t *exports;   /* in ctx: the export table */
     struct hca_export *export_list; /* dev->lock */
     uint32_t           next_export; /* ids are never reused */
+    uint32_t           export_fds;  /* FILE exports: fds we hold */
     int                export_on;   /* $HCA_EXPORT (default 1) */
     /* the owner polls (hca_progress.c): its polls serve the service ring,
      * and the shm fabric's responder thread sleeps unarmed meanwhile */
@@ -133,6 +134,7 @@ struct hca_export {
     uint32_t           refs;     /* MRs in it (dev->lock) */
     uint32_t           kind;
     uint64_t           handle, dev, ino, stamp;
+    uint64_t           size;     /* as published: what peers map */
     int                fd;       /* FILE: held open for peers, else -1 */
 };
 

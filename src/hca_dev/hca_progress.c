@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <unistd.h>
 
 /* hca_cq_wait's longest sleep before it looks at its rings' claims */
 #define HCA_CQ_WAIT_SLICE_MS 1000
@@ -73,7 +74,10 @@ HCA_INLINE void hca_progress_owner_polls(hca_device_t *dev)
                                           memory_order_relaxed))) {
         atomic_store_explicit(&dev->owner_asleep, 0, memory_order_relaxed);
     }
-    if (HCA_UNLIKELY(!hca_ring_empty(&dev->svc))) {
+    /* (a forked child shares the context object, not the memory its
+     * requests are for: only the owner itself serves them) */
+    if (HCA_UNLIKELY(!hca_ring_empty(&dev->svc)) &&
+        ((uint32_t)getpid() == dev->pid)) {
         (void)hca_fabric_serve(dev);
     }
 }

@@ -62,10 +62,11 @@ int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     access = entry->access;
     dm_id  = entry->dm_id;
     pd     = entry->pd_handle;
-    map = (dm_id != 0) ? hca_peer_dm(qp->dev, peer, dm_id) : NULL;
-    if ((dm_id == 0) || ((map == NULL) && (dm_id & HCA_DM_EXPORT))) {
-        /* plain memory, or a shared object we cannot map: CMA or the
-         * responder (a WR) */
+    map  = (dm_id != 0) ? hca_peer_dm(qp->dev, peer, dm_id) : NULL;
+    base = hca_map_range(map, dm_off, length);
+    if ((dm_id == 0) || ((base == NULL) && (dm_id & HCA_DM_EXPORT))) {
+        /* plain memory, or a shared object we cannot map (or map short
+         * of this MR): CMA or the responder (a WR) */
         hca_shm_qp(qp)->dcache.plain_rkey   = rkey;
         hca_shm_qp(qp)->dcache.plain_serial = serial;
         hca_shm_qp(qp)->dcache.plain_entry  = entry;
@@ -74,7 +75,6 @@ int hca_direct_fill(hca_qp_t *qp, hca_qp_pub_t *pub, uint32_t rkey)
     if (pd != pub->pd_handle) {
         return -EINVAL;
     }
-    base = hca_map_range(map, dm_off, length);
     if (base == NULL) {
         return -EINVAL;
     }
@@ -212,7 +212,7 @@ int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
 {
     unsigned need = write ? HCA_ACCESS_REMOTE_WRITE : HCA_ACCESS_REMOTE_READ;
     hca_peer_t *peer = hca_shm_qp(qp)->peer;
-    hca_map_t *map   = NULL;
+    uint8_t *p       = NULL;
     hca_mpt_entry_t *entry;
     hca_wc_status_t status;
 
@@ -246,12 +246,14 @@ int hca_shm_rdma_direct(hca_qp_t *qp, const hca_xfer_t *x,
         }
         qp->cnt->mapped_ops++;
     } else if ((entry->dm_id != 0) &&
-               (((map = hca_peer_dm(qp->dev, peer, entry->dm_id)) != NULL) ||
+               (((p = hca_map_range(hca_peer_dm(qp->dev, peer, entry->dm_id),
+                                    entry->dm_offset +
+                                    (x->raddr - entry->addr),
+                                    x->length)) != NULL) ||
                 !(entry->dm_id & HCA_DM_EXPORT))) {
         /* its device memory, or a shared object of it that we mapped (one
-         * we cannot map goes the way of plain memory) */
-        uint8_t *p = hca_map_range(map, entry->dm_offset +
-                                        (x->raddr - entry->addr), x->length);
+         * we cannot map, or map short of the range, goes the way of plain
+         * memory) */
         if (p == NULL) {
             status = HCA_WC_REM_OP_ERR;
         } else if (write) {

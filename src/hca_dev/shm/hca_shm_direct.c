@@ -352,13 +352,13 @@ int hca_shm_rkey_ptr(hca_qp_t *qp, uint64_t remote_addr, uint32_t rkey,
     dm_id  = entry->dm_id;
     offset = entry->dm_offset + (remote_addr - entry->addr);
     hca_access_finish(qp, entry);
-    if (dm_id == 0) {
+    if ((dm_id == 0) || (dm_id & HCA_DM_EXPORT)) {
+        /* device memory only: a pointer into an export would outlive
+         * the registration (the access ends here), and the owner may
+         * reuse that memory once it deregistered */
         return -ENOENT;
     }
     map = hca_peer_dm(qp->dev, hca_shm_qp(qp)->peer, dm_id);
-    if ((map == NULL) && (dm_id & HCA_DM_EXPORT)) {
-        return -ENOENT; /* a shared object we cannot map */
-    }
     *ptr_p = hca_map_range(map, offset, length);
     return (*ptr_p != NULL) ? 0 : -EACCES;
 }

@@ -109,7 +109,8 @@ typedef struct hca_shm_dev {
      * nobody (hca_shm_service.c) */
     pthread_mutex_t    svc_lock;     /* the ring's consumer */
     _Atomic int        svc_napping;  /* the thread sleeps unarmed */
-    _Atomic uint64_t   svc_served;   /* requests served, by anyone */
+    _Atomic uint64_t   svc_owner_served; /* requests the owner's polls
+                                            served */
 } hca_shm_dev_t;
 
 /* Per QP (qp->fabric_priv). */

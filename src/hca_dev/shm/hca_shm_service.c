@@ -100,23 +100,19 @@ static void hca_svc_handle(hca_device_t *dev, const hca_svc_req_t *req)
     hca_answer_end(dev, &a, req->resp_stamp, status, value);
 }
 
-/* The ring's consumer: svc_lock held. */
-static int hca_svc_drain(hca_device_t *dev)
+/* The ring's consumer: svc_lock held.  At most max requests. */
+static int hca_svc_drain(hca_device_t *dev, int max)
 {
     int count = 0;
     uint64_t idx;
     void *slot;
 
-    while ((slot = hca_ring_peek(&dev->svc, &idx)) != NULL) {
+    while ((count < max) && ((slot = hca_ring_peek(&dev->svc, &idx)) != NULL)) {
         hca_svc_req_t req;
         memcpy(&req, slot, sizeof(req)); /* a peer may scribble on it */
         hca_ring_release(&dev->svc, idx);
         hca_svc_handle(dev, &req);
         ++count;
-    }
-    if (count != 0) {
-        atomic_fetch_add_explicit(&hca_shm_dev(dev)->svc_served,
-                                  (uint64_t)count, memory_order_relaxed);
     }
     return count;
 }
@@ -126,7 +122,7 @@ static int hca_svc_drain_locked(hca_device_t *dev)
     int count;
 
     pthread_mutex_lock(&hca_shm_dev(dev)->svc_lock);
-    count = hca_svc_drain(dev);
+    count = hca_svc_drain(dev, INT32_MAX);
     pthread_mutex_unlock(&hca_shm_dev(dev)->svc_lock);
     return count;
 }
@@ -136,11 +132,12 @@ static int hca_svc_drain_locked(hca_device_t *dev)
  * request is answered within one poll (hca_progress.c looks at the ring
  * and calls hca_svc_serve), with no thread switch on either
  * side and no wake-up for the requester to send (on a VM an IPI costs
- * more than the whole request).  While requests come, the thread then
- * sleeps unarmed, and looks every HCA_SVC_NAP_MS whether the owner still
- * polls; once it does not (or it armed a CQ to sleep: hca_svc_owner_armed
- * wakes the thread at once), or a nap passed with no request, the thread
- * arms the ring and requesters wake it as before.  A request posted just
+ * more than the whole request).  While the owner's polls serve requests,
+ * the thread sleeps unarmed, and looks every HCA_SVC_NAP_MS whether the
+ * owner still polls; once it does not (or it armed a CQ to sleep:
+ * hca_svc_owner_armed wakes the thread at once), or a nap passed in which
+ * its polls served none, the thread arms the ring and requesters wake it
+ * as before.  A request posted just
  * as the owner stopped polling waits at most one nap.
  */
 #define HCA_SVC_NAP_MS 1
@@ -161,8 +158,14 @@ int hca_svc_serve(hca_device_t *dev)
     if (pthread_mutex_trylock(&sd->svc_lock) != 0) {
         return 0;
     }
-    count = hca_svc_drain(dev);
+    /* a ring's worth at most: requesters that keep it full must not hold
+     * the owner's poll; the rest waits for the next one */
+    count = hca_svc_drain(dev, HCA_SVC_SLOTS);
     pthread_mutex_unlock(&sd->svc_lock);
+    if (count != 0) {
+        atomic_fetch_add_explicit(&sd->svc_owner_served, (uint64_t)count,
+                                  memory_order_relaxed);
+    }
     return count;
 }
 
@@ -190,7 +193,7 @@ static void *hca_svc_thread(void *arg)
     hca_shm_dev_t *sd = hca_shm_dev(dev);
     struct pollfd pfd = {.fd = hca_shm_dev(dev)->svc_sock, .events = POLLIN};
     uint64_t polls_seen  = atomic_load(&dev->owner_polls);
-    uint64_t served_seen = atomic_load(&sd->svc_served);
+    uint64_t served_seen = atomic_load(&sd->svc_owner_served);
 
     uint64_t last_work   = 0;
 
@@ -202,13 +205,15 @@ static void *hca_svc_thread(void *arg)
             continue;
         }
         polls  = atomic_load_explicit(&dev->owner_polls, memory_order_relaxed);
-        served = atomic_load_explicit(&sd->svc_served, memory_order_relaxed);
+        served = atomic_load_explicit(&sd->svc_owner_served,
+                                      memory_order_relaxed);
         if ((polls != polls_seen) && (served != served_seen) &&
             !atomic_load(&dev->owner_asleep)) {
-            /* the owner polls and requests come: its polls answer them;
-             * look again after a nap.  Once a nap passes with no request
-             * the thread sleeps armed: an owner that polls with nothing
-             * to serve costs no wake-ups. */
+            /* the owner polls and its polls answer requests: look again
+             * after a nap.  Once a nap passes in which the owner served
+             * none, the thread sleeps armed: an owner that polls with
+             * nothing to serve costs no wake-ups, and one that polls
+             * rarely leaves its requests to the thread. */
             polls_seen  = polls;
             served_seen = served;
             atomic_store(&sd->svc_napping, 1);
@@ -246,8 +251,7 @@ static void *hca_svc_thread(void *arg)
         hca_ring_disarm(&dev->svc);
         /* whatever the owner did while we slept armed: a fresh look */
         polls_seen  = atomic_load(&dev->owner_polls);
-        served_seen = atomic_load(&sd->svc_served) - 1; /* we were woken:
-                                                           a request came */
+        served_seen = atomic_load(&sd->svc_owner_served);
     }
     return NULL;
 }
