@@ -10,6 +10,7 @@
 #include "uct_test_common.h"
 
 #include <sched.h>
+#include <time.h>
 
 using namespace hcat;
 
@@ -224,7 +225,16 @@ TEST_P(UctAtomicContention, TwoPeersAndLocalCpuExact)
         if (mine == 64) {
             __atomic_fetch_or(or64, 1ull << 63, __ATOMIC_SEQ_CST);
         }
-        sched_yield(); /* let the responder thread run on 2 cores */
+        /* A compare-and-swap loop succeeds only in a window in which the
+         * word stays put for one round trip of its own.  A CPU that
+         * hammers the word without a pause starves every remote CAS loop,
+         * on any HCA (whether it ever finishes is then up to the
+         * scheduler: seconds or never on 2 cores).  So this CPU contends in
+         * bursts, and gives the CPU away between them: during a burst its
+         * atomics interleave with the peers', between bursts their CAS
+         * loops get the windows they need. */
+        struct timespec gap = {0, 20000};
+        nanosleep(&gap, nullptr);
         for (unsigned i = 0; i < npeers; ++i) {
             if (!got[i] && kids[i].ch.readable(0)) {
                 ASSERT_TRUE(kids[i].ch.recv(&reports[i], 1000));
