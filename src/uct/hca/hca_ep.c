@@ -9,6 +9,7 @@
  * (wr_id = uct_hca_op_t) completes them from progress.
  */
 #include "hca_uct.h"
+#include "hca_trace.h"
 
 #include <uct/base/uct_iov.inl>
 #include <ucs/debug/log.h>
@@ -19,9 +20,34 @@ static UCS_F_ALWAYS_INLINE uct_hca_iface_t *uct_hca_ep_iface(uct_hca_ep_t *ep)
     return ucs_derived_of(ep->super.super.iface, uct_hca_iface_t);
 }
 
+/*
+ * What a post on a failed ep returns.  Until the failure is reported (from
+ * progress), a post without a completion (AM and put short, inline bcopy,
+ * atomic posts) is accepted and lost, as one into a dead peer's ring (mm)
+ * or socket buffer (tcp): the caller learns of the failure from the error
+ * callback, not from a send (UCX's test_uct_peer_failure_keepalive.
+ * killed_post_am).  As many as the send queue holds, then NO_RESOURCE, as
+ * on a full ring: a caller that sends until it is refused stops, and its
+ * pending requests wait for the purge that follows the report.  A post
+ * with a completion, and every post after the report, returns the failure.
+ */
+static UCS_F_NOINLINE ucs_status_t uct_hca_ep_failed_post(uct_hca_ep_t *ep,
+                                                          int has_comp)
+{
+    if (has_comp || ep->err_reported || !ep->err_pending) {
+        return ep->status;
+    }
+    if (ep->lost_posts < uct_hca_ep_iface(ep)->config.tx_queue_len) {
+        ep->lost_posts++;
+        return UCS_OK;
+    }
+    ep->no_resource = 1;
+    return UCS_ERR_NO_RESOURCE;
+}
+
 /* A post the device refused (-errno). */
 static UCS_F_NOINLINE ucs_status_t uct_hca_ep_post_error(uct_hca_ep_t *ep,
-                                                         int rc)
+                                                         int rc, int has_comp)
 {
     ucs_status_t status = uct_hca_errno_status(rc);
 
@@ -31,9 +57,9 @@ static UCS_F_NOINLINE ucs_status_t uct_hca_ep_post_error(uct_hca_ep_t *ep,
     }
     if (rc == -ECONNRESET) {
         /* the peer is gone: the ep fails, the error reaches UCX from
-         * progress, and every later operation returns the same status */
+         * progress, and every operation after it returns the same status */
         uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep, status);
-        return ep->status;
+        return uct_hca_ep_failed_post(ep, has_comp);
     }
     return status; /* a request the device rejects: the ep stays usable */
 }
@@ -42,7 +68,8 @@ static UCS_F_NOINLINE ucs_status_t uct_hca_ep_post_error(uct_hca_ep_t *ep,
  * with the error that completion will carry, so that a caller sending
  * until the send stops returning UCS_OK terminates (posts into a QP in
  * ERR are accepted and flushed, as on verbs). */
-static UCS_F_NOINLINE ucs_status_t uct_hca_ep_qp_failed(uct_hca_ep_t *ep)
+static UCS_F_NOINLINE ucs_status_t uct_hca_ep_qp_failed(uct_hca_ep_t *ep,
+                                                        int has_comp)
 {
     ucs_status_t status = uct_hca_status(hca_qp_error(ep->qp));
 
@@ -54,10 +81,10 @@ static UCS_F_NOINLINE ucs_status_t uct_hca_ep_qp_failed(uct_hca_ep_t *ep)
         return ep->status;
     }
     uct_hca_iface_schedule_err(uct_hca_ep_iface(ep), ep, status);
-    return ep->status;
+    return uct_hca_ep_failed_post(ep, has_comp);
 }
 
-/* Posts one WR. */
+/* Posts one WR (HCA_SEND_DEFER_SIGNAL: it carries a completion). */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
 {
@@ -65,7 +92,8 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
     int rc;
 
     if (ucs_unlikely(ep->status != UCS_OK)) {
-        return ep->status;
+        return uct_hca_ep_failed_post(ep, wr->send_flags &
+                                          HCA_SEND_DEFER_SIGNAL);
     }
     if (ucs_unlikely(!ucs_arbiter_group_is_empty(&ep->arb_group) &&
                      !ep->in_pending)) {
@@ -73,7 +101,8 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
         return UCS_ERR_NO_RESOURCE;
     }
     if (ucs_unlikely(hca_qp_state(ep->qp) == HCA_QPS_ERR)) {
-        return uct_hca_ep_qp_failed(ep);
+        return uct_hca_ep_qp_failed(ep, wr->send_flags &
+                                        HCA_SEND_DEFER_SIGNAL);
     }
     wr->send_flags |= ep->send_flags;
     rc = hca_post_send(ep->qp, wr, &bad);
@@ -81,7 +110,8 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
         ep->send_flags = 0;
         return UCS_OK;
     }
-    return uct_hca_ep_post_error(ep, rc);
+    return uct_hca_ep_post_error(ep, rc, wr->send_flags &
+                                         HCA_SEND_DEFER_SIGNAL);
 }
 
 /* The direct send path may be tried: not failed, and not overtaking the
@@ -158,8 +188,12 @@ uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
     uct_hca_op_t *op;
 
-    if (ucs_unlikely(ep->status != UCS_OK)) {
-        return NULL; /* failed: uct_hca_ep_no_op() tells the status */
+    if (ucs_unlikely(ep->status != UCS_OK) &&
+        (ep->err_reported || !ep->err_pending)) {
+        /* failed and reported (or cancelled): uct_hca_ep_no_op() tells
+         * the status; before the report the post decides
+         * (uct_hca_ep_failed_post) */
+        return NULL;
     }
     if (ucs_unlikely(iface->tx_credits == 0)) {
         ep->no_resource = 1;
@@ -229,6 +263,12 @@ uct_hca_ep_post_op(uct_hca_ep_t *ep, hca_send_wr_t *wr, uct_hca_op_t *op)
     wr->send_flags |= HCA_SEND_DEFER_SIGNAL;
     status          = uct_hca_ep_post(ep, wr);
     if (ucs_unlikely(status != UCS_OK)) {
+        if ((op->type == UCT_HCA_OP_BUFFER) && (ep->status != UCS_OK) &&
+            (status != UCS_ERR_NO_RESOURCE)) {
+            /* a bcopy send through a bounce buffer: no completion of the
+             * caller's, lost as a short one */
+            status = uct_hca_ep_failed_post(ep, 0);
+        }
         ucs_mpool_put_inline(op);
         return status;
     }
@@ -326,7 +366,7 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
             rc = hca_qp_send_blocked(ep->qp);
         }
         if (rc != -EBUSY) {
-            return uct_hca_ep_post_error(ep, rc); /* ring full, peer gone */
+            return uct_hca_ep_post_error(ep, rc, 0); /* ring full, peer gone */
         }
     }
     return uct_hca_ep_am_short_wr(ep, id, header, payload, length);
@@ -352,12 +392,17 @@ ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_short_iov");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "am_short_iov");
+    /* UCP's header is its first entry: what its tracer decodes */
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                       (iovcnt > 0) ? iov[0].buffer : NULL,
+                       (iovcnt > 0) ? uct_iov_get_length(&iov[0]) : 0,
+                       "TX: AM_SHORT_IOV total %zu", length);
     rc = uct_hca_ep_am_direct_sge(ep, id, sge, wr.num_sge, length);
     if (ucs_likely(rc == 0)) {
         return UCS_OK;
     }
     if (rc != -EBUSY) {
-        return uct_hca_ep_post_error(ep, rc); /* ring full, peer gone */
+        return uct_hca_ep_post_error(ep, rc, 0); /* ring full, peer gone */
     }
     return uct_hca_ep_post(ep, &wr);
 }
@@ -411,7 +456,11 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
             return (ssize_t)length;
         }
         if (rc != -EBUSY) {
-            return (ssize_t)uct_hca_ep_post_error(ep, rc);
+            status = uct_hca_ep_post_error(ep, rc, 0);
+            if (status != UCS_OK) {
+                return (ssize_t)status;
+            }
+            /* failed, not yet reported: packed and lost below */
         }
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
@@ -471,6 +520,8 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     sge[0].lkey   = 0;
     wr.num_sge    = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 1, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "am_zcopy");
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, header,
+                       header_length, "TX: AM_ZCOPY total %zu", length);
 
     /* one copy into the target's ring either way: done at once, as an
      * am_bcopy (no descriptor, no completion to wait for) */
@@ -479,7 +530,7 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
         return UCS_OK;
     }
     if (rc != -EBUSY) {
-        return uct_hca_ep_post_error(ep, rc);
+        return uct_hca_ep_post_error(ep, rc, 1);
     }
     if (length <= iface->config.max_inline) {
         /* small enough to be copied into the ring at post: done */
@@ -570,6 +621,7 @@ ucs_status_t uct_hca_ep_put_short(uct_ep_h tl_ep, const void *buffer,
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
 
     UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "put_short");
+    uct_hca_trace_rma(ep, "PUT_SHORT", buffer, length, remote_addr, rkey);
     if (uct_hca_ep_direct_ok(ep) &&
         (ep->fast->write_direct(ep->qp, buffer, length, remote_addr,
                           (uint32_t)rkey) == 0)) {
@@ -607,6 +659,8 @@ ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
         return uct_hca_ep_bcopy_overrun(op, "put_bcopy", length,
                                         iface->config.seg_size);
     }
+    uct_hca_trace_rma(ep, "PUT_BCOPY", uct_hca_op_buffer(op), length,
+                      remote_addr, rkey);
     sge.addr   = (uintptr_t)uct_hca_op_buffer(op);
     sge.length = (uint32_t)length;
     sge.lkey   = op->lkey;
@@ -690,6 +744,10 @@ uct_hca_ep_rdma_zcopy(uct_ep_h tl_ep, hca_wr_opcode_t opcode,
     /* the total, before a 32-bit SGE length could truncate an entry */
     UCT_CHECK_LENGTH(length, 0, uct_hca_ep_iface(ep)->config.max_zcopy,
                      "rdma_zcopy");
+    uct_hca_trace_rma(ep, (opcode == HCA_WR_RDMA_WRITE) ? "PUT_ZCOPY" :
+                                                          "GET_ZCOPY",
+                      (iovcnt > 0) ? iov[0].buffer : NULL, length,
+                      remote_addr, rkey);
     if (uct_hca_ep_direct_ok(ep) && (length != 0) &&
         uct_hca_ep_rdma_direct(ep, opcode, sge, wr.num_sge, length,
                                remote_addr, (uint32_t)rkey)) {
@@ -726,6 +784,7 @@ ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
     void *src;
 
     UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "get_bcopy");
+    uct_hca_trace_rma(ep, "GET_BCOPY", NULL, length, remote_addr, rkey);
     if (uct_hca_ep_direct_ok(ep)) {
         /* the peer's device memory is mapped here: unpack straight from
          * it, no bounce buffer */
@@ -826,6 +885,7 @@ uct_hca_ep_atomic(uct_hca_ep_t *ep, int op, uint64_t value, uint64_t swap,
     if (ucs_unlikely(op < 0)) {
         return UCS_ERR_UNSUPPORTED;
     }
+    uct_hca_trace_amo(ep, op, size, value, result, remote_addr, rkey);
     if (uct_hca_ep_direct_ok(ep) &&
         (ep->fast->atomic_direct(ep->qp, (hca_wr_opcode_t)op, size, remote_addr,
                            (uint32_t)rkey, value, swap, result) == 0)) {
@@ -952,7 +1012,7 @@ ucs_status_t uct_hca_ep_flush(uct_ep_h tl_ep, unsigned flags,
     } else if (ucs_unlikely(UCS_STATUS_IS_ERR(ep->status))) {
         return ep->status; /* failed (or cancelled): as every operation */
     } else if (ucs_unlikely(hca_qp_state(ep->qp) == HCA_QPS_ERR)) {
-        return uct_hca_ep_qp_failed(ep);
+        return uct_hca_ep_qp_failed(ep, 1);
     } else if (!ucs_arbiter_group_is_empty(&ep->arb_group) &&
                !ep->in_pending) {
         /* requests queued before this flush go first; from the dispatch
@@ -1169,6 +1229,7 @@ UCS_CLASS_INIT_FUNC(uct_hca_ep_t, const uct_ep_params_t *params)
     self->err_reported = 0;
     self->err_pending  = 0;
     self->no_resource  = 0;
+    self->lost_posts   = 0;
     self->in_pending   = 0;
     self->peer         = attr.dest;
     self->peer_qpn     = ifaddr->qpn;

@@ -186,6 +186,17 @@ static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
     if (memh->dm != NULL) {
         return UCS_ERR_INVALID_PARAM; /* allocated: use mem_free */
     }
+    if (flags & UCT_MD_MEM_DEREG_FLAG_INVALIDATE) {
+        /* whatever UCX's own parameter check was compiled with: the
+         * completion is invoked below */
+        if (UCT_MD_MEM_DEREG_FIELD_VALUE(params, comp, FIELD_COMPLETION,
+                                         NULL) == NULL) {
+            return UCS_ERR_INVALID_PARAM;
+        }
+        if (UCT_HCA_HAVE_INVALIDATE_RMA_AMO && !memh->inv_packed) {
+            return UCS_ERR_INVALID_PARAM; /* no invalidatable key packed */
+        }
+    }
     if (memh->entry != NULL) {
         /* stays registered in the cache; invalidated, it is deregistered
          * at its last holder's put, which then invokes the completion once
@@ -277,6 +288,13 @@ uct_hca_mkey_pack(uct_md_h tl_md, uct_mem_h tl_memh,
     uct_hca_packed_rkey_t *rkey  = rkey_buffer;
     uint64_t dm_base             = 0;
 
+#if UCT_HCA_HAVE_INVALIDATE_RMA_AMO
+    if ((params->field_mask & UCT_MD_MKEY_PACK_FIELD_FLAGS) &&
+        (params->flags & (UCT_MD_MKEY_PACK_FLAG_INVALIDATE_RMA |
+                          UCT_MD_MKEY_PACK_FLAG_INVALIDATE_AMO))) {
+        memh->inv_packed = 1;
+    }
+#endif
     rkey->rkey      = hca_mr_rkey(memh->mr);
     rkey->dm_id     = hca_mr_dm_id(memh->mr, &dm_base);
     rkey->pid       = md->addr.pid;

@@ -459,6 +459,7 @@ ucs_status_t uct_hca_rcache_get(uct_hca_rcache_t *rc, void *address,
     e->memh.mr   = mr;
     e->memh.dm   = NULL;
     e->memh.lkey = hca_mr_lkey(mr);
+    e->memh.inv_packed = 0;
     e->next      = rc->hash[uct_hca_rcache_hash(rc, start)];
     rc->hash[uct_hca_rcache_hash(rc, start)] = e;
     rc->lo       = ucs_min(rc->lo, start);

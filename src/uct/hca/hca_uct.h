@@ -79,6 +79,11 @@ typedef struct uct_hca_memh {
     hca_mr_t *mr;
     hca_dm_t *dm;        /* set when allocated by mem_alloc */
     uint32_t  lkey;
+    /* its key was packed with an INVALIDATE flag (UCX >= 1.15): only
+     * such a key may be deregistered with UCT_MD_MEM_DEREG_FLAG_INVALIDATE,
+     * as UCX's IB md requires (ib_mlx5dv_md.c,
+     * uct_ib_devx_dereg_invalidate_rkey_check) */
+    uint8_t   inv_packed;
     struct uct_hca_rcache_entry *entry; /* set when it lives in the cache */
 } uct_hca_memh_t;
 
@@ -284,6 +289,8 @@ typedef struct uct_hca_ep {
     int                  err_reported;
     int                  err_pending;  /* report from progress */
     int                  no_resource;  /* last send found no room */
+    unsigned             lost_posts;   /* accepted after it failed, before
+                                          the report (uct_hca_ep_failed_post) */
     int                  in_pending;   /* dispatching its pending queue */
     hca_port_addr_t      peer;         /* the remote iface's port ... */
     uint32_t             peer_qpn;     /* ... and target QP */

@@ -1013,4 +1013,64 @@ INSTANTIATE_TEST_SUITE_P(
         on_fabrics(::testing::Values(TOPO_REMOTE, TOPO_REMOTE_NO_CMA)),
         fabric_param_name<topology>(topology_name_of));
 
+/* ------------------------------------------------------------ closed peer */
+
+/* The peer's iface is closed in this process, so the sender's QP finds its
+ * peer gone inside the next post.  Until the error callback has run, a
+ * post without a completion is accepted (as into a dead peer's ring or
+ * socket: mm, tcp), and the failure comes from progress, not from the send
+ * (UCX's test_uct_peer_failure_keepalive.killed_post_am); after the report
+ * every post returns the reported status. */
+class UctClosedPeer : public uct_test_base, public with_fabric<int> {};
+
+TEST_P(UctClosedPeer, PostsBeforeTheReportAreAcceptedAndTheErrorComesOnce)
+{
+    entity snd;
+    std::unique_ptr<entity> rcv(new entity);
+    entity_config cfg = fabric_config(GetFabric());
+    ASSERT_NO_FATAL_FAILURE(snd.open(cfg));
+    ASSERT_NO_FATAL_FAILURE(rcv->open(cfg));
+    uct_ep_h ep = snd.connect_to(*rcv);
+    ASSERT_NE(nullptr, ep);
+    uint64_t v = 7;
+    ASSERT_EQ(UCS_OK, retry_send([&] {
+        return uct_ep_am_short(ep, AM_ID, 0, &v, sizeof(v));
+    }, {&snd, rcv.get()}));
+    ASSERT_EQ(UCS_OK, flush_ep(ep, {&snd, rcv.get()}));
+    rcv.reset(); /* its iface and QPs destroyed */
+
+    EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
+    {
+        call_guard guard(snd);
+        EXPECT_EQ(0, snd.errors_for(ep));
+        EXPECT_EQ(UCS_OK, uct_ep_am_short(ep, AM_ID, 0, &v, sizeof(v)))
+            << "an AM posted after the peer closed, before the error was "
+               "reported";
+        EXPECT_EQ(UCS_OK, uct_ep_put_short(ep, &v, 0, 0, 0))
+            << "a zero-length put_short";
+    }
+    deadline dl(10);
+    while ((snd.errors_for(ep) == 0) && !dl.expired()) {
+        uct_ep_check(ep, 0, NULL);
+        snd.progress();
+    }
+    ASSERT_EQ(1, snd.errors_for(ep)) << "the closed peer was never reported";
+    EXPECT_EQ(0, snd.handler_in_call) << "reported from inside a send";
+    const ucs_status_t rep = snd.last_error_for(ep);
+    EXPECT_TRUE(UCS_STATUS_IS_ERR(rep)) << rep;
+    EXPECT_EQ(rep, uct_ep_am_short(ep, AM_ID, 0, &v, sizeof(v)))
+        << "after the report: the reported status";
+    for (int i = 0; i < 100; ++i) {
+        snd.progress();
+    }
+    EXPECT_EQ(1, snd.errors_for(ep)) << "reported twice";
+    snd.destroy_ep(ep);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        hca, UctClosedPeer, on_fabrics(::testing::Values(0)),
+        fabric_param_name<int>([](const ::testing::TestParamInfo<int> &) {
+            return std::string("inproc");
+        }));
+
 } /* namespace */

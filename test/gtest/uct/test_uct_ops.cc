@@ -11,6 +11,12 @@
  */
 #include "uct_test_common.h"
 
+/* UCS_MAX_LOG_LEVEL as the module is built with: the installed UCX's
+ * config.h (ucx-config/, from `ucx_info -b`) */
+#include <config.h>
+#include <ucs/config/global_opts.h>
+#include <ucs/debug/log_def.h>
+
 #include <algorithm>
 #include <set>
 #include <tuple>
@@ -868,6 +874,77 @@ TEST_P(UctOps, MixedBurstThenFlush)
     EXPECT_EQ(n * (n + 1) / 2, tgt->read_u64(r.id, n * chunk));
     rk.release();
     tgt->free(r.id);
+}
+
+/* ------------------------------------------------------------ data trace */
+
+/* UCX_LOG_LEVEL=data prints every operation, as UCX's own transports do
+ * (UCX's uct_p2p_test counts the lines).  Each one is a line at
+ * UCS_LOG_LEVEL_TRACE_DATA naming it, caught here by a log handler that
+ * keeps them from stderr. */
+namespace {
+std::vector<std::string> *trace_lines;
+
+ucs_log_func_rc_t catch_data_lines(const char *, unsigned, const char *,
+                                   ucs_log_level_t level,
+                                   const ucs_log_component_config_t *,
+                                   const char *message, va_list ap)
+{
+    if (level != UCS_LOG_LEVEL_TRACE_DATA) {
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+    char line[512];
+    vsnprintf(line, sizeof(line), message, ap);
+    trace_lines->push_back(line);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+} /* namespace */
+
+TEST_P(UctOps, EveryOperationIsPrintedAtDataLevel)
+{
+    std::vector<std::string> lines;
+    ucs_log_level_t saved = ucs_global_opts.log_component.log_level;
+    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_TRACE_DATA;
+    if (!ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA)) {
+        ucs_global_opts.log_component.log_level = saved;
+        GTEST_SKIP() << "this UCX is built with a maximum log level below "
+                        "data (UCS_MAX_LOG_LEVEL): nothing can print there";
+    }
+    trace_lines = &lines;
+    ucs_log_push_handler(catch_data_lines);
+    struct restore {
+        ucs_log_level_t level;
+        ~restore() {
+            ucs_global_opts.log_component.log_level = level;
+            ucs_log_pop_handler();
+        }
+    } r{saved};
+
+    /* the name each operation's line carries */
+    auto printed = [&](const char *what, const std::function<void()> &run) {
+        size_t before = lines.size();
+        run();
+        bool found = false;
+        for (size_t i = before; i < lines.size(); ++i) {
+            found = found || (lines[i].find(what) != std::string::npos);
+        }
+        EXPECT_TRUE(found) << what << ": no line at data level among "
+                           << (lines.size() - before);
+    };
+    printed("PUT_SHORT", [&] { run_put(PUT_SHORT, {8}); });
+    printed("PUT_BCOPY", [&] { run_put(PUT_BCOPY, {8}); });
+    printed("PUT_ZCOPY", [&] { run_put(PUT_ZCOPY, {4096}); });
+    printed("GET_BCOPY", [&] { run_get(GET_BCOPY, {8}); });
+    printed("GET_ZCOPY", [&] { run_get(GET_ZCOPY, {4096}); });
+    printed("TX: AM_SHORT ", [&] { run_am(AM_SHORT, {8}, 1, 1); });
+    printed("TX: AM_SHORT_IOV", [&] { run_am(AM_SHORT_IOV, {8}, 2, 1); });
+    printed("TX: AM_BCOPY", [&] { run_am(AM_BCOPY, {8}, 1, 1); });
+    printed("TX: AM_ZCOPY", [&] { run_am(AM_ZCOPY, {4096}, 1, 1); });
+    printed("ATOMIC64", [&] { run_atomic_post(8); });
+    printed("ATOMIC32", [&] { run_atomic_fetch(4); });
+    if (topo == TOPO_LOCAL) {
+        printed("RX: AM", [&] { run_am(AM_BCOPY, {8}, 1, 1); });
+    }
 }
 
 static std::string ops_param_name(

@@ -447,9 +447,12 @@ TEST_F(UctMdInvalidate, SharedCompletionIsCalledOnceAfterTheLast)
     const int n = 4;
     std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(8192));
     std::vector<uct_mem_h> memh(n);
+    std::vector<uint8_t> key(e.md_attr.rkey_packed_size);
     for (int i = 0; i < n; ++i) {
         ASSERT_EQ(UCS_OK, uct_md_mem_reg(e.md, bufs[i].data(), 8192,
                                          UCT_MD_MEM_ACCESS_ALL, &memh[i]));
+        ASSERT_EQ(UCS_OK, pack_invalidatable(e.md, memh[i], bufs[i].data(),
+                                             8192, key.data()));
     }
     test_comp c;
     c.reset(n);
@@ -472,6 +475,52 @@ TEST_F(UctMdInvalidate, SharedCompletionIsCalledOnceAfterTheLast)
     }
     EXPECT_EQ(1, c.calls);
     EXPECT_EQ(0, c.uct.count);
+    EXPECT_EQ(UCS_OK, c.status);
+}
+
+/* uct_md_mem_dereg_v2's parameters, checked as UCX's test_md.dereg_bad_arg
+ * checks them: no memh, or INVALIDATE without a completion, or INVALIDATE
+ * of a key never packed invalidatable (UCX >= 1.15, as UCX's IB md) is
+ * UCS_ERR_INVALID_PARAM, and the registration stays; then the right call
+ * deregisters it and completes. */
+TEST_F(UctMdInvalidate, DeregParametersAreChecked)
+{
+    entity e;
+    ASSERT_NO_FATAL_FAILURE(e.open());
+    std::vector<uint8_t> buf(1 << 20);
+    uct_mem_h memh;
+    ASSERT_EQ(UCS_OK, uct_md_mem_reg(e.md, buf.data(), buf.size(),
+                                     UCT_MD_MEM_ACCESS_ALL, &memh));
+    test_comp c;
+    c.reset(1);
+    hcat_md_mem_dereg_params_t p;
+    p.memh  = memh;
+    p.flags = HCAT_MD_MEM_DEREG_FLAG_INVALIDATE;
+    p.comp  = &c.uct;
+    const uint64_t bad[] = {
+        HCAT_MD_MEM_DEREG_FIELD_COMPLETION,
+        HCAT_MD_MEM_DEREG_FIELD_COMPLETION | HCAT_MD_MEM_DEREG_FIELD_FLAGS,
+        HCAT_MD_MEM_DEREG_FIELD_MEMH | HCAT_MD_MEM_DEREG_FIELD_FLAGS,
+    };
+    for (uint64_t mask : bad) {
+        p.field_mask = mask;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_md_mem_dereg_v2(e.md, &p))
+            << "field_mask 0x" << std::hex << mask;
+    }
+    p.field_mask = HCAT_MD_MEM_DEREG_FIELD_MEMH |
+                   HCAT_MD_MEM_DEREG_FIELD_FLAGS |
+                   HCAT_MD_MEM_DEREG_FIELD_COMPLETION;
+#if HCAT_HAVE_INVALIDATE_PACK_FLAGS
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_md_mem_dereg_v2(e.md, &p))
+        << "invalidated a key that was never packed with an INVALIDATE flag";
+#endif
+    EXPECT_EQ(0, c.calls);
+    /* still registered: its key packs */
+    std::vector<uint8_t> key(e.md_attr.rkey_packed_size);
+    ASSERT_EQ(UCS_OK, pack_invalidatable(e.md, memh, buf.data(), buf.size(),
+                                         key.data()));
+    EXPECT_EQ(UCS_OK, uct_md_mem_dereg_v2(e.md, &p));
+    EXPECT_EQ(1, c.calls);
     EXPECT_EQ(UCS_OK, c.status);
 }
 

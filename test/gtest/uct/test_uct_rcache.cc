@@ -73,15 +73,23 @@ protected:
         uct_mem_h memh = UCT_MEM_HANDLE_NULL;
         EXPECT_EQ(UCS_OK, uct_md_mem_reg(tgt.md, p, len,
                                          UCT_MD_MEM_ACCESS_ALL, &memh));
+        regions[memh] = std::make_pair(p, len);
         return memh;
     }
 
+    /* as UCP packs the keys of its rendezvous lanes: one that an
+     * invalidating deregistration may end */
     std::string pack(uct_mem_h memh)
     {
         std::string key(tgt.md_attr.rkey_packed_size, '\0');
-        EXPECT_EQ(UCS_OK, uct_md_mkey_pack(tgt.md, memh, &key[0]));
+        auto r = regions.find(memh);
+        EXPECT_TRUE(r != regions.end()) << "not registered here";
+        EXPECT_EQ(UCS_OK, pack_invalidatable(tgt.md, memh, r->second.first,
+                                             r->second.second, &key[0]));
         return key;
     }
+
+    std::map<uct_mem_h, std::pair<void*, size_t>> regions;
 
     /* A get (put: of pattern seed) of len bytes at raddr with the packed
      * key, on a fresh ep, from/into local: UCS_OK when it worked, else the

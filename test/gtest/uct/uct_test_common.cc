@@ -288,6 +288,21 @@ const char *mem_kind_name(mem_kind k)
     }
 }
 
+ucs_status_t pack_invalidatable(uct_md_h md, uct_mem_h memh, void *address,
+                                size_t length, void *rkey_buffer)
+{
+#if HCAT_HAVE_INVALIDATE_PACK_FLAGS
+    hcat_md_mkey_pack_params_t p;
+    p.field_mask = HCAT_MD_MKEY_PACK_FIELD_FLAGS;
+    p.flags      = HCAT_MD_MKEY_PACK_FLAG_INVALIDATE_RMA;
+    return uct_md_mkey_pack_v2(md, memh, address, length, &p, rkey_buffer);
+#else
+    (void)address;
+    (void)length;
+    return uct_md_mkey_pack(md, memh, rkey_buffer);
+#endif
+}
+
 uct_component_h find_hca_component()
 {
     uct_component_h *comps, found = nullptr;

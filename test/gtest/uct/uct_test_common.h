@@ -62,6 +62,28 @@ enum {
 };
 ucs_status_t uct_md_mem_dereg_v2(uct_md_h md,
                                  const hcat_md_mem_dereg_params_t *params);
+
+/* and from 1.15 on, the key that UCT_MD_MEM_DEREG_FLAG_INVALIDATE
+ * invalidates: packed by uct_md_mkey_pack_v2 with an INVALIDATE flag
+ * ("in order for UCT_MD_MEM_DEREG_FLAG_INVALIDATE flag to function the
+ * UCT_MD_MKEY_PACK_FLAG_INVALIDATE_RMA and/or _AMO flag must be set",
+ * uct_v2.h) */
+#define HCAT_HAVE_INVALIDATE_PACK_FLAGS \
+    ((UCT_VERNO_MAJOR > 1) || (UCT_VERNO_MINOR >= 15))
+#if HCAT_HAVE_INVALIDATE_PACK_FLAGS
+typedef struct hcat_md_mkey_pack_params {
+    uint64_t field_mask;
+    unsigned flags;
+} hcat_md_mkey_pack_params_t;
+enum {
+    HCAT_MD_MKEY_PACK_FIELD_FLAGS         = UCS_BIT(0),
+    HCAT_MD_MKEY_PACK_FLAG_INVALIDATE_RMA = UCS_BIT(0)
+};
+ucs_status_t uct_md_mkey_pack_v2(uct_md_h md, uct_mem_h memh, void *address,
+                                 size_t length,
+                                 const hcat_md_mkey_pack_params_t *params,
+                                 void *mkey_buffer);
+#endif
 }
 
 /* googletest prints ucs_status_t by name */
@@ -71,6 +93,11 @@ inline std::ostream &operator<<(std::ostream &os, ucs_status_t s)
 }
 
 namespace hcat {
+
+/* a packed key that a deregistration with UCT_MD_MEM_DEREG_FLAG_INVALIDATE
+ * may invalidate (the plain one before UCX 1.15) */
+ucs_status_t pack_invalidatable(uct_md_h md, uct_mem_h memh, void *address,
+                                size_t length, void *rkey_buffer);
 
 constexpr double TIMEOUT_SEC  = 15.0;  /* every wait loop */
 constexpr int    CHILD_ALARM  = 90;    /* a child's own watchdog (s) */
