@@ -884,6 +884,7 @@ TEST_P(UctOps, MixedBurstThenFlush)
  * keeps them from stderr. */
 namespace {
 std::vector<std::string> *trace_lines;
+ucs_log_level_t           trace_saved_level;
 
 ucs_log_func_rc_t catch_data_lines(const char *, unsigned, const char *,
                                    ucs_log_level_t level,
@@ -891,7 +892,9 @@ ucs_log_func_rc_t catch_data_lines(const char *, unsigned, const char *,
                                    const char *message, va_list ap)
 {
     if (level != UCS_LOG_LEVEL_TRACE_DATA) {
-        return UCS_LOG_FUNC_RC_CONTINUE;
+        /* what the level raised here lets through: not printed */
+        return (level <= trace_saved_level) ? UCS_LOG_FUNC_RC_CONTINUE :
+                                              UCS_LOG_FUNC_RC_STOP;
     }
     char line[512];
     vsnprintf(line, sizeof(line), message, ap);
@@ -904,6 +907,7 @@ TEST_P(UctOps, EveryOperationIsPrintedAtDataLevel)
 {
     std::vector<std::string> lines;
     ucs_log_level_t saved = ucs_global_opts.log_component.log_level;
+    trace_saved_level     = saved;
     ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_TRACE_DATA;
     if (!ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA)) {
         ucs_global_opts.log_component.log_level = saved;
@@ -943,7 +947,7 @@ TEST_P(UctOps, EveryOperationIsPrintedAtDataLevel)
     printed("ATOMIC64", [&] { run_atomic_post(8); });
     printed("ATOMIC32", [&] { run_atomic_fetch(4); });
     if (topo == TOPO_LOCAL) {
-        printed("RX: AM", [&] { run_am(AM_BCOPY, {8}, 1, 1); });
+        printed("RX am_id", [&] { run_am(AM_BCOPY, {8}, 1, 1); });
     }
 }
 
