@@ -5,6 +5,9 @@
  */
 #include "hca_uct.h"
 
+#include <stdlib.h>
+#include <strings.h>
+
 #include <ucs/arch/cpu.h>
 #include <ucs/debug/log.h>
 #include <ucs/sys/string.h>
@@ -14,6 +17,20 @@
 #define UCT_HCA_POLL_BATCH 16
 
 static UCS_CLASS_DECLARE_DELETE_FUNC(uct_hca_iface_t, uct_iface_t);
+
+#if !UCT_HCA_UCP_PROTO_V2_DEFAULT
+/* UCP of this version runs protocols v2: UCX_PROTO_ENABLE as UCP reads it
+ * from the environment (a boolean as ucs_config_sscanf_bool takes it; a
+ * ucx.conf setting is not seen here). */
+static int uct_hca_ucp_proto_v2_requested(void)
+{
+    const char *v = getenv("UCX_PROTO_ENABLE");
+
+    return (v != NULL) &&
+           (!strcasecmp(v, "y") || !strcasecmp(v, "yes") ||
+            !strcasecmp(v, "on") || !strcmp(v, "1"));
+}
+#endif
 
 /* cap.get.min_zcopy: see GET_MIN_ZCOPY below */
 #if UCT_HCA_UCP_PROTO_V2_DEFAULT
@@ -88,7 +105,6 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
                             UCT_IFACE_FLAG_PUT_SHORT |
                             UCT_IFACE_FLAG_PUT_BCOPY |
                             UCT_IFACE_FLAG_PUT_ZCOPY |
-                            UCT_IFACE_FLAG_GET_BCOPY |
                             UCT_IFACE_FLAG_GET_ZCOPY |
                             UCT_IFACE_FLAG_ATOMIC_CPU |
                             UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
@@ -98,6 +114,9 @@ static ucs_status_t uct_hca_iface_query(uct_iface_h tl_iface,
      * (UCX_HCA_FABRIC=auto or tcp, not shm) */
     if (iface->md->addr.net.family != HCA_NET_NONE) {
         attr->cap.flags  |= UCT_HCA_IFACE_FLAG_INTER_NODE;
+    }
+    if (iface->config.get_bcopy) {
+        attr->cap.flags  |= UCT_IFACE_FLAG_GET_BCOPY;
     }
     attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
                             UCT_IFACE_FLAG_EVENT_RECV |
@@ -732,6 +751,19 @@ static UCS_CLASS_INIT_FUNC(uct_hca_iface_t, uct_md_h tl_md,
     self->config.max_zcopy    = dattr.max_msg_size;
     self->config.get_min_zcopy = ucs_min(config->get_min_zcopy,
                                          dattr.max_msg_size);
+    self->config.get_bcopy     = 1;
+#if !UCT_HCA_UCP_PROTO_V2_DEFAULT
+    if (uct_hca_ucp_proto_v2_requested()) {
+        /* UCP 1.13-1.15's protocols v2 pick get/bcopy for any datatype,
+         * and its send function takes contiguous data only
+         * (ucp/rma/get_offload.c: no datatype check; the iov get then
+         * aborts in datatype_iter.inl, "dt_class == UCP_DATATYPE_CONTIG";
+         * 1.16 gave that protocol a dt_mask).  Zero-copy takes every
+         * datatype at every size: it is what those versions get here. */
+        self->config.get_bcopy     = 0;
+        self->config.get_min_zcopy = 0;
+    }
+#endif
     self->config.bcopy_in_slot = (config->seg_size <=
                                   dattr.max_inline_data);
     self->tx_credits          = config->tx_cq_len;

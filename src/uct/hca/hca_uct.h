@@ -260,6 +260,7 @@ typedef struct uct_hca_iface {
         int               bcopy_in_slot; /* seg_size fits a ring slot:
                                             bcopy packs straight into it */
         size_t            get_min_zcopy; /* cap.get.min_zcopy */
+        int               get_bcopy;     /* UCT_IFACE_FLAG_GET_BCOPY */
     } config;
 } uct_hca_iface_t;
 

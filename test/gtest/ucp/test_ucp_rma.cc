@@ -229,6 +229,8 @@ protected:
                                         &prm), sec);
     }
 
+    void iov_put_and_get();
+
     child      kid = {-1, channel()};
     ucp_peer   p;
     uint64_t   base = 0;
@@ -283,6 +285,88 @@ TEST_P(UcpRma, PutGetSizes)
     }
     EXPECT_EQ(UCS_OK, ucp_mem_unmap(p.ctx, lmemh));
 }
+
+/* Puts and gets of a UCP_DATATYPE_IOV buffer (three pieces) at the sizes
+ * around hca's thresholds, with protocols v1 and v2 (UCX_PROTO_ENABLE; v2 is
+ * the default from UCX 1.16 on): every datatype must reach a protocol that
+ * takes it.  (UCX 1.13 with v2 aborted in ucp_get_nbx: "dt_iter->dt_class
+ * == UCP_DATATYPE_CONTIG".) */
+void UcpRma::iov_put_and_get()
+{
+    const size_t sizes[] = {3, 24, 961, 8192, 8193, 65536, 1ul << 20};
+    /* the pieces 64 bytes apart */
+    std::vector<char> src((1ul << 20) + 256), dst((1ul << 20) + 256);
+    for (size_t size : sizes) {
+        SCOPED_TRACE("size " + std::to_string(size));
+        size_t a = size / 3, b = size / 3, c = size - a - b;
+        ucp_dt_iov_t siov[3] = {{src.data(), a}, {src.data() + a + 64, b},
+                                {src.data() + a + b + 128, c}};
+        ucp_dt_iov_t diov[3] = {{dst.data(), a}, {dst.data() + a + 64, b},
+                                {dst.data() + a + b + 128, c}};
+        std::vector<char> flat(size);
+        pat_fill(flat.data(), size, size + 5);
+        memcpy(siov[0].buffer, flat.data(), a);
+        memcpy(siov[1].buffer, flat.data() + a, b);
+        memcpy(siov[2].buffer, flat.data() + a + b, c);
+        ucp_request_param_t prm;
+        memset(&prm, 0, sizeof(prm));
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.datatype     = ucp_dt_make_iov();
+        const uint64_t off = 8192;
+        ASSERT_EQ(UCS_OK, p.wait(ucp_put_nbx(p.ep, siov, 3, base + off, rkey,
+                                             &prm))) << "iov put";
+        ASSERT_EQ(UCS_OK, p.flush_ep());
+        wire req, rep;
+        req.u64(RCMD_CHECK).u64(off).u64(size).u64(size + 5);
+        ASSERT_TRUE(rpc(req, &rep));
+        ASSERT_EQ(-1, (int64_t)rep.u64()) << "iov put data at the peer";
+
+        wire f, frep;
+        f.u64(RCMD_FILL).u64(off).u64(size).u64(size + 77);
+        ASSERT_TRUE(rpc(f, &frep));
+        memset(dst.data(), 0, dst.size());
+        ASSERT_EQ(UCS_OK, p.wait(ucp_get_nbx(p.ep, diov, 3, base + off, rkey,
+                                             &prm))) << "iov get";
+        std::vector<char> got(size);
+        memcpy(got.data(), diov[0].buffer, a);
+        memcpy(got.data() + a, diov[1].buffer, b);
+        memcpy(got.data() + a + b, diov[2].buffer, c);
+        ASSERT_EQ(-1, pat_check(got.data(), size, size + 77)) << "iov get data";
+    }
+}
+
+/* Protocols v2 (the default from UCX 1.16 on; UCP's RMA takes an iov
+ * datatype only there), zero-copy from the first byte as UCX's
+ * test_ucp_rma.*_iov_zcopy run them: UCP must find a protocol that takes
+ * the iov at every size, whatever hca's caps say of the mid sizes. */
+class UcpRmaProtoV2 : public UcpRma {
+protected:
+    void SetUp() override
+    {
+        /* this process and the peer it forks */
+        setenv("UCX_PROTO_ENABLE", "y", 1);
+        setenv("UCX_ZCOPY_THRESH", "0", 1);
+        UcpRma::SetUp();
+    }
+
+    void TearDown() override
+    {
+        UcpRma::TearDown();
+        unsetenv("UCX_PROTO_ENABLE");
+        unsetenv("UCX_ZCOPY_THRESH");
+    }
+};
+
+TEST_P(UcpRmaProtoV2, IovPutAndGet)
+{
+    iov_put_and_get();
+}
+
+INSTANTIATE_TEST_SUITE_P(hca, UcpRmaProtoV2, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool> &i) {
+                             return std::string(i.param ? "ucp_alloc" :
+                                                          "user_memory");
+                         });
 
 TEST_P(UcpRma, Atomics)
 {
