@@ -12,9 +12,12 @@
  * (docs/UCT-SEMANTICS.md).  A peer that is gone - its process, or its
  * target QP (the device says RETRY_EXC) - is UCS_ERR_ENDPOINT_TIMEOUT, as
  * UCX's tcp and rc report it and as UCP's failed lanes answer later
- * operations; a target QP that exists but refuses (REM_INV_REQ) is
- * UCS_ERR_CONNECTION_RESET; a key check that failed is
- * UCS_ERR_INVALID_ADDR.
+ * operations; a target QP that exists but refuses (REM_INV_REQ), and a
+ * remote key check that failed (REM_ACCESS: a bad or invalidated rkey, an
+ * access out of its range) are UCS_ERR_CONNECTION_RESET, as rc maps them
+ * (uct_ib_wc_to_ucs_status) and as UCP's error handling requires of a
+ * failed ep (a rendezvous peer's invalidated memory, ucp_ep_set_failed);
+ * a local key check that failed is UCS_ERR_INVALID_ADDR.
  */
 ucs_status_t uct_hca_status(hca_wc_status_t status)
 {
@@ -27,6 +30,7 @@ ucs_status_t uct_hca_status(hca_wc_status_t status)
     case HCA_WC_RNR_RETRY_EXC_ERR:
         return UCS_ERR_ENDPOINT_TIMEOUT;
     case HCA_WC_REM_ACCESS_ERR:
+        return UCS_ERR_CONNECTION_RESET;
     case HCA_WC_LOC_PROT_ERR:
         return UCS_ERR_INVALID_ADDR;
     case HCA_WC_LOC_LEN_ERR:
