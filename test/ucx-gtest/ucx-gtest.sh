@@ -70,12 +70,14 @@ ucp/test_ucp_worker.cc ucp/test_ucp_wakeup.cc ucp/test_ucp_stream.cc
 ucp/test_ucp_fault_tolerance.cc ucp/test_ucp_ep.cc ucp/test_ucp_request.cc
 "
 
-CI_SUITES="test_p2p_rma test_p2p_am test_p2p_err test_p2p_mix test_md
+CI_SUITES="uct_p2p_rma_test uct_p2p_am_test uct_p2p_am_misc uct_p2p_am_alignment
+uct_p2p_am_tx_bufs uct_p2p_err_test uct_p2p_mix_test test_md
 uct_amo_add_xor_test uct_amo_and_or_test uct_amo_cswap_test
 uct_amo_fadd_fxor_test uct_amo_fand_for_test uct_amo_swap_test
-uct_flush_test uct_fence_test test_uct_pending test_zcopy_comp test_uct_ep
-test_uct_iface test_uct_peer_failure test_uct_peer_failure_keepalive
-test_uct_peer_failure_rma_zcopy test_uct_peer_failure_multiple"
+uct_flush_test uct_fence_test uct_cancel_test test_uct_pending
+test_zcopy_comp test_uct_ep test_uct_iface test_uct_progress test_uct_event
+test_uct_peer_failure test_uct_peer_failure_keepalive
+test_uct_peer_failure_multiple"
 
 # Tests that do not apply to hca, each with its reason (docs/UCT-SEMANTICS.md)
 EXCLUDE=""
@@ -103,6 +105,13 @@ patch_sources() {  # dir (a copy of test/gtest)
     done
     n=$(grep -c '^    _UCT_INSTANTIATE_TEST_CASE(_test_case, hca)$' "$d/uct/uct_test.h")
     [ "$n" = 3 ] || die "uct/uct_test.h: $n hca instances went in, not 3"
+    # the md suites go by component: hca after rdmacm
+    grep -q '^                   rdmacm \\$' "$d/uct/test_md.cc" ||
+        die "uct/test_md.cc: no md list ending in rdmacm"
+    sed -i 's/^\(                   rdmacm\) \\$/\1, \\\n                   hca \\/' \
+        "$d/uct/test_md.cc"
+    grep -q '^                   hca \\$' "$d/uct/test_md.cc" ||
+        die "uct/test_md.cc: the hca md did not go in"
     grep -q '^#define UCP_INSTANTIATE_TEST_CASE(_test_case) \\$' "$d/ucp/ucp_test.h" ||
         die "ucp/ucp_test.h: no UCP_INSTANTIATE_TEST_CASE"
     sed -i '/^#define UCP_INSTANTIATE_TEST_CASE(_test_case) \\$/a\    UCP_INSTANTIATE_TEST_CASE_TLS(_test_case, hca,     "hca,self") \\' \
@@ -115,6 +124,19 @@ patch_sources() {  # dir (a copy of test/gtest)
 obj_of() {  # common/main.cc -> common/gtest-main.o
     local dir=${1%/*} file=${1##*/}
     echo "$dir/gtest-${file%.cc}.o"
+}
+
+# Copies the files of tree $1 into $2 that differ (or are new): make then
+# rebuilds what a changed patch touched, not the whole binary.
+sync_changed() {  # from to
+    local f
+    (cd "$1" && find . -type f) | while read -r f; do
+        if ! cmp -s "$1/$f" "$2/$f"; then
+            mkdir -p "$(dirname "$2/$f")"
+            cp -p "$1/$f" "$2/$f"
+            touch "$2/$f"
+        fi
+    done
 }
 
 do_build() {  # src
@@ -137,21 +159,30 @@ do_build() {  # src
     exec 8>"$gdir/.lock"
     flock 8
     t0=$(date +%s)
-    rm -rf "$gdir/obj" "$gdir/src-gtest" "$gdir"/.built-*
-    log "copying UCX's build tree"
-    cp -a "$base/obj" "$gdir/obj"
-    cp -a "$tree/test/gtest" "$gdir/src-gtest"
-    patch_sources "$gdir/src-gtest"
-    # the same flags as the prefix, and the suites; config.h comes out the
-    # same, so the copied libraries stay current
-    log "configure --enable-gtest (log: $gdir/configure.log)"
-    export GIT_CEILING_DIRECTORIES=$base
-    (cd "$gdir/obj" &&
-        eval "set -- $(sed -n "s/^ac_cs_config='\\(.*\\)'\$/\\1/p" config.status)" &&
-        "$tree/configure" "$@" --enable-gtest) >"$gdir/configure.log" 2>&1 ||
-        { tail -n 30 "$gdir/configure.log" >&2; die "configure failed"; }
-    grep -q '^noinst_PROGRAMS = gtest' "$gdir/obj/test/gtest/Makefile" ||
-        die "configure --enable-gtest did not enable the suites"
+    rm -f "$gdir"/.built-*
+    if [ ! -f "$gdir/.configured" ]; then
+        rm -rf "$gdir/obj" "$gdir/src-gtest"
+        log "copying UCX's build tree"
+        cp -a "$base/obj" "$gdir/obj"
+        # the same flags as the prefix, and the suites; config.h comes out
+        # the same, so the copied libraries stay current
+        log "configure --enable-gtest (log: $gdir/configure.log)"
+        export GIT_CEILING_DIRECTORIES=$base
+        (cd "$gdir/obj" &&
+            eval "set -- $(sed -n "s/^ac_cs_config='\(.*\)'\$/\1/p" config.status)" &&
+            "$tree/configure" "$@" --enable-gtest) >"$gdir/configure.log" 2>&1 ||
+            { tail -n 30 "$gdir/configure.log" >&2; die "configure failed"; }
+        grep -q '^noinst_PROGRAMS = gtest' "$gdir/obj/test/gtest/Makefile" ||
+            die "configure --enable-gtest did not enable the suites"
+        touch "$gdir/.configured"
+    fi
+    # the patched suites: only the files that changed are replaced
+    rm -rf "$gdir/src-gtest.new"
+    cp -a "$tree/test/gtest" "$gdir/src-gtest.new"
+    patch_sources "$gdir/src-gtest.new"
+    mkdir -p "$gdir/src-gtest"
+    sync_changed "$gdir/src-gtest.new" "$gdir/src-gtest"
+    rm -rf "$gdir/src-gtest.new"
     for s in $GTEST_SOURCES; do
         objs="$objs $(obj_of "$s")"
     done

@@ -204,9 +204,36 @@ static void hca_tcp_dev_close(hca_device_t *dev)
 
 /* ---------------------------------------------------------------- address */
 
+/* A listener one of our paths can dial: an IPv4 or IPv6 address of a
+ * family we have, a port and an address that are not zero (an address
+ * that is none of these - corrupted, or of another kind - is refused here,
+ * not by a connect that times out later). */
 static int hca_tcp_reachable(hca_device_t *dev, const hca_port_addr_t *addr)
 {
-    return (hca_tcp_dev(dev) != NULL) && (addr->net.family != HCA_NET_NONE);
+    static const uint8_t zero[16];
+    hca_tcp_dev_t *tcp = hca_tcp_dev(dev);
+    const hca_net_addr_t *net = &addr->net;
+    size_t len;
+
+    if ((tcp == NULL) || (net->port == 0)) {
+        return 0;
+    }
+    if (net->family == HCA_NET_IPV4) {
+        len = 4;
+    } else if (net->family == HCA_NET_IPV6) {
+        len = 16;
+    } else {
+        return 0;
+    }
+    if (!memcmp(net->addr, zero, len)) {
+        return 0;
+    }
+    for (int i = 0; i < tcp->n_paths; ++i) {
+        if (tcp->paths[i].addr.family == net->family) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static void hca_tcp_address(hca_device_t *dev, hca_port_addr_t *addr)

@@ -322,6 +322,33 @@ uct_hca_ep_iov_to_sge(const uct_iov_t *iov, size_t iovcnt, hca_sge_t *sge,
 
 /* ---------------------------------------------------------------- AM */
 
+/* An AM sent from pieces (header and payload, an iov) traced as the
+ * receiver sees it, one buffer: what UCX's AM tracer (UCP's, or a test's)
+ * decodes.  Only with the data level on; at most max_inline bytes. */
+static UCS_F_NOINLINE void
+uct_hca_ep_trace_am_pieces(uct_hca_iface_t *iface, uint8_t id,
+                           const hca_sge_t *sge, int num_sge,
+                           const char *what)
+{
+    char buf[UCT_HCA_MAX_INLINE];
+    size_t length = 0;
+
+    for (int i = 0; i < num_sge; ++i) {
+        size_t n = ucs_min(sge[i].length, sizeof(buf) - length);
+        if (n != 0) {
+            memcpy(buf + length, (const void*)(uintptr_t)sge[i].addr, n);
+        }
+        length += n;
+    }
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, buf, length,
+                       "%s", what);
+}
+
+#define uct_hca_ep_trace_am(_iface, _id, _sge, _num_sge, _what) \
+    if (ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA)) { \
+        uct_hca_ep_trace_am_pieces(_iface, _id, _sge, _num_sge, _what); \
+    }
+
 /* am_short through a WR: the send queue is busy or the ring is full. */
 static UCS_F_NOINLINE ucs_status_t
 uct_hca_ep_am_short_wr(uct_hca_ep_t *ep, uint8_t id, uint64_t header,
@@ -352,8 +379,13 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(length + sizeof(header), 0, iface->config.max_inline,
                      "am_short");
-    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, payload,
-                       length, "TX: AM_SHORT");
+    if (ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA)) {
+        const hca_sge_t msg[2] = {
+            {.addr = (uintptr_t)&header, .length = sizeof(header)},
+            {.addr = (uintptr_t)payload, .length = length},
+        };
+        uct_hca_ep_trace_am_pieces(iface, id, msg, 2, "TX: AM_SHORT");
+    }
     if (uct_hca_ep_direct_ok(ep)) {
         /* header and payload straight into the target's ring: one call */
         rc = ep->fast->send_short(ep->qp, &header, sizeof(header), payload,
@@ -392,11 +424,7 @@ ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_short_iov");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "am_short_iov");
-    /* UCP's header is its first entry: what its tracer decodes */
-    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
-                       (iovcnt > 0) ? iov[0].buffer : NULL,
-                       (iovcnt > 0) ? uct_iov_get_length(&iov[0]) : 0,
-                       "TX: AM_SHORT_IOV total %zu", length);
+    uct_hca_ep_trace_am(iface, id, sge, wr.num_sge, "TX: AM_SHORT_IOV");
     rc = uct_hca_ep_am_direct_sge(ep, id, sge, wr.num_sge, length);
     if (ucs_likely(rc == 0)) {
         return UCS_OK;

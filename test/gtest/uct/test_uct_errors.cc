@@ -1067,6 +1067,33 @@ TEST_P(UctClosedPeer, PostsBeforeTheReportAreAcceptedAndTheErrorComesOnce)
     snd.destroy_ep(ep);
 }
 
+/* Addresses that are not an hca context's (random bytes: corrupted, or
+ * another transport's) are unreachable, as UCX's
+ * test_uct_iface.is_reachable checks; the iface's own is reachable. */
+TEST_P(UctClosedPeer, RandomAddressesAreUnreachable)
+{
+    entity e;
+    ASSERT_NO_FATAL_FAILURE(e.open(fabric_config(GetFabric())));
+    EXPECT_NE(0, uct_iface_is_reachable(
+                         e.iface, (const uct_device_addr_t*)e.dev_addr.data(),
+                         (const uct_iface_addr_t*)e.iface_addr.data()));
+    std::string dev(std::max<size_t>(e.dev_addr.size(), 4096), '\0');
+    std::string ifa(std::max<size_t>(e.iface_addr.size(), 4096), '\0');
+    unsigned seed = 17, reachable = 0;
+    for (int i = 0; i < 100; ++i) {
+        for (auto &c : dev) {
+            c = (char)rand_r(&seed);
+        }
+        for (auto &c : ifa) {
+            c = (char)rand_r(&seed);
+        }
+        reachable += (uct_iface_is_reachable(
+                              e.iface, (const uct_device_addr_t*)dev.data(),
+                              (const uct_iface_addr_t*)ifa.data()) != 0);
+    }
+    EXPECT_LE(reachable, 5u) << "random addresses found reachable";
+}
+
 INSTANTIATE_TEST_SUITE_P(
         hca, UctClosedPeer, on_fabrics(::testing::Values(0)),
         fabric_param_name<int>([](const ::testing::TestParamInfo<int> &) {

@@ -940,9 +940,32 @@ TEST_P(UctOps, EveryOperationIsPrintedAtDataLevel)
     printed("PUT_ZCOPY", [&] { run_put(PUT_ZCOPY, {4096}); });
     printed("GET_BCOPY", [&] { run_get(GET_BCOPY, {8}); });
     printed("GET_ZCOPY", [&] { run_get(GET_ZCOPY, {4096}); });
+    /* an AM is traced whole, header and payload, as its receiver gets it:
+     * what an AM tracer (UCP's) decodes */
+    std::vector<size_t> traced;
+    uct_iface_set_am_tracer(sender.iface,
+                            [](void *arg, uct_am_trace_type_t type, uint8_t,
+                               const void *, size_t length, char *buf,
+                               size_t) {
+                                if (type == UCT_AM_TRACE_TYPE_SEND) {
+                                    ((std::vector<size_t>*)arg)->push_back(
+                                            length);
+                                }
+                                buf[0] = '\0';
+                            }, &traced);
+    auto traced_whole = [&](const char *what) {
+        EXPECT_TRUE(std::find(traced.begin(), traced.end(), 16) !=
+                    traced.end())
+            << what << ": no send traced with its 8-byte header and 8 bytes";
+        traced.clear();
+    };
     printed("TX: AM_SHORT ", [&] { run_am(AM_SHORT, {8}, 1, 1); });
+    traced_whole("am_short");
     printed("TX: AM_SHORT_IOV", [&] { run_am(AM_SHORT_IOV, {8}, 2, 1); });
+    traced_whole("am_short_iov");
     printed("TX: AM_BCOPY", [&] { run_am(AM_BCOPY, {8}, 1, 1); });
+    traced_whole("am_bcopy");
+    uct_iface_set_am_tracer(sender.iface, nullptr, nullptr);
     printed("TX: AM_ZCOPY", [&] { run_am(AM_ZCOPY, {4096}, 1, 1); });
     printed("ATOMIC64", [&] { run_atomic_post(8); });
     printed("ATOMIC32", [&] { run_atomic_fetch(4); });
