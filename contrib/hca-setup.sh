@@ -27,7 +27,10 @@
 #          (HCA_UCX_VERSIONS): UCX 1.22.0 built from $HCA_UCX_122_SRC
 #          (cached), hca built against it in build-ucx-1.22.0, its
 #          gtest_uct (UCT and UCP tests, the module found through
-#          UCX_PLUGIN_PATH, no preload), test/smoke/run-smoke.sh (ucx_info
+#          UCX_PLUGIN_PATH, no preload), UCX 1.22.0's own uct suites with
+#          an hca instance (test/ucx-gtest/ucx-gtest.sh: the binary built
+#          once per machine in the UCX cache, ~8 minutes; the set "ci" on
+#          both fabrics, ~2 minutes), test/smoke/run-smoke.sh (ucx_info
 #          -d with no preload, a ucx_perftest run on the shm and tcp
 #          fabrics) and the MPI programs with 2 ranks over hca with that
 #          UCX's libraries (hca-run: LD_LIBRARY_PATH).  Prints
@@ -546,8 +549,10 @@ test_apps_2ranks() {  # builddir
 }
 
 # The tests of one more UCX version, from its source (built once, cached).
-#   LEVEL full:  gtest_uct, test/smoke (ucx_info -d, ucx_perftest on both
-#                fabrics), the MPI programs with 2 ranks
+#   LEVEL full:  gtest_uct, UCX's own uct suites over hca
+#                (test/ucx-gtest/ucx-gtest.sh, set ci), test/smoke
+#                (ucx_info -d, ucx_perftest on both fabrics), the MPI
+#                programs with 2 ranks
 #   LEVEL gtest: gtest_uct
 test_ucx_version() {  # label src level
     local label=$1 src=$2 level=$3 prefix bdir
@@ -571,6 +576,11 @@ test_ucx_version() {  # label src level
     run_suite "UCX $label: gtest_uct (UCT and UCP)" \
         make -C "$bdir/test/gtest" check-gtest-uct
     if [ "$level" = full ]; then
+        # UCX's own uct suites of that release, with an hca instance
+        # (built once per machine beside the UCX prefix)
+        run_suite "UCX $label: UCX's own uct suites over hca (ucx-gtest ci)" \
+            env HCA_MAKE_JOBS="$jobs" "$topdir/test/ucx-gtest/ucx-gtest.sh" \
+                run "$src" "$bdir" ci
         run_suite "UCX $label: ucx_info -d, ucx_perftest smoke" \
             "$topdir/test/smoke/run-smoke.sh" "$bdir"
         if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then

@@ -79,8 +79,15 @@ test_zcopy_comp test_uct_ep test_uct_iface test_uct_progress test_uct_event
 test_uct_peer_failure test_uct_peer_failure_keepalive
 test_uct_peer_failure_multiple"
 
-# Tests that do not apply to hca, each with its reason (docs/UCT-SEMANTICS.md)
-EXCLUDE=""
+# Tests that do not apply to hca, each with its reason (docs/UCT-SEMANTICS.md,
+# "UCX's own suites"), as a googletest negative filter
+EXCLUDE_LIST="
+hca/test_md.invalidate/*
+"
+# test_md.invalidate packs every key into a uint64_t (test_md.cc:889, 911,
+# 921): hca's packed rkey is 32 bytes (md_attr.rkey_packed_size), so the
+# test writes past its variable; it runs on IB mds, whose keys are 8 bytes.
+EXCLUDE=$(echo $EXCLUDE_LIST | tr ' ' ':')
 
 ucx_build() { "$topdir/contrib/ucx-build.sh" "$@"; }
 
