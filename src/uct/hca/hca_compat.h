@@ -211,6 +211,14 @@ static inline void uct_hca_md_attr_init(uct_hca_md_attr_t *attr)
     uct_md_base_md_query(attr);
     attr->cache_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
 }
+/* UCP's rcache caches them, so the md's own cache is off by default: with
+ * both, a user who turns UCP's off (UCX_RCACHE_ENABLE=n) still had keys
+ * outlive their deregistration (UCX 1.22's
+ * test_ucp_peer_failure_rndv_abort.get_zcopy_memory_invalidation_no_rcache:
+ * UCP deregisters without INVALIDATE and expects the peer's get to fail),
+ * and a hit cost two lookups.  UCX's IB md has no cache of its own either
+ * (UCX 1.22, uct/ib/base/ib_md.c). */
+#  define UCT_HCA_MD_RCACHE_DEFAULT "n"
 #else
 typedef uct_md_attr_t uct_hca_md_attr_t;
 #  define UCT_HCA_MD_CAP(_attr, _field)  ((_attr)->cap._field)
@@ -219,6 +227,9 @@ static inline void uct_hca_md_attr_init(uct_hca_md_attr_t *attr)
 {
     memset(&attr->cap, 0, sizeof(attr->cap));
 }
+/* UCP 1.13 caches no registration: the md's own cache is what keeps a
+ * zero-copy operation from registering its buffer each time */
+#  define UCT_HCA_MD_RCACHE_DEFAULT "y"
 #endif
 
 /* Every key of hca is invalidated for every kind of remote access at once

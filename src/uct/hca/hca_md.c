@@ -70,11 +70,13 @@ static ucs_config_field_t uct_hca_md_config_table[] = {
      "The first name of RETRY_TIMEOUT; when set (not 0) it is used instead.",
      ucs_offsetof(uct_hca_md_config_t, peer_timeout), UCS_CONFIG_TYPE_TIME},
 
-    {"RCACHE", "y",
-     "Keep registrations of user memory in a cache, as UCX's IB md does:\n"
+    {"RCACHE", UCT_HCA_MD_RCACHE_DEFAULT,
+     "Keep registrations of user memory in a cache of the md's own:\n"
      "UCP registers a buffer around every zero-copy operation.  A cached\n"
      "region stays registered (its rkey valid) after deregistration until it\n"
-     "is evicted, unmapped, or deregistered with the INVALIDATE flag.",
+     "is evicted, unmapped, or deregistered with the INVALIDATE flag.\n"
+     "The default is on where UCP has no cache of its own for hca (UCX\n"
+     "1.13), off where it has (UCX_RCACHE_ENABLE then decides).",
      ucs_offsetof(uct_hca_md_config_t, rcache), UCS_CONFIG_TYPE_BOOL},
 
     {"RCACHE_MAX_REGIONS", "4096",

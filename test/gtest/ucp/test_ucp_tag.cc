@@ -153,6 +153,101 @@ INSTANTIATE_TEST_SUITE_P(hca, UcpTag,
  * (ucp_ep_create: "Destination is unreachable", which is how Open MPI
  * jobs across hosts failed).  With UCX_HCA_FABRIC=shm hca reaches this
  * host only and stays out of it, as UCX's shared-memory transports do. */
+/* A probed rendezvous message received with ucp_tag_msg_recv_nbx and
+ * UCP_OP_ATTR_FLAG_NO_IMM_CMPL, as UCX's test_ucp_tag_probe.
+ * send_rndv_msg_probe does: hca may complete the rendezvous inside the call,
+ * and the callback then runs once, from the call, with the caller's
+ * user_data (UCP passes param->user_data whether or not the caller set
+ * UCP_OP_ATTR_FIELD_USER_DATA: ucp_request.inl, ucp_request_cb_param).
+ * Between two workers of this process. */
+class UcpTagProbe : public uct_test_base,
+                    public ::testing::WithParamInterface<bool> {};
+
+struct probe_recv {
+    int          calls  = 0;
+    ucs_status_t status = UCS_ERR_LAST;
+    size_t       length = 0;
+};
+
+TEST_P(UcpTagProbe, ProbedRendezvousCompletesOnce)
+{
+    const bool with_user_data = GetParam();
+    ucp_peer a, b;
+    ASSERT_NO_FATAL_FAILURE(a.init({{"RNDV_THRESH", "16k"}}, UCP_FEATURE_TAG));
+    ASSERT_NO_FATAL_FAILURE(b.init({{"RNDV_THRESH", "16k"}}, UCP_FEATURE_TAG));
+    ASSERT_NO_FATAL_FAILURE(a.connect(b.address));
+    ASSERT_NO_FATAL_FAILURE(b.connect(a.address));
+    const size_t size = 1148576;
+    std::vector<char> sbuf(size), rbuf(size, 0);
+    pat_fill(sbuf.data(), size, 31);
+
+    ucp_request_param_t sp;
+    memset(&sp, 0, sizeof(sp));
+    ucs_status_ptr_t sreq = ucp_tag_send_nbx(a.ep, sbuf.data(), size, 0x111337,
+                                             &sp);
+    ASSERT_FALSE(UCS_PTR_IS_ERR(sreq));
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = nullptr;
+    deadline dl(10);
+    while ((msg == nullptr) && !dl.expired()) {
+        a.progress();
+        b.progress();
+        msg = ucp_tag_probe_nb(b.worker, 0x1337, 0xffff, 1, &info);
+    }
+    ASSERT_NE(nullptr, msg) << "the rendezvous message never arrived";
+    EXPECT_EQ(size, info.length);
+
+    probe_recv r;
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    rp.datatype     = ucp_dt_make_contig(1);
+    rp.cb.recv      = [](void *, ucs_status_t status,
+                         const ucp_tag_recv_info_t *ri, void *user_data) {
+        probe_recv *pr = (probe_recv*)user_data;
+        if (pr == nullptr) {
+            return; /* counted below through the request's status */
+        }
+        pr->calls++;
+        pr->status = status;
+        pr->length = (status == UCS_OK) ? ri->length : 0;
+    };
+    if (with_user_data) {
+        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.user_data     = &r;
+    }
+    ucs_status_ptr_t rreq = ucp_tag_msg_recv_nbx(b.worker, rbuf.data(), size,
+                                                 msg, &rp);
+    ASSERT_FALSE(UCS_PTR_IS_ERR(rreq));
+    ASSERT_NE(nullptr, rreq) << "NO_IMM_CMPL: a request is returned";
+    deadline d2(10);
+    while ((ucp_request_check_status(rreq) == UCS_INPROGRESS) &&
+           !d2.expired()) {
+        a.progress();
+        b.progress();
+    }
+    EXPECT_EQ(UCS_OK, ucp_request_check_status(rreq));
+    for (int i = 0; i < 100; ++i) {
+        a.progress();
+        b.progress();
+    }
+    if (with_user_data) {
+        EXPECT_EQ(1, r.calls) << "receive callback calls";
+        EXPECT_EQ(UCS_OK, r.status);
+        EXPECT_EQ(size, r.length);
+    }
+    ucp_request_free(rreq);
+    EXPECT_EQ(-1, pat_check(rbuf.data(), size, 31)) << "received data";
+    EXPECT_EQ(UCS_OK, a.wait(sreq));
+}
+
+INSTANTIATE_TEST_SUITE_P(hca, UcpTagProbe, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool> &i) {
+                             return std::string(i.param ? "user_data" :
+                                                          "no_user_data");
+                         });
+
 class UcpNetOnlyAddress : public uct_test_base,
                           public ::testing::WithParamInterface<const char*> {
 protected:

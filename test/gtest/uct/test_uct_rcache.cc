@@ -45,6 +45,9 @@ protected:
     void open_with(const cfg_list &rcache_cfg)
     {
         entity_config tc = fabric_config(GetFabric());
+        /* the md's own cache (off by default where UCP caches hca's
+         * registrations itself, UCX >= 1.14) */
+        tc.md_cfg.push_back({"RCACHE", "y"});
         for (auto &kv : rcache_cfg) {
             tc.md_cfg.push_back(kv);
         }
