@@ -84,16 +84,16 @@ static UCS_F_NOINLINE ucs_status_t uct_hca_ep_qp_failed(uct_hca_ep_t *ep,
     return uct_hca_ep_failed_post(ep, has_comp);
 }
 
-/* Posts one WR (HCA_SEND_DEFER_SIGNAL: it carries a completion). */
+/* Posts one WR; has_comp: the caller's operation has a completion (what
+ * a failed ep answers: uct_hca_ep_failed_post). */
 static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
+uct_hca_ep_post_ex(uct_hca_ep_t *ep, hca_send_wr_t *wr, int has_comp)
 {
     hca_send_wr_t *bad;
     int rc;
 
     if (ucs_unlikely(ep->status != UCS_OK)) {
-        return uct_hca_ep_failed_post(ep, wr->send_flags &
-                                          HCA_SEND_DEFER_SIGNAL);
+        return uct_hca_ep_failed_post(ep, has_comp);
     }
     if (ucs_unlikely(!ucs_arbiter_group_is_empty(&ep->arb_group) &&
                      !ep->in_pending)) {
@@ -101,8 +101,7 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
         return UCS_ERR_NO_RESOURCE;
     }
     if (ucs_unlikely(hca_qp_state(ep->qp) == HCA_QPS_ERR)) {
-        return uct_hca_ep_qp_failed(ep, wr->send_flags &
-                                        HCA_SEND_DEFER_SIGNAL);
+        return uct_hca_ep_qp_failed(ep, has_comp);
     }
     wr->send_flags |= ep->send_flags;
     rc = hca_post_send(ep->qp, wr, &bad);
@@ -110,8 +109,16 @@ uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
         ep->send_flags = 0;
         return UCS_OK;
     }
-    return uct_hca_ep_post_error(ep, rc, wr->send_flags &
-                                         HCA_SEND_DEFER_SIGNAL);
+    return uct_hca_ep_post_error(ep, rc, has_comp);
+}
+
+/* A WR with HCA_SEND_DEFER_SIGNAL carries a completion (post_op's); one
+ * without is complete when posted. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_post(uct_hca_ep_t *ep, hca_send_wr_t *wr)
+{
+    return uct_hca_ep_post_ex(ep, wr, !!(wr->send_flags &
+                                         HCA_SEND_DEFER_SIGNAL));
 }
 
 /* The direct send path may be tried: not failed, and not overtaking the
@@ -210,11 +217,15 @@ uct_hca_ep_op_get(uct_hca_ep_t *ep, uct_hca_op_type_t type,
     return op;
 }
 
-/* Why uct_hca_ep_op_get() found no descriptor: the ep failed, or no
- * resources */
-static UCS_F_ALWAYS_INLINE ucs_status_t uct_hca_ep_no_op(uct_hca_ep_t *ep)
+/* Why uct_hca_ep_op_get() found no descriptor: the ep failed (what a post
+ * then returns: uct_hca_ep_failed_post), or no resources */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_hca_ep_no_op(uct_hca_ep_t *ep,
+                                                         int has_comp)
 {
-    return (ep->status != UCS_OK) ? ep->status : UCS_ERR_NO_RESOURCE;
+    if (ucs_unlikely(ep->status != UCS_OK)) {
+        return uct_hca_ep_failed_post(ep, has_comp);
+    }
+    return UCS_ERR_NO_RESOURCE;
 }
 
 /* pack_cb wrote more than a bounce buffer holds: the op goes back */
@@ -330,17 +341,18 @@ uct_hca_ep_trace_am_pieces(uct_hca_iface_t *iface, uint8_t id,
                            const hca_sge_t *sge, int num_sge,
                            const char *what)
 {
-    char buf[UCT_HCA_MAX_INLINE];
+    /* not "buf": uct_iface_trace_am declares one of its own */
+    char msg[UCT_HCA_MAX_INLINE];
     size_t length = 0;
 
     for (int i = 0; i < num_sge; ++i) {
-        size_t n = ucs_min(sge[i].length, sizeof(buf) - length);
+        size_t n = ucs_min(sge[i].length, sizeof(msg) - length);
         if (n != 0) {
-            memcpy(buf + length, (const void*)(uintptr_t)sge[i].addr, n);
+            memcpy(msg + length, (const void*)(uintptr_t)sge[i].addr, n);
         }
         length += n;
     }
-    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, buf, length,
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, msg, length,
                        "%s", what);
 }
 
@@ -493,7 +505,7 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
     if (ucs_unlikely(op == NULL)) {
-        return uct_hca_ep_no_op(ep);
+        return uct_hca_ep_no_op(ep, 0);
     }
     length = pack_cb(uct_hca_op_buffer(op), arg);
     if (ucs_unlikely(length > iface->config.seg_size)) {
@@ -561,13 +573,14 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
         return uct_hca_ep_post_error(ep, rc, 1);
     }
     if (length <= iface->config.max_inline) {
-        /* small enough to be copied into the ring at post: done */
+        /* small enough to be copied into the ring at post: done (a
+         * zero-copy send: a failed ep answers its failure) */
         wr.send_flags = HCA_SEND_INLINE;
-        return uct_hca_ep_post(ep, &wr);
+        return uct_hca_ep_post_ex(ep, &wr, 1);
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
     if (ucs_unlikely(op == NULL)) {
-        return uct_hca_ep_no_op(ep);
+        return uct_hca_ep_no_op(ep, 1);
     }
     /* the header must live in registered memory until completion */
     if (header_length != 0) { /* header may be NULL then */
@@ -622,7 +635,7 @@ uct_hca_ep_put_short_bounce(uct_hca_ep_t *ep, const void *buffer,
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
     if (ucs_unlikely(op == NULL)) {
-        return uct_hca_ep_no_op(ep);
+        return uct_hca_ep_no_op(ep, 0);
     }
     memcpy(uct_hca_op_buffer(op), buffer, length);
     sge.addr   = (uintptr_t)uct_hca_op_buffer(op);
@@ -680,7 +693,7 @@ ssize_t uct_hca_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
 
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_BUFFER, NULL);
     if (ucs_unlikely(op == NULL)) {
-        return uct_hca_ep_no_op(ep);
+        return uct_hca_ep_no_op(ep, 0);
     }
     length     = pack_cb(uct_hca_op_buffer(op), arg);
     if (ucs_unlikely(length > iface->config.seg_size)) {
@@ -783,7 +796,7 @@ uct_hca_ep_rdma_zcopy(uct_ep_h tl_ep, hca_wr_opcode_t opcode,
     }
     op         = uct_hca_ep_op_get(ep, UCT_HCA_OP_COMP, comp);
     if (ucs_unlikely(op == NULL)) {
-        return uct_hca_ep_no_op(ep);
+        return uct_hca_ep_no_op(ep, 1);
     }
     return uct_hca_ep_post_op(ep, &wr, op);
 }
@@ -827,7 +840,7 @@ ucs_status_t uct_hca_ep_get_bcopy(uct_ep_h tl_ep,
     }
     op = uct_hca_ep_op_get(ep, UCT_HCA_OP_GET_BCOPY, comp);
     if (ucs_unlikely(op == NULL)) {
-        return uct_hca_ep_no_op(ep);
+        return uct_hca_ep_no_op(ep, 1);
     }
     op->unpack_cb  = unpack_cb;
     op->unpack_arg = arg;
@@ -890,7 +903,7 @@ uct_hca_ep_atomic_wr(uct_hca_ep_t *ep, int op, uint64_t value, uint64_t swap,
     }
     hop = uct_hca_ep_op_get(ep, UCT_HCA_OP_FETCH, comp);
     if (ucs_unlikely(hop == NULL)) {
-        return uct_hca_ep_no_op(ep);
+        return uct_hca_ep_no_op(ep, 1);
     }
     hop->result = result;
     hop->size   = size;
@@ -1106,8 +1119,17 @@ ucs_status_t uct_hca_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *n,
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
 
     if (ucs_unlikely(ep->status != UCS_OK)) {
-        /* a failed ep never dispatches: the caller retries the operation
-         * and gets the ep's status */
+        if (ep->err_pending && !ep->err_reported) {
+            /* failed, not yet reported: a post answered NO_RESOURCE
+             * (uct_hca_ep_failed_post), so the request is queued; it is
+             * never dispatched, and the purge after the report hands it
+             * back (BUSY would have the caller post again at once, and a
+             * caller that retries without progress would spin) */
+            uct_pending_req_arb_group_push(&ep->arb_group, n);
+            return UCS_OK;
+        }
+        /* failed and reported: the caller retries the operation and gets
+         * the ep's status */
         return UCS_ERR_BUSY;
     }
     if (uct_hca_ep_has_resources(ep) &&

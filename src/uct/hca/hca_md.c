@@ -195,8 +195,12 @@ static ucs_status_t uct_hca_mem_dereg(uct_md_h tl_md,
                                          NULL) == NULL) {
             return UCS_ERR_INVALID_PARAM;
         }
-        if (UCT_HCA_HAVE_INVALIDATE_RMA_AMO && !memh->inv_packed) {
-            return UCS_ERR_INVALID_PARAM; /* no invalidatable key packed */
+        if (UCT_HCA_HAVE_INVALIDATE_RMA_AMO && ENABLE_PARAMS_CHECK &&
+            !memh->inv_packed) {
+            /* no invalidatable key packed: refused as UCX's IB md refuses
+             * it, in the builds that check parameters (without the
+             * check, the deregistration goes on and invalidates) */
+            return UCS_ERR_INVALID_PARAM;
         }
     }
     if (memh->entry != NULL) {

@@ -287,10 +287,10 @@ TEST_P(UcpRma, PutGetSizes)
 }
 
 /* Puts and gets of a UCP_DATATYPE_IOV buffer (three pieces) at the sizes
- * around hca's thresholds, with protocols v1 and v2 (UCX_PROTO_ENABLE; v2 is
- * the default from UCX 1.16 on): every datatype must reach a protocol that
- * takes it.  (UCX 1.13 with v2 aborted in ucp_get_nbx: "dt_iter->dt_class
- * == UCP_DATATYPE_CONTIG".) */
+ * around hca's thresholds (run by UcpRmaProtoV2 below, with protocols v2:
+ * UCP's RMA takes an iov only there): every datatype must reach a protocol
+ * that takes it.  (UCX 1.13 with v2 aborted in ucp_get_nbx: "dt_iter->
+ * dt_class == UCP_DATATYPE_CONTIG".) */
 void UcpRma::iov_put_and_get()
 {
     const size_t sizes[] = {3, 24, 961, 8192, 8193, 65536, 1ul << 20};
@@ -344,17 +344,36 @@ protected:
     void SetUp() override
     {
         /* this process and the peer it forks */
-        setenv("UCX_PROTO_ENABLE", "y", 1);
-        setenv("UCX_ZCOPY_THRESH", "0", 1);
+        set("UCX_PROTO_ENABLE", "y", &saved_proto);
+        set("UCX_ZCOPY_THRESH", "0", &saved_thresh);
         UcpRma::SetUp();
     }
 
     void TearDown() override
     {
         UcpRma::TearDown();
-        unsetenv("UCX_PROTO_ENABLE");
-        unsetenv("UCX_ZCOPY_THRESH");
+        restore("UCX_PROTO_ENABLE", saved_proto);
+        restore("UCX_ZCOPY_THRESH", saved_thresh);
     }
+
+    static void set(const char *name, const char *value, std::string *saved)
+    {
+        const char *v = getenv(name);
+        *saved = (v != nullptr) ? std::string("=") + v : "";
+        setenv(name, value, 1);
+    }
+
+    /* the user's own setting back ("=value"), or none */
+    static void restore(const char *name, const std::string &saved)
+    {
+        if (saved.empty()) {
+            unsetenv(name);
+        } else {
+            setenv(name, saved.c_str() + 1, 1);
+        }
+    }
+
+    std::string saved_proto, saved_thresh;
 };
 
 TEST_P(UcpRmaProtoV2, IovPutAndGet)

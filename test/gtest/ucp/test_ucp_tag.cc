@@ -146,13 +146,6 @@ INSTANTIATE_TEST_SUITE_P(hca, UcpTag,
                              return std::string(i.param);
                          });
 
-/* Open MPI gives the ranks on other hosts a network-only worker address
- * (ucp_worker_query with UCP_WORKER_ADDRESS_FLAG_NET_ONLY; pml ucx's modex
- * for remote peers).  hca reaches other hosts, so it must be in that
- * address as a network device; without it those ranks find no transport
- * (ucp_ep_create: "Destination is unreachable", which is how Open MPI
- * jobs across hosts failed).  With UCX_HCA_FABRIC=shm hca reaches this
- * host only and stays out of it, as UCX's shared-memory transports do. */
 /* A probed rendezvous message received with ucp_tag_msg_recv_nbx and
  * UCP_OP_ATTR_FLAG_NO_IMM_CMPL, as UCX's test_ucp_tag_probe.
  * send_rndv_msg_probe does: hca may complete the rendezvous inside the call,
@@ -228,6 +221,18 @@ TEST_P(UcpTagProbe, ProbedRendezvousCompletesOnce)
         b.progress();
     }
     EXPECT_EQ(UCS_OK, ucp_request_check_status(rreq));
+    if (ucp_request_check_status(rreq) == UCS_INPROGRESS) {
+        /* not freed (nor its buffer) while it may still write */
+        ucp_request_cancel(b.worker, rreq);
+        deadline d3(5);
+        while ((ucp_request_check_status(rreq) == UCS_INPROGRESS) &&
+               !d3.expired()) {
+            a.progress();
+            b.progress();
+        }
+        ASSERT_NE(UCS_INPROGRESS, ucp_request_check_status(rreq))
+            << "the receive neither completed nor was cancelled";
+    }
     for (int i = 0; i < 100; ++i) {
         a.progress();
         b.progress();
@@ -248,6 +253,13 @@ INSTANTIATE_TEST_SUITE_P(hca, UcpTagProbe, ::testing::Values(true, false),
                                                           "no_user_data");
                          });
 
+/* Open MPI gives the ranks on other hosts a network-only worker address
+ * (ucp_worker_query with UCP_WORKER_ADDRESS_FLAG_NET_ONLY; pml ucx's modex
+ * for remote peers).  hca reaches other hosts, so it must be in that
+ * address as a network device; without it those ranks find no transport
+ * (ucp_ep_create: "Destination is unreachable", which is how Open MPI
+ * jobs across hosts failed).  With UCX_HCA_FABRIC=shm hca reaches this
+ * host only and stays out of it, as UCX's shared-memory transports do. */
 class UcpNetOnlyAddress : public uct_test_base,
                           public ::testing::WithParamInterface<const char*> {
 protected:

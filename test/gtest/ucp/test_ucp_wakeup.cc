@@ -169,4 +169,74 @@ TEST_F(UcpWakeup, ArmAndPollEventFd)
     }
 }
 
+/* As UCX's test_ucp_wakeup.efd: two workers of this process, on each
+ * fabric; the message is sent (and its send completed) before the
+ * receiver first progresses, then the receiver progresses, arms and
+ * sleeps on its event fd until the message is there. */
+class UcpWakeupInProcess : public uct_test_base,
+                           public with_fabric<int> {};
+
+TEST_P(UcpWakeupInProcess, MessageSentBeforeTheReceiverArmsWakesIt)
+{
+    setenv("UCX_HCA_FABRIC", fabric_name(GetFabric()), 1);
+    ucp_peer a, b;
+    ASSERT_NO_FATAL_FAILURE(a.init({}, UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP));
+    ASSERT_NO_FATAL_FAILURE(b.init({}, UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP));
+    unsetenv("UCX_HCA_FABRIC");
+    ASSERT_NO_FATAL_FAILURE(a.connect(b.address));
+    int efd = -1;
+    ASSERT_EQ(UCS_OK, ucp_worker_get_efd(b.worker, &efd));
+    uint64_t sdata = 0x12121212, rdata = 0;
+    ucp_request_param_t sp;
+    memset(&sp, 0, sizeof(sp));
+    ucs_status_ptr_t sreq = ucp_tag_send_nbx(a.ep, &sdata, sizeof(sdata),
+                                             0xdeadbeef, &sp);
+    ASSERT_FALSE(UCS_PTR_IS_ERR(sreq));
+    deadline dl(10);
+    while ((sreq != NULL) &&
+           (ucp_request_check_status(sreq) == UCS_INPROGRESS) &&
+           !dl.expired()) {
+        a.progress();
+        b.progress();
+    }
+    if (sreq != NULL) {
+        ASSERT_EQ(UCS_OK, ucp_request_check_status(sreq));
+        ucp_request_free(sreq);
+    }
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof(rp));
+    ucs_status_ptr_t rreq = ucp_tag_recv_nbx(b.worker, &rdata, sizeof(rdata),
+                                             0xdeadbeef, (ucp_tag_t)-1, &rp);
+    ASSERT_FALSE(UCS_PTR_IS_ERR(rreq));
+    deadline d2(20);
+    int sleeps = 0;
+    while ((rreq != NULL) &&
+           (ucp_request_check_status(rreq) == UCS_INPROGRESS)) {
+        ASSERT_FALSE(d2.expired()) << "the message never came";
+        if (ucp_worker_progress(b.worker)) {
+            continue;
+        }
+        ucs_status_t st = ucp_worker_arm(b.worker);
+        if (st == UCS_ERR_BUSY) {
+            continue;
+        }
+        ASSERT_EQ(UCS_OK, st);
+        struct pollfd pfd = {efd, POLLIN, 0};
+        int rc = poll(&pfd, 1, 5000);
+        ASSERT_EQ(1, rc) << "armed with the message on its way, and no "
+                            "event in 5 s (sleep " << sleeps << ")";
+        ++sleeps;
+    }
+    if (rreq != NULL) {
+        ucp_request_free(rreq);
+    }
+    EXPECT_EQ(sdata, rdata);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        hca, UcpWakeupInProcess, on_fabrics(::testing::Values(0)),
+        fabric_param_name<int>([](const ::testing::TestParamInfo<int> &) {
+            return std::string("inproc");
+        }));
+
 } /* namespace */

@@ -1067,6 +1067,68 @@ TEST_P(UctClosedPeer, PostsBeforeTheReportAreAcceptedAndTheErrorComesOnce)
     snd.destroy_ep(ep);
 }
 
+/* The bound of that: bcopy sends on the failed, unreported ep return their
+ * length until the send queue's worth is lost, then NO_RESOURCE; the
+ * request the caller then queues is accepted (BUSY would have it post
+ * again at once, and spin), never dispatched, and handed back once by the
+ * purge after the report. */
+TEST_P(UctClosedPeer, RefusedSendsQueueUntilTheReportAndThePurge)
+{
+    entity snd;
+    std::unique_ptr<entity> rcv(new entity);
+    entity_config cfg = fabric_config(GetFabric());
+    ASSERT_NO_FATAL_FAILURE(snd.open(cfg));
+    ASSERT_NO_FATAL_FAILURE(rcv->open(cfg));
+    uct_ep_h ep = snd.connect_to(*rcv);
+    ASSERT_NE(nullptr, ep);
+    ASSERT_EQ(UCS_OK, flush_ep(ep, {&snd, rcv.get()}));
+    rcv.reset();
+    EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
+    auto pack16 = [](void *d, void*) -> size_t {
+        memset(d, 0x5a, 16);
+        return 16;
+    };
+    ssize_t r = 0;
+    unsigned accepted = 0;
+    {
+        call_guard guard(snd);
+        while (((r = uct_ep_am_bcopy(ep, AM_ID, pack16, nullptr, 0)) == 16) &&
+               (++accepted < 100000)) {
+        }
+    }
+    EXPECT_EQ((ssize_t)UCS_ERR_NO_RESOURCE, r)
+        << "after " << accepted << " lost sends";
+    EXPECT_LT(accepted, 100000u) << "sends on a failed ep never refused";
+    EXPECT_EQ(0, snd.errors_for(ep));
+    struct preq {
+        uct_pending_req_t uct;
+        int calls  = 0;
+        int purged = 0;
+    } pr;
+    pr.uct.func = [](uct_pending_req_t *self) {
+        ((preq*)self)->calls++;
+        return UCS_ERR_NO_RESOURCE;
+    };
+    EXPECT_EQ(UCS_OK, uct_ep_pending_add(ep, &pr.uct, 0))
+        << "a request refused for NO_RESOURCE could not be queued";
+    deadline dl(10);
+    while ((snd.errors_for(ep) == 0) && !dl.expired()) {
+        snd.progress();
+    }
+    ASSERT_EQ(1, snd.errors_for(ep));
+    for (int i = 0; i < 100; ++i) {
+        snd.progress();
+    }
+    EXPECT_EQ(0, pr.calls) << "a request of a failed ep was dispatched";
+    uct_ep_pending_purge(ep, [](uct_pending_req_t *self, void*) {
+        ((preq*)self)->purged++;
+    }, nullptr);
+    EXPECT_EQ(1, pr.purged);
+    EXPECT_EQ(snd.last_error_for(ep),
+              (ucs_status_t)uct_ep_am_bcopy(ep, AM_ID, pack16, nullptr, 0));
+    snd.destroy_ep(ep);
+}
+
 /* Addresses that are not an hca context's (random bytes: corrupted, or
  * another transport's) are unreachable, as UCX's
  * test_uct_iface.is_reachable checks; the iface's own is reachable. */
