@@ -131,6 +131,16 @@ static hca_exec_t hca_tcp_exec_unsent(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_tcp_qp_t *tq = hca_tcp_qp(qp);
     hca_exec_t res   = HCA_EXEC_BUSY;
 
+    if (!(wqe->flags & (HCA_SEND_SIGNALED | HCA_SEND_DEFER_SIGNAL))) {
+        /* no completion will tell its sender: kept here, it would go out
+         * only from its sender's next poll (the rewind at UP wakes the
+         * owner, it does not send), and a sender that posted its last
+         * message and then only waits - for the peer's answer, on
+         * another worker - never makes it.  Refused: the post returns
+         * -EAGAIN (UCT: NO_RESOURCE, as UCX's tcp answers a connecting
+         * ep) and is posted again once the connection is UP. */
+        return HCA_EXEC_BUSY;
+    }
     pthread_mutex_lock(&conn->tx_lock);
     if (atomic_load_explicit(&conn->state, memory_order_acquire) !=
         HCA_TCP_CONN_UP) {
