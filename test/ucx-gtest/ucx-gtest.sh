@@ -273,9 +273,10 @@ summarize() {  # set fabric file
     local p f s done_line
     p=$(grep -c '^\[       OK \]' "$3" || true)
     f=$(grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$3" | sort -u | wc -l)
-    s=$(grep -c '^\[  SKIPPED \]' "$3" || true)
+    # UCX's skips print "[     SKIP ]" (and pass in googletest's count)
+    s=$(grep -c '^\[     SKIP \]' "$3" || true)
     done_line=$(grep -c '^\[==========\] .* ran\.' "$3" || true)
-    echo "ucx-gtest: $1 on $2: $p passed, $f failed, $s skipped$( \
+    echo "ucx-gtest: $1 on $2: $p passed (of which $s skipped), $f failed$( \
         [ "$done_line" -gt 0 ] || echo ', DID NOT FINISH')"
     grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$3" | sort -u |
         sed 's/^/    /' || true

@@ -840,6 +840,7 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
     hca_device_t *dev         = tcp->dev;
     int rc = conn->outbound ? hca_tcp_hello_connector(tcp, conn, in) :
                               hca_tcp_hello_acceptor(tcp, conn, in);
+    int first;
 
     conn->rx.got = 0;
     if (rc != 0) {
@@ -865,6 +866,7 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
      * was posted meanwhile and what is unanswered, woken for it if they
      * sleep, before they see it UP (a post never waited for it) */
     hca_tcp_rewind_conn(tcp, conn);
+    first = !conn->was_up;
     if (conn->was_up) {
         HCA_TCP_COUNT(tcp, HCA_TCP_CNT_RECONNECTS, 1);
         if (HCA_UNLIKELY(dev->trace)) {
@@ -888,6 +890,9 @@ void hca_tcp_hello_in(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
         hca_tcp_conn_lead(tcp, conn);
     }
     hca_tcp_path_up(tcp, conn);
+    if (first) {
+        hca_tcp_send_unsent(tcp, conn);
+    }
 }
 
 /* A new QP's home path (*home) and the connection it sends on first (the

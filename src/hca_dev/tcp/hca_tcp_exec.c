@@ -102,6 +102,44 @@ static int hca_tcp_rtx(hca_tcp_dev_t *tcp, hca_qp_t *qp, hca_tcp_conn_t *conn)
     return rc;
 }
 
+/* A connection's first handshake is done (the thread; the connection is
+ * UP): what its QPs posted meanwhile (hca_tcp_exec_unsent) goes out now,
+ * from here, as a NIC sends its queue whether or not its host polls.  Its
+ * sender may never poll again: it posted a message, whose post completed,
+ * and then waits for the answer on another worker (UCX's
+ * test_ucp_wakeup.efd); the rewind only wakes an owner that sleeps armed.
+ * Under the connection's tx_lock, as the owner's own sends: its next exec
+ * finds nothing left to send (rtx_psn == next_psn).  A connection made
+ * again keeps its go-back-N in its owners' polls (issue 27). */
+void hca_tcp_send_unsent(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn)
+{
+    hca_device_t *dev = tcp->dev;
+
+    if (conn->qp_refs == 0) {
+        return;
+    }
+    for (uint32_t i = 1; i < HCA_MAX_QP; ++i) {
+        hca_qp_t *qp = __atomic_load_n(&dev->qps[i], __ATOMIC_ACQUIRE);
+        hca_tcp_qp_t *tq;
+
+        if ((qp == NULL) || (qp->fabric->type != HCA_FABRIC_TCP) ||
+            (qp->state != HCA_QPS_RTS)) {
+            continue;
+        }
+        tq = hca_tcp_qp(qp);
+        if ((tq->conn != conn) || (tq->sent == NULL)) {
+            continue;
+        }
+        pthread_mutex_lock(&conn->tx_lock);
+        if ((atomic_load(&conn->state) == HCA_TCP_CONN_UP) &&
+            (tq->conn == conn) && !tq->striping &&
+            (tq->rtx_psn != tq->next_psn)) {
+            (void)hca_tcp_rtx(tcp, qp, conn);
+        }
+        pthread_mutex_unlock(&conn->tx_lock);
+    }
+}
+
 /* The connection is down for now (LINKING: the WQE's frames go out, or
  * again, once it is back), or for good (*status_p). */
 static hca_exec_t hca_tcp_exec_down(hca_tcp_conn_t *conn, hca_exec_t busy,
@@ -131,16 +169,6 @@ static hca_exec_t hca_tcp_exec_unsent(hca_qp_t *qp, hca_wqe_t *wqe,
     hca_tcp_qp_t *tq = hca_tcp_qp(qp);
     hca_exec_t res   = HCA_EXEC_BUSY;
 
-    if (!(wqe->flags & (HCA_SEND_SIGNALED | HCA_SEND_DEFER_SIGNAL))) {
-        /* no completion will tell its sender: kept here, it would go out
-         * only from its sender's next poll (the rewind at UP wakes the
-         * owner, it does not send), and a sender that posted its last
-         * message and then only waits - for the peer's answer, on
-         * another worker - never makes it.  Refused: the post returns
-         * -EAGAIN (UCT: NO_RESOURCE, as UCX's tcp answers a connecting
-         * ep) and is posted again once the connection is UP. */
-        return HCA_EXEC_BUSY;
-    }
     pthread_mutex_lock(&conn->tx_lock);
     if (atomic_load_explicit(&conn->state, memory_order_acquire) !=
         HCA_TCP_CONN_UP) {

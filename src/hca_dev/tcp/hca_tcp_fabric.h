@@ -687,6 +687,8 @@ void hca_tcp_rewind(hca_tcp_dev_t *tcp, hca_qp_t *qp, uint32_t psn);
  * woken for it: the connection came up, or resumed on a new socket; or,
  * dead, its owner's next poll fails it (tcp->lock held) */
 void hca_tcp_rewind_conn(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
+/* the thread, at a connection's first UP: its QPs' unsent frames out */
+void hca_tcp_send_unsent(hca_tcp_dev_t *tcp, hca_tcp_conn_t *conn);
 void hca_tcp_sent_clear(hca_qp_t *qp);
 
 /* The responder side (rx_lock and tcp->lock held); the rqp checked last

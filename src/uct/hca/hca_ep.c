@@ -356,10 +356,6 @@ uct_hca_ep_trace_am_pieces(uct_hca_iface_t *iface, uint8_t id,
                        "%s", what);
 }
 
-#define uct_hca_ep_trace_am(_iface, _id, _sge, _num_sge, _what) \
-    if (ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA)) { \
-        uct_hca_ep_trace_am_pieces(_iface, _id, _sge, _num_sge, _what); \
-    }
 
 /* am_short through a WR: the send queue is busy or the ring is full. */
 static UCS_F_NOINLINE ucs_status_t
@@ -381,8 +377,9 @@ uct_hca_ep_am_short_wr(uct_hca_ep_t *ep, uint8_t id, uint64_t header,
     return uct_hca_ep_post(ep, &wr);
 }
 
-ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
-                                 const void *payload, unsigned length)
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_am_short_send(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                         const void *payload, unsigned length)
 {
     uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
@@ -391,13 +388,6 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(length + sizeof(header), 0, iface->config.max_inline,
                      "am_short");
-    if (ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA)) {
-        const hca_sge_t msg[2] = {
-            {.addr = (uintptr_t)&header, .length = sizeof(header)},
-            {.addr = (uintptr_t)payload, .length = length},
-        };
-        uct_hca_ep_trace_am_pieces(iface, id, msg, 2, "TX: AM_SHORT");
-    }
     if (uct_hca_ep_direct_ok(ep)) {
         /* header and payload straight into the target's ring: one call */
         rc = ep->fast->send_short(ep->qp, &header, sizeof(header), payload,
@@ -416,8 +406,9 @@ ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     return uct_hca_ep_am_short_wr(ep, id, header, payload, length);
 }
 
-ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
-                                     const uct_iov_t *iov, size_t iovcnt)
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_am_short_iov_send(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov,
+                             size_t iovcnt)
 {
     uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
@@ -436,7 +427,6 @@ ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_HCA_MAX_IOV, "am_short_iov");
     wr.num_sge = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.max_inline, "am_short_iov");
-    uct_hca_ep_trace_am(iface, id, sge, wr.num_sge, "TX: AM_SHORT_IOV");
     rc = uct_hca_ep_am_direct_sge(ep, id, sge, wr.num_sge, length);
     if (ucs_likely(rc == 0)) {
         return UCS_OK;
@@ -512,9 +502,6 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
         return uct_hca_ep_bcopy_overrun(op, "am_bcopy", length,
                                         iface->config.seg_size);
     }
-    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
-                       uct_hca_op_buffer(op), length, "TX: AM_BCOPY");
-
     sge.addr    = (uintptr_t)uct_hca_op_buffer(op);
     sge.length  = (uint32_t)length;
     sge.lkey    = op->lkey;
@@ -524,17 +511,26 @@ ssize_t uct_hca_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
         /* copied into the target's ring by the post: buffer free now */
         wr.send_flags = HCA_SEND_INLINE;
         status        = uct_hca_ep_post(ep, &wr);
+        if (status == UCS_OK) { /* traced once, when sent */
+            uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                               uct_hca_op_buffer(op), length, "TX: AM_BCOPY");
+        }
         ucs_mpool_put_inline(op);
     } else {
         status = uct_hca_ep_post_op(ep, &wr, op);
+        if (!UCS_STATUS_IS_ERR(status)) { /* in flight: its buffer lives */
+            uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                               (const void*)(uintptr_t)sge.addr, length,
+                               "TX: AM_BCOPY");
+        }
     }
     return UCS_STATUS_IS_ERR(status) ? (ssize_t)status : (ssize_t)length;
 }
 
-ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
-                                 const void *header, unsigned header_length,
-                                 const uct_iov_t *iov, size_t iovcnt,
-                                 unsigned flags, uct_completion_t *comp)
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_hca_ep_am_zcopy_send(uct_ep_h tl_ep, uint8_t id, const void *header,
+                         unsigned header_length, const uct_iov_t *iov,
+                         size_t iovcnt, unsigned flags, uct_completion_t *comp)
 {
     uct_hca_ep_t *ep       = ucs_derived_of(tl_ep, uct_hca_ep_t);
     uct_hca_iface_t *iface = uct_hca_ep_iface(ep);
@@ -560,8 +556,6 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     sge[0].lkey   = 0;
     wr.num_sge    = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 1, &length);
     UCT_CHECK_LENGTH(length, 0, iface->config.seg_size, "am_zcopy");
-    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, header,
-                       header_length, "TX: AM_ZCOPY total %zu", length);
 
     /* one copy into the target's ring either way: done at once, as an
      * am_bcopy (no descriptor, no completion to wait for) */
@@ -589,6 +583,63 @@ ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     sge[0].addr = (uintptr_t)uct_hca_op_buffer(op);
     sge[0].lkey = op->lkey;
     return uct_hca_ep_post_op(ep, &wr, op);
+}
+
+/* The AMs are traced once each, when sent: one refused (NO_RESOURCE, and
+ * sent again later) is not (UCX's AM tracer count, as rc's and mm's, is
+ * one per message). */
+ucs_status_t uct_hca_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                                 const void *payload, unsigned length)
+{
+    ucs_status_t status = uct_hca_ep_am_short_send(tl_ep, id, header, payload,
+                                                   length);
+
+    if (ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA) && (status == UCS_OK)) {
+        const hca_sge_t msg[2] = {
+            {.addr = (uintptr_t)&header, .length = sizeof(header)},
+            {.addr = (uintptr_t)payload, .length = length},
+        };
+        uct_hca_ep_trace_am_pieces(uct_hca_ep_iface(ucs_derived_of(
+                                           tl_ep, uct_hca_ep_t)),
+                                   id, msg, 2, "TX: AM_SHORT");
+    }
+    return status;
+}
+
+ucs_status_t uct_hca_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                     const uct_iov_t *iov, size_t iovcnt)
+{
+    ucs_status_t status = uct_hca_ep_am_short_iov_send(tl_ep, id, iov, iovcnt);
+
+    if (ucs_log_is_enabled(UCS_LOG_LEVEL_TRACE_DATA) && (status == UCS_OK)) {
+        hca_sge_t sge[UCT_HCA_MAX_IOV];
+        size_t length = 0;
+        int n = uct_hca_ep_iov_to_sge(iov, iovcnt, sge, 0, &length);
+
+        uct_hca_ep_trace_am_pieces(uct_hca_ep_iface(ucs_derived_of(
+                                           tl_ep, uct_hca_ep_t)),
+                                   id, sge, n, "TX: AM_SHORT_IOV");
+    }
+    return status;
+}
+
+ucs_status_t uct_hca_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
+                                 const void *header, unsigned header_length,
+                                 const uct_iov_t *iov, size_t iovcnt,
+                                 unsigned flags, uct_completion_t *comp)
+{
+    ucs_status_t status = uct_hca_ep_am_zcopy_send(tl_ep, id, header,
+                                                   header_length, iov, iovcnt,
+                                                   flags, comp);
+
+    if (!UCS_STATUS_IS_ERR(status)) {
+        uct_iface_trace_am(&uct_hca_ep_iface(ucs_derived_of(
+                                   tl_ep, uct_hca_ep_t))->super,
+                           UCT_AM_TRACE_TYPE_SEND, id, header, header_length,
+                           "TX: AM_ZCOPY total %zu",
+                           header_length + uct_iov_total_length(iov, iovcnt));
+    }
+    return status;
 }
 
 /* ---------------------------------------------------------------- RMA */

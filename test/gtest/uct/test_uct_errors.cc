@@ -1116,10 +1116,14 @@ TEST_P(UctClosedPeer, RefusedSendsQueueUntilTheReportAndThePurge)
         snd.progress();
     }
     ASSERT_EQ(1, snd.errors_for(ep));
+    /* (the tcp fabric may learn of the failure only after the refusal: its
+     * request is dispatched until then, and never after the report) */
+    const int calls_at_report = pr.calls;
     for (int i = 0; i < 100; ++i) {
         snd.progress();
     }
-    EXPECT_EQ(0, pr.calls) << "a request of a failed ep was dispatched";
+    EXPECT_EQ(calls_at_report, pr.calls)
+        << "a request of a reported ep was dispatched";
     uct_ep_pending_purge(ep, [](uct_pending_req_t *self, void*) {
         ((preq*)self)->purged++;
     }, nullptr);
