@@ -283,7 +283,9 @@ int  hca_dm_view_ptr(hca_dm_view_t *view, uint32_t rkey,
 void hca_dm_view_close(hca_dm_view_t *view);
 
 /* Device memory: a shared-memory object peers on the same host map.  Its
- * MRs give peers direct loads/stores (hca_rkey_ptr) and CPU atomics. */
+ * MRs give peers direct loads/stores (hca_rkey_ptr) and CPU atomics.
+ * hca_dm_free with MRs inside still registered keeps the memory (mapped,
+ * their keys valid) until the last of them is deregistered. */
 int   hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p);
 int   hca_dm_free(hca_dm_t *dm);
 void *hca_dm_addr(const hca_dm_t *dm);

@@ -57,26 +57,53 @@ int hca_dm_alloc(hca_device_t *dev, size_t length, hca_dm_t **dm_p)
     return 0;
 }
 
-int hca_dm_free(hca_dm_t *dm)
+static void hca_dm_unlink_locked(hca_dm_t *dm)
 {
-    hca_device_t *dev = dm->dev;
-    hca_dm_t **pp;
-
-    pthread_mutex_lock(&dev->lock);
-    if (dm->mrs != 0) {
-        pthread_mutex_unlock(&dev->lock);
-        return -EBUSY; /* deregister its MRs first */
-    }
-    for (pp = &dev->dm_list; *pp != NULL; pp = &(*pp)->next) {
+    for (hca_dm_t **pp = &dm->dev->dm_list; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == dm) {
             *pp = dm->next;
             break;
         }
     }
-    pthread_mutex_unlock(&dev->lock);
+}
+
+void hca_dm_destroy(hca_dm_t *dm)
+{
     hca_memobj_destroy(&dm->obj);
     free(dm);
+}
+
+/*
+ * With MRs inside still registered, the memory stays until the last of
+ * them is deregistered (hca_mr_dereg), then goes: a registration cache
+ * above us (UCP's, for a range inside memory this md allocated) gives its
+ * regions back only when the memory is unmapped or the cache closes, so
+ * refusing here would keep the memory for the process's life.  Their keys
+ * stay valid until then, as for any registered memory its user freed.
+ */
+int hca_dm_free(hca_dm_t *dm)
+{
+    hca_device_t *dev = dm->dev;
+
+    pthread_mutex_lock(&dev->lock);
+    if (dm->mrs != 0) {
+        dm->freed = 1;
+        pthread_mutex_unlock(&dev->lock);
+        return 0;
+    }
+    hca_dm_unlink_locked(dm);
+    pthread_mutex_unlock(&dev->lock);
+    hca_dm_destroy(dm);
     return 0;
+}
+
+int hca_dm_last_mr_locked(hca_dm_t *dm)
+{
+    if ((dm->mrs != 0) || !dm->freed) {
+        return 0;
+    }
+    hca_dm_unlink_locked(dm);
+    return 1;
 }
 
 void *hca_dm_addr(const hca_dm_t *dm)

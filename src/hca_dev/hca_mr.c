@@ -167,6 +167,7 @@ int hca_mr_dereg(hca_mr_t *mr)
 {
     hca_device_t *dev      = mr->pd->dev;
     hca_mpt_entry_t *entry = &dev->mpt[mr->index];
+    hca_dm_t *gone         = NULL;
 
     hca_mr_invalidate(mr);
     pthread_mutex_lock(&dev->lock);
@@ -175,11 +176,17 @@ int hca_mr_dereg(hca_mr_t *mr)
     dev->mrs[mr->index] = NULL;
     if (mr->dm != NULL) {
         mr->dm->mrs--;
+        if (hca_dm_last_mr_locked(mr->dm)) {
+            gone = mr->dm; /* freed by its user before: it goes now */
+        }
     }
     if (mr->export != NULL) {
         hca_export_put(dev, mr->export);
     }
     pthread_mutex_unlock(&dev->lock);
+    if (gone != NULL) {
+        hca_dm_destroy(gone);
+    }
     atomic_fetch_sub(&mr->pd->refs, 1);
     free(mr);
     return 0;

@@ -124,6 +124,8 @@ struct hca_dm {
     hca_memobj_t      obj;
     size_t         length;
     uint32_t       mrs;      /* MRs inside it (dev->lock) */
+    int            freed;    /* its user freed it while MRs inside were
+                                held: it goes with the last of them */
 };
 
 /* A shared object outside hca that backs registered memory, published in

@@ -10,6 +10,11 @@
 
 /* The device memory holding [addr, addr+length), or NULL (dev->lock). */
 struct hca_dm *hca_dm_find(hca_device_t *dev, uintptr_t addr, size_t length);
+/* Its last MR is going (dev->lock held): 1 if its user freed it meanwhile,
+ * and it is out of the list: the caller destroys it (hca_dm_destroy) once
+ * the lock is released. */
+int  hca_dm_last_mr_locked(struct hca_dm *dm);
+void hca_dm_destroy(struct hca_dm *dm);
 
 /* The export of the shared object holding [addr, addr+length), found or
  * made (hca_export.c), with one more reference, and the range's offset in

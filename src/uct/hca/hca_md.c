@@ -274,12 +274,9 @@ static ucs_status_t uct_hca_mem_free(uct_md_h tl_md, uct_mem_h tl_memh)
                                    hca_dm_length(memh->dm));
     }
     hca_mr_dereg(memh->mr);
-    if (hca_dm_free(memh->dm) != 0) {
-        /* a registration inside it is still held (by the user): the
-         * device memory stays until the process ends */
-        ucs_warn("hca: device memory %p freed while a registration inside "
-                 "it is still held: it is kept", hca_dm_addr(memh->dm));
-    }
+    /* a registration inside it still held (UCP's rcache keeps regions
+     * inside memory we allocated): the memory goes with the last of them */
+    (void)hca_dm_free(memh->dm);
     ucs_free(memh);
     return UCS_OK;
 }

@@ -142,6 +142,28 @@ TEST_F(Mr, DmAllocFree)
     }
 }
 
+/* Freed while an MR inside it is still registered (a registration cache
+ * above holds a region of it): the memory stays mapped and its key valid
+ * until that MR is deregistered, then goes (AddressSanitizer's leak check
+ * sees it go). */
+TEST_F(Mr, DmFreedWhileAnMrInsideIsHeldGoesWithIt)
+{
+    const size_t s = 1 << 16;
+    hca_dm_t *dm = nullptr;
+    ASSERT_EQ(0, hca_dm_alloc(c.dev, s, &dm));
+    uint8_t *p = (uint8_t*)hca_dm_addr(dm);
+    hca_pd_t *pd = nullptr;
+    ASSERT_EQ(0, hca_pd_alloc(c.dev, &pd));
+    hca_mr_t *mr = nullptr;
+    ASSERT_EQ(0, hca_mr_reg(pd, p + 4096, 8192, ACCESS_ALL, &mr));
+    EXPECT_EQ(0, hca_dm_free(dm)) << "refused with an MR inside";
+    fill_pattern(p + 4096, 8192, 7); /* still mapped */
+    EXPECT_EQ(-1, check_pattern(p + 4096, 8192, 7));
+    EXPECT_NE(0u, hca_mr_rkey(mr));
+    EXPECT_EQ(0, hca_mr_dereg(mr)); /* and now the memory goes */
+    EXPECT_EQ(0, hca_pd_dealloc(pd));
+}
+
 TEST_F(Mr, DmTooLarge)
 {
     if (c.attr.max_dm_size >= (1ull << 46)) {
