@@ -1021,17 +1021,27 @@ INSTANTIATE_TEST_SUITE_P(
  * socket: mm, tcp), and the failure comes from progress, not from the send
  * (UCX's test_uct_peer_failure_keepalive.killed_post_am); after the report
  * every post returns the reported status. */
-class UctClosedPeer : public uct_test_base, public with_fabric<int> {};
+class UctClosedPeer : public uct_test_base, public with_fabric<int> {
+protected:
+    /* a sender connected to a receiver of this process, on the fabric */
+    void open_pair()
+    {
+        entity_config cfg = fabric_config(GetFabric());
+        rcv.reset(new entity);
+        ASSERT_NO_FATAL_FAILURE(snd.open(cfg));
+        ASSERT_NO_FATAL_FAILURE(rcv->open(cfg));
+        ep = snd.connect_to(*rcv);
+        ASSERT_NE(nullptr, ep);
+    }
+
+    entity                  snd;
+    std::unique_ptr<entity> rcv;
+    uct_ep_h                ep = nullptr;
+};
 
 TEST_P(UctClosedPeer, PostsBeforeTheReportAreAcceptedAndTheErrorComesOnce)
 {
-    entity snd;
-    std::unique_ptr<entity> rcv(new entity);
-    entity_config cfg = fabric_config(GetFabric());
-    ASSERT_NO_FATAL_FAILURE(snd.open(cfg));
-    ASSERT_NO_FATAL_FAILURE(rcv->open(cfg));
-    uct_ep_h ep = snd.connect_to(*rcv);
-    ASSERT_NE(nullptr, ep);
+    ASSERT_NO_FATAL_FAILURE(open_pair());
     uint64_t v = 7;
     ASSERT_EQ(UCS_OK, retry_send([&] {
         return uct_ep_am_short(ep, AM_ID, 0, &v, sizeof(v));
@@ -1074,13 +1084,7 @@ TEST_P(UctClosedPeer, PostsBeforeTheReportAreAcceptedAndTheErrorComesOnce)
  * purge after the report. */
 TEST_P(UctClosedPeer, RefusedSendsQueueUntilTheReportAndThePurge)
 {
-    entity snd;
-    std::unique_ptr<entity> rcv(new entity);
-    entity_config cfg = fabric_config(GetFabric());
-    ASSERT_NO_FATAL_FAILURE(snd.open(cfg));
-    ASSERT_NO_FATAL_FAILURE(rcv->open(cfg));
-    uct_ep_h ep = snd.connect_to(*rcv);
-    ASSERT_NE(nullptr, ep);
+    ASSERT_NO_FATAL_FAILURE(open_pair());
     ASSERT_EQ(UCS_OK, flush_ep(ep, {&snd, rcv.get()}));
     rcv.reset();
     EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
